@@ -1,0 +1,490 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// backendRequest is one request as the backend received it.
+type backendRequest struct {
+	Method, Path, Token, RequestID, Body string
+}
+
+// recordingBackend is an httptest backend that records every request and
+// answers 200 once it has read the body.
+type recordingBackend struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	reqs []backendRequest
+}
+
+func newRecordingBackend(t *testing.T) *recordingBackend {
+	t.Helper()
+	b := &recordingBackend{}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		b.mu.Lock()
+		b.reqs = append(b.reqs, backendRequest{
+			Method: r.Method, Path: r.URL.EscapedPath(), Token: r.Header.Get("X-Fencing-Token"),
+			RequestID: r.Header.Get("X-Request-Id"), Body: string(body),
+		})
+		b.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+func (b *recordingBackend) URL() string { return b.srv.URL }
+
+func (b *recordingBackend) requests() []backendRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]backendRequest(nil), b.reqs...)
+}
+
+// saw reports whether the backend received the request with this X-Request-Id.
+func (b *recordingBackend) saw(requestID string) bool {
+	for _, r := range b.requests() {
+		if r.RequestID == requestID {
+			return true
+		}
+	}
+	return false
+}
+
+// checkOrder asserts the invariant of the brief: per resource (path), the
+// backend received writes in non-decreasing token order.
+func (b *recordingBackend) checkOrder(t *testing.T) {
+	t.Helper()
+	last := map[string]uint64{}
+	bad := 0
+	for i, r := range b.requests() {
+		if bad >= 5 {
+			t.Error("... (more out-of-order writes omitted)")
+			return
+		}
+		tok, err := strconv.ParseUint(r.Token, 10, 64)
+		if err != nil {
+			t.Errorf("backend request %d (%s %s) has token %q", i, r.Method, r.Path, r.Token)
+			continue
+		}
+		if tok < last[r.Path] {
+			bad++
+			t.Errorf("backend received token %d on %s after %d", tok, r.Path, last[r.Path])
+		}
+		last[r.Path] = max(last[r.Path], tok)
+	}
+}
+
+// newTestClient is an HTTP client with its own transport; cleanup closes its
+// idle connections.
+func newTestClient(t *testing.T) *http.Client {
+	t.Helper()
+	tr := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 20 * time.Second}
+}
+
+// doPut sends PUT base+path with the fencing token and an X-Request-Id that
+// the backend records.
+func doPut(client *http.Client, base, path, token, requestID string) (*http.Response, string, error) {
+	req, err := http.NewRequest(http.MethodPut, base+path, strings.NewReader("body of "+requestID))
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("X-Fencing-Token", token)
+	req.Header.Set("X-Request-Id", requestID)
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp, string(body), err
+}
+
+// putToken is doPut that fails the test on a transport error; it returns the
+// status and the response headers.
+func putToken(t *testing.T, client *http.Client, base, path, token, requestID string) (int, http.Header) {
+	t.Helper()
+	resp, _, err := doPut(client, base, path, token, requestID)
+	if err != nil {
+		t.Fatalf("PUT %s%s token %s: %v", base, path, token, err)
+	}
+	return resp.StatusCode, resp.Header
+}
+
+// assertStale sends a PUT with a stale token and asserts the proxy's own 409
+// naming current, and that the backend never received it.
+func assertStale(t *testing.T, client *http.Client, backend *recordingBackend, base, path string, token, current uint64, requestID string) {
+	t.Helper()
+	resp, body, err := doPut(client, base, path, strconv.FormatUint(token, 10), requestID)
+	if err != nil {
+		t.Fatalf("PUT %s token %d: %v", path, token, err)
+	}
+	if resp.StatusCode != http.StatusConflict {
+		t.Errorf("PUT %s with stale token %d: status %d, want 409\n%s", path, token, resp.StatusCode, body)
+	}
+	if got := resp.Header.Get("Fencing-Current-Token"); got != strconv.FormatUint(current, 10) {
+		t.Errorf("PUT %s with stale token %d: Fencing-Current-Token %q, want %d", path, token, got, current)
+	}
+	if got := resp.Header.Get("Fencing-Refused"); got != "stale" {
+		t.Errorf("PUT %s with stale token %d: Fencing-Refused %q, want stale", path, token, got)
+	}
+	if backend.saw(requestID) {
+		t.Errorf("the backend received the stale write %s (token %d)", requestID, token)
+	}
+}
+
+// fenceMax reads GET /v1/fences/<key> on the control listener: the persisted
+// maximum, 0 when the resource is unknown (404).
+func fenceMax(t *testing.T, client *http.Client, control, key string) uint64 {
+	t.Helper()
+	resp, err := client.Get("http://" + control + "/v1/fences/" + key)
+	if err != nil {
+		t.Fatalf("GET /v1/fences/%s: %v", key, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusNotFound {
+		return 0
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/fences/%s: status %d\n%s", key, resp.StatusCode, body)
+	}
+	var f struct{ Resource, Token string }
+	if err := json.Unmarshal(body, &f); err != nil {
+		t.Fatalf("GET /v1/fences/%s: %v\n%s", key, err, body)
+	}
+	if f.Resource != key {
+		t.Errorf("GET /v1/fences/%s: resource %q", key, f.Resource)
+	}
+	m, err := strconv.ParseUint(f.Token, 10, 64)
+	if err != nil {
+		t.Fatalf("GET /v1/fences/%s: token %q is not a decimal string: %s", key, f.Token, body)
+	}
+	return m
+}
+
+// TestRestartKeepsMaximum: a maximum raised before a clean stop refuses stale
+// writes after a restart on the same DATA_DIR.
+func TestRestartKeepsMaximum(t *testing.T) {
+	backend := newRecordingBackend(t)
+	env := map[string]string{
+		"FENCEPROXY_UPSTREAM":       backend.URL(),
+		"FENCEPROXY_DATA_DIR":       t.TempDir(),
+		"FENCEPROXY_LISTEN":         testListen,
+		"FENCEPROXY_CONTROL_LISTEN": testControlListen,
+	}
+	client := newTestClient(t)
+
+	in := startFenceproxy(t, env)
+	if st, _ := putToken(t, client, in.proxyURL(), "/bkt/obj", "20", "a-20"); st != http.StatusOK {
+		t.Fatalf("PUT token 20: status %d, want 200", st)
+	}
+	if !backend.saw("a-20") {
+		t.Fatal("the backend did not receive the write with token 20")
+	}
+	oldProxy, oldControl := in.Proxy, in.Control
+	if err := in.Stop(); err != nil {
+		t.Fatalf("Stop() = %v", err)
+	}
+	client.CloseIdleConnections()
+
+	in = startFenceproxy(t, env)
+	if in.Proxy == oldProxy && in.Control == oldControl {
+		t.Logf("restarted on the same ports %s, %s", in.Proxy, in.Control)
+	}
+	assertStale(t, client, backend, in.proxyURL(), "/bkt/obj", 19, 20, "b-19")
+	if st, _ := putToken(t, client, in.proxyURL(), "/bkt/obj", "20", "b-20"); st != http.StatusOK {
+		t.Errorf("PUT token 20 (the holder again) after restart: status %d, want 200", st)
+	}
+	if !backend.saw("b-20") {
+		t.Error("the backend did not receive the second write with token 20")
+	}
+	if m := fenceMax(t, client, in.Control, "bkt/obj"); m != 20 {
+		t.Errorf("GET /v1/fences/bkt/obj = %d, want 20", m)
+	}
+	// An unrelated resource starts fresh.
+	if st, _ := putToken(t, client, in.proxyURL(), "/bkt/other", "1", "b-other-1"); st != http.StatusOK {
+		t.Errorf("PUT token 1 on another resource: status %d, want 200", st)
+	}
+	if err := in.Stop(); err != nil {
+		t.Errorf("Stop() = %v", err)
+	}
+	backend.checkOrder(t)
+}
+
+// TestSIGKILLKeepsMaximum: a token that got a 2xx through the real binary is
+// durable even when the process is killed with SIGKILL right afterwards. Each
+// cycle restarts on the same DATA_DIR, checks every admitted token against the
+// persisted maximum and that a stale write is refused and not forwarded, then
+// writes rising tokens (on the main resource sequentially, on others from
+// concurrent writers still running at the kill) and kills the process.
+func TestSIGKILLKeepsMaximum(t *testing.T) {
+	const cycles = 5
+	backend := newRecordingBackend(t)
+	dataDir := t.TempDir()
+
+	var mu sync.Mutex
+	admitted := map[string][]uint64{} // resource -> tokens that got a 2xx
+	record := func(resource string, tok uint64) {
+		mu.Lock()
+		admitted[resource] = append(admitted[resource], tok)
+		mu.Unlock()
+	}
+	next := uint64(20)
+	for cycle := 0; cycle <= cycles; cycle++ {
+		client := newTestClient(t)
+		p := startProcess(t, serveEnv(backend.URL(), dataDir))
+		p.waitServing(t)
+		base := "http://" + p.Proxy
+
+		// Everything admitted before the kill is covered by the persisted maximum.
+		mu.Lock()
+		for resource, toks := range admitted {
+			m := fenceMax(t, client, p.Control, resource)
+			if top := slices.Max(toks); top > m {
+				t.Errorf("cycle %d: token %d on %s got a 2xx before SIGKILL, but the persisted maximum after restart is %d", cycle, top, resource, m)
+			}
+		}
+		mu.Unlock()
+		if cycle > 0 {
+			m := fenceMax(t, client, p.Control, "bkt/obj")
+			if m != next-1 {
+				t.Fatalf("cycle %d: maximum of bkt/obj after restart = %d, want %d (the last token admitted before SIGKILL)", cycle, m, next-1)
+			}
+			assertStale(t, client, backend, base, "/bkt/obj", m-1, m, fmt.Sprintf("stale-%d", cycle))
+			if cycle == 1 {
+				assertStale(t, client, backend, base, "/bkt/obj", 19, m, "stale-19")
+			}
+		}
+		if cycle == cycles {
+			p.cmd.Process.Kill()
+			break
+		}
+
+		// Concurrent writers on other resources, still writing when the kill comes.
+		ctx, stopWriters := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for w := range 4 {
+			resource := fmt.Sprintf("bkt/w%d", w)
+			start := fenceMax(t, client, p.Control, resource) + 1
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				wc := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
+				defer wc.CloseIdleConnections()
+				tok := start
+				for ctx.Err() == nil {
+					id := fmt.Sprintf("%s-%d-%d", resource, cycle, tok)
+					resp, _, err := doPut(wc, base, "/"+resource, strconv.FormatUint(tok, 10), id)
+					if err != nil {
+						return // killed
+					}
+					if resp.StatusCode/100 == 2 {
+						record(resource, tok)
+					} else {
+						t.Errorf("writer %s token %d: status %d", resource, tok, resp.StatusCode)
+						return
+					}
+					tok++
+				}
+			}()
+		}
+
+		// The main resource: rising tokens, one retry with an equal token,
+		// and SIGKILL right after the 2xx of the last one.
+		for i := range 5 {
+			tok := next
+			next++
+			id := fmt.Sprintf("obj-%d-%d", cycle, tok)
+			if st, _ := putToken(t, client, base, "/bkt/obj", strconv.FormatUint(tok, 10), id); st/100 != 2 {
+				t.Fatalf("cycle %d: PUT token %d: status %d, want 2xx\nstderr:\n%s", cycle, tok, st, p.Stderr)
+			}
+			record("bkt/obj", tok)
+			if i == 2 { // the holder retries
+				if st, _ := putToken(t, client, base, "/bkt/obj", strconv.FormatUint(tok, 10), id+"-retry"); st/100 != 2 {
+					t.Fatalf("cycle %d: retry with equal token %d: status %d, want 2xx", cycle, tok, st)
+				}
+			}
+		}
+		if err := p.cmd.Process.Kill(); err != nil {
+			t.Fatalf("kill: %v", err)
+		}
+		<-p.exited
+		stopWriters()
+		wg.Wait()
+		client.CloseIdleConnections()
+	}
+	backend.checkOrder(t)
+	mu.Lock()
+	defer mu.Unlock()
+	for w := range 4 {
+		if len(admitted[fmt.Sprintf("bkt/w%d", w)]) == 0 {
+			t.Errorf("writer bkt/w%d got no write through; the concurrent part tested nothing", w)
+		}
+	}
+}
+
+// heldBackend holds every PUT until release is closed.
+type heldBackend struct {
+	srv      *httptest.Server
+	arrived  chan string // X-Request-Id of each PUT, when it arrives
+	release  chan struct{}
+	released sync.Once
+}
+
+func newHeldBackend(t *testing.T) *heldBackend {
+	t.Helper()
+	b := &heldBackend{arrived: make(chan string, 16), release: make(chan struct{})}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.Method == http.MethodPut {
+			b.arrived <- r.Header.Get("X-Request-Id")
+			<-b.release
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(func() { b.Release(); b.srv.Close() })
+	return b
+}
+
+func (b *heldBackend) Release() { b.released.Do(func() { close(b.release) }) }
+
+// TestGracefulShutdownDrains: on stop, the proxy stops accepting connections
+// at once but lets the in-flight write finish; /readyz no longer reports ready;
+// Stop returns nil after the write completed.
+func TestGracefulShutdownDrains(t *testing.T) {
+	backend := newHeldBackend(t)
+	in := startFenceproxy(t, map[string]string{
+		"FENCEPROXY_UPSTREAM":         backend.srv.URL,
+		"FENCEPROXY_DATA_DIR":         t.TempDir(),
+		"FENCEPROXY_SHUTDOWN_TIMEOUT": "20s",
+		"FENCEPROXY_LISTEN":           testListen,
+		"FENCEPROXY_CONTROL_LISTEN":   testControlListen,
+	})
+	client := newTestClient(t)
+
+	// Ready before the stop.
+	if resp, err := client.Get(in.controlURL() + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz before stop: %v %v, want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	type result struct {
+		status int
+		err    error
+	}
+	held := make(chan result, 1)
+	go func() {
+		resp, _, err := doPut(client, in.proxyURL(), "/bkt/obj", "5", "held-5")
+		if err != nil {
+			held <- result{err: err}
+			return
+		}
+		held <- result{status: resp.StatusCode}
+	}()
+	select {
+	case id := <-backend.arrived:
+		if id != "held-5" {
+			t.Fatalf("backend got %q, want held-5", id)
+		}
+	case r := <-held:
+		t.Fatalf("the PUT finished before reaching the backend: status %d, error %v", r.status, r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the PUT did not reach the backend within 10s")
+	}
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- in.Stop() }()
+
+	// New connections are refused while the held write is in flight.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", in.Proxy, time.Second)
+		if err != nil {
+			t.Logf("new connection to the proxy listener during the drain: %v", err)
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the proxy listener still accepts connections 5s after the stop began")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	nc := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 2 * time.Second}
+	if resp, _, err := doPut(nc, in.proxyURL(), "/bkt/obj", "6", "new-6"); err == nil {
+		t.Errorf("a new request during the drain got status %d, want a connection error", resp.StatusCode)
+	}
+
+	// Readiness: 503 if the control listener is still up, else a connection error.
+	resp, err := nc.Get(in.controlURL() + "/readyz")
+	switch {
+	case err != nil:
+		t.Logf("observed: /readyz during the drain fails to connect (the control listener closes together with the proxy listener): %v", err)
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		resp.Body.Close()
+		t.Log("observed: /readyz during the drain answers 503")
+	default:
+		resp.Body.Close()
+		t.Errorf("/readyz during the drain: status %d, want 503 or a connection error", resp.StatusCode)
+	}
+
+	select {
+	case r := <-held:
+		t.Fatalf("the held PUT finished before the backend released it: status %d, error %v", r.status, r.err)
+	case err := <-stopped:
+		t.Fatalf("Stop returned %v while a write was in flight", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	backend.Release()
+	select {
+	case r := <-held:
+		if r.err != nil || r.status != http.StatusCreated {
+			t.Errorf("held PUT after release: status %d, error %v; want 201 from the backend", r.status, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held PUT did not complete within 10s of its release")
+	}
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("Stop() = %v, want nil", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Stop did not return within 15s of the held write completing")
+	}
+	logs := in.Logs.String()
+	for _, want := range []string{"shutting down", "fenceproxy stopped"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %q:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, "shutdown timeout passed") {
+		t.Errorf("the drain hit the shutdown timeout:\n%s", logs)
+	}
+	select {
+	case id := <-backend.arrived:
+		t.Errorf("the backend received %q after the stop began", id)
+	default:
+	}
+}

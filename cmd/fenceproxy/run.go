@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/control"
+	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/tokenstore"
+)
+
+// Proxy listener limits: slow-header clients are cut off and header blocks are
+// bounded before any handler runs.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 120 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
+
+// Run runs the command named by args[0] ("serve" when absent; "demo"; "-h")
+// with environ (KEY=value pairs) as its environment, until ctx is done. It
+// returns nil after a clean shutdown and an error when start-up fails, for
+// example a configuration error naming the variable.
+func Run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	return run(ctx, args, env.ToMap(environ), stdout, stderr, nil)
+}
+
+// addrs are the bound listener addresses, reported to tests and the demo.
+type addrs struct{ Proxy, Control string }
+
+func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer, onReady func(addrs)) error {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd = args[0]
+	}
+	if len(args) > 1 {
+		return fmt.Errorf("%s takes no arguments (configuration comes from FENCEPROXY_* variables); run fenceproxy -h", cmd)
+	}
+	switch cmd {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, config.Usage())
+		return nil
+	case "serve":
+		return serve(ctx, environ, stderr, onReady)
+	case "demo":
+		return demo(ctx, environ, stdout, stderr, onReady)
+	default:
+		return fmt.Errorf("unknown command %q; run fenceproxy -h", cmd)
+	}
+}
+
+const usage = `fenceproxy: an HTTP proxy that forwards a write to its backend only when the
+write's fencing token is not below the largest token seen for its resource.
+
+Usage:
+  fenceproxy [serve]   run the proxy, configured by the variables below
+  fenceproxy demo      run an in-memory S3 backend with the proxy in front of it
+  fenceproxy -h        print this help
+
+Configuration (environment variables):
+`
+
+func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onReady func(addrs)) error {
+	cfg, warnings, err := config.Parse(environ)
+	if err != nil {
+		return fmt.Errorf("invalid configuration (see fenceproxy -h):\n%w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+
+	store, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log.With("component", "badger")})
+	if err != nil {
+		return fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Error("closing the token store failed", "error", err.Error())
+		}
+	}()
+
+	p, err := proxy.New(store, proxy.Options{
+		Upstream:        cfg.Upstream,
+		TokenHeader:     cfg.TokenHeader,
+		UnfencedMethods: cfg.UnfencedMethods,
+		ResourceDepth:   cfg.ResourceDepth,
+		RequireToken:    cfg.RequireToken,
+		DrainTimeout:    cfg.DrainTimeout,
+		DialTimeout:     cfg.UpstreamDialTimeout,
+		ResponseTimeout: cfg.UpstreamResponseTimeout,
+		Logger:          log,
+	})
+	if err != nil {
+		return err
+	}
+	proxyLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("FENCEPROXY_LISTEN: %w", err)
+	}
+	controlLn, err := net.Listen("tcp", cfg.ControlListen)
+	if err != nil {
+		proxyLn.Close()
+		return fmt.Errorf("FENCEPROXY_CONTROL_LISTEN: %w", err)
+	}
+
+	ready := &readiness{Store: store}
+	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	proxySrv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          errorLog,
+	}
+	controlSrv := &http.Server{
+		Handler:           control.Handler(ready, log),
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          errorLog,
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- fmt.Errorf("proxy listener: %w", proxySrv.Serve(proxyLn)) }()
+	go func() { errc <- fmt.Errorf("control listener: %w", controlSrv.Serve(controlLn)) }()
+	log.Info("fenceproxy started",
+		"listen", proxyLn.Addr().String(), "control_listen", controlLn.Addr().String(),
+		"upstream", cfg.Upstream.Redacted(), "data_dir", cfg.DataDir,
+		"token_header", cfg.TokenHeader, "unfenced_methods", cfg.UnfencedMethods,
+		"resource_depth", cfg.ResourceDepth, "require_token", cfg.RequireToken,
+		"drain_timeout", cfg.DrainTimeout.String())
+	if onReady != nil {
+		onReady(addrs{Proxy: proxyLn.Addr().String(), Control: controlLn.Addr().String()})
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "shutdown_timeout", cfg.ShutdownTimeout.String())
+	case serveErr = <-errc:
+		log.Error("listener failed; shutting down", "error", serveErr.Error())
+	}
+	// A fresh context: the root one is already done.
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	ready.draining.Store(true)
+	var wg sync.WaitGroup
+	for _, srv := range []*http.Server{proxySrv, controlSrv} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Shutdown(sctx); err != nil {
+				log.Warn("shutdown timeout passed; closing remaining connections", "error", err.Error())
+				srv.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	log.Info("fenceproxy stopped")
+	return serveErr
+}
+
+// readiness is the store as seen by /readyz: not ready once draining starts.
+type readiness struct {
+	*tokenstore.Store
+	draining atomic.Bool
+}
+
+var errDraining = errors.New("shutting down")
+
+func (r *readiness) Ready() error {
+	if r.draining.Load() {
+		return errDraining
+	}
+	return r.Store.Ready()
+}

@@ -1,0 +1,254 @@
+// Package config reads fenceproxy's configuration from FENCEPROXY_* environment
+// variables (github.com/caarlos0/env/v11) and validates it before start-up.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"reflect"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Prefix starts the name of every configuration variable.
+const Prefix = "FENCEPROXY_"
+
+// Config is the whole configuration. Each field's env tag names its variable
+// (after Prefix), envDefault its default, and help its meaning for `fenceproxy -h`.
+type Config struct {
+	// Upstream is the backend's base URL (http or https). A path in it is joined in
+	// front of the inbound path; S3 users leave it empty.
+	Upstream *url.URL `env:"UPSTREAM,required,notEmpty" help:"base URL of the backend, e.g. http://127.0.0.1:9000; a path in it is joined in front of the inbound path (S3 users give none)"`
+
+	// Listen is the proxy listener's address (host:port).
+	Listen string `env:"LISTEN" envDefault:":8080" help:"address of the proxy listener; it forwards everything and reserves no paths"`
+
+	// ControlListen is the address of health, readiness and the fence API.
+	ControlListen string `env:"CONTROL_LISTEN" envDefault:":9090" help:"address of the control listener: /healthz, /readyz, /v1/fences/*"`
+
+	// DataDir is the Badger directory holding the durable maxima. Required: a
+	// maximum lost to a wrong working directory would let stale writes through.
+	DataDir string `env:"DATA_DIR,required,notEmpty" help:"directory of the durable fencing-token maxima (Badger); one process per directory"`
+
+	// TokenHeader names the request header that carries the fencing token.
+	TokenHeader string `env:"TOKEN_HEADER" envDefault:"X-Fencing-Token" help:"request header carrying the fencing token"`
+
+	// UnfencedMethods pass through unchecked; every other method is a fenced write.
+	UnfencedMethods []string `env:"UNFENCED_METHODS" envDefault:"GET,HEAD,OPTIONS" envSeparator:"," help:"comma-separated methods that pass unchecked; every other method (COPY, MOVE and custom ones included) is fenced"`
+
+	// ResourceDepth cuts resource keys to their first N path segments; 0 keeps the whole path.
+	ResourceDepth int `env:"RESOURCE_DEPTH" envDefault:"0" help:"0: the whole decoded path is the resource; N: its first N segments (2 fences /bkt/part-0/* as one resource)"`
+
+	// RequireToken refuses fenced writes without a token (428) when true; when
+	// false such writes are forwarded unfenced.
+	RequireToken bool `env:"REQUIRE_TOKEN" envDefault:"true" help:"true: a fenced write without a token gets 428; false: it is forwarded unchecked"`
+
+	// DrainTimeout bounds the fence barrier's wait for smaller-token requests in flight.
+	DrainTimeout time.Duration `env:"DRAIN_TIMEOUT" envDefault:"30s" help:"longest wait of a larger token for in-flight smaller-token writes to finish upstream; past it 503 with Retry-After"`
+
+	// ShutdownTimeout bounds the graceful stop on SIGTERM/SIGINT.
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"longest wait for in-flight requests on SIGTERM/SIGINT before connections are closed"`
+
+	// UpstreamDialTimeout bounds connecting to the backend.
+	UpstreamDialTimeout time.Duration `env:"UPSTREAM_DIAL_TIMEOUT" envDefault:"5s" help:"longest wait to connect to the backend; past it 502"`
+
+	// UpstreamResponseTimeout bounds the wait for response headers after the request was sent.
+	UpstreamResponseTimeout time.Duration `env:"UPSTREAM_RESPONSE_TIMEOUT" envDefault:"60s" help:"longest wait for the backend's response headers after the whole request was sent; past it 504"`
+
+	// AdminToken is the bearer token of admin calls; admin calls are refused while it is unset.
+	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls; admin calls are refused while it is unset"`
+
+	// LogLevel is the least severe level logged: debug, info, warn or error.
+	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" help:"least severe log level: debug, info, warn or error (logs are JSON on stderr)"`
+}
+
+// mayBeEmpty lists variables for which set-but-empty means unset.
+var mayBeEmpty = map[string]bool{Prefix + "ADMIN_TOKEN": true}
+
+// Parse reads the configuration from environ (name to value) and validates it.
+// The returned error lists every bad variable by name; Config is only usable
+// when the error is nil. Unknown FENCEPROXY_* names are returned as warnings.
+func Parse(environ map[string]string) (Config, []string, error) {
+	var cfg Config
+	var errs []error
+	reported := map[string]bool{} // one error per variable: the first found
+	report := func(name string, err error) {
+		if !reported[name] {
+			reported[name] = true
+			errs = append(errs, err)
+		}
+	}
+	known := map[string]string{} // variable -> Go field name
+	for _, f := range fields() {
+		known[f.Var] = f.Field
+		if v, ok := environ[f.Var]; ok && v == "" && !mayBeEmpty[f.Var] {
+			report(f.Var, fmt.Errorf("%s is set but empty; unset it to use the default %q", f.Var, f.Default))
+		}
+	}
+	err := env.ParseWithOptions(&cfg, env.Options{Environment: environ, Prefix: Prefix})
+	var agg env.AggregateError
+	if errors.As(err, &agg) {
+		for _, e := range agg.Errors {
+			report(nameVariable(e, known))
+		}
+	} else if err != nil {
+		report("", err)
+	}
+	for i, m := range cfg.UnfencedMethods {
+		cfg.UnfencedMethods[i] = strings.TrimSpace(m)
+	}
+	// Validate the rest too, so that one run reports every bad variable.
+	if verr := cfg.Validate(); verr != nil {
+		for _, e := range verr.(interface{ Unwrap() []error }).Unwrap() {
+			name, _, _ := strings.Cut(e.Error(), ":")
+			report(name, e)
+		}
+	}
+	var warnings []string
+	for name := range environ {
+		if strings.HasPrefix(name, Prefix) && known[name] == "" && !kubernetesServiceLink(name) {
+			warnings = append(warnings, fmt.Sprintf("unknown variable %s is ignored", name))
+		}
+	}
+	sort.Strings(warnings)
+	return cfg, warnings, errors.Join(errs...)
+}
+
+// kubernetesServiceLink reports variables that Kubernetes injects for a Service
+// named fenceproxy (FENCEPROXY_SERVICE_HOST, FENCEPROXY_PORT_8080_TCP, ...).
+func kubernetesServiceLink(name string) bool {
+	rest := strings.TrimPrefix(name, Prefix)
+	return strings.HasPrefix(rest, "SERVICE_") || rest == "PORT" || strings.HasPrefix(rest, "PORT_")
+}
+
+// nameVariable rewrites env's errors so that each starts with the variable's
+// name, and returns that name.
+func nameVariable(err error, known map[string]string) (string, error) {
+	var pe env.ParseError
+	if errors.As(err, &pe) {
+		for v, field := range known {
+			if field == pe.Name {
+				return v, fmt.Errorf("%s: %v", v, pe.Err)
+			}
+		}
+	}
+	var unset env.VarIsNotSetError
+	if errors.As(err, &unset) {
+		return unset.Key, fmt.Errorf("%s is required but not set", unset.Key)
+	}
+	var empty env.EmptyVarError
+	if errors.As(err, &empty) {
+		return empty.Key, fmt.Errorf("%s is required but empty", empty.Key)
+	}
+	return "", err
+}
+
+// Validate reports every field whose value parsed but is not usable, each error
+// naming its variable; nil when all are fine.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s%s: %s", Prefix, name, fmt.Sprintf(format, args...)))
+	}
+	switch u := c.Upstream; {
+	case u == nil:
+		bad("UPSTREAM", "is required")
+	case u.Scheme != "http" && u.Scheme != "https":
+		bad("UPSTREAM", "%q must be an absolute http:// or https:// URL", u.Redacted())
+	case u.Host == "":
+		bad("UPSTREAM", "%q has no host", u.Redacted())
+	case u.User != nil:
+		bad("UPSTREAM", "must not carry user information; credentials belong to the clients")
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		bad("UPSTREAM", "%q must not have a query or fragment", u.Redacted())
+	}
+	for name, addr := range map[string]string{"LISTEN": c.Listen, "CONTROL_LISTEN": c.ControlListen} {
+		if !strings.Contains(addr, ":") {
+			bad(name, "%q is not a host:port address (for example :8080)", addr)
+		}
+	}
+	if _, port, _ := net.SplitHostPort(c.Listen); c.Listen == c.ControlListen && port != "0" {
+		bad("CONTROL_LISTEN", "%q is the same address as FENCEPROXY_LISTEN", c.ControlListen)
+	}
+	if !validToken(c.TokenHeader) {
+		bad("TOKEN_HEADER", "%q is not a valid HTTP header name", c.TokenHeader)
+	}
+	for _, m := range c.UnfencedMethods {
+		if !validToken(m) {
+			bad("UNFENCED_METHODS", "%q is not a valid HTTP method", m)
+		}
+	}
+	if c.ResourceDepth < 0 {
+		bad("RESOURCE_DEPTH", "%d must be 0 (whole path) or a positive number of segments", c.ResourceDepth)
+	}
+	for name, d := range map[string]time.Duration{
+		"DRAIN_TIMEOUT": c.DrainTimeout, "SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
+		"UPSTREAM_DIAL_TIMEOUT": c.UpstreamDialTimeout, "UPSTREAM_RESPONSE_TIMEOUT": c.UpstreamResponseTimeout,
+	} {
+		if d <= 0 {
+			bad(name, "%s must be a positive duration such as 30s", d)
+		}
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return errors.Join(errs...)
+}
+
+// validToken reports whether s is a non-empty RFC 9110 token (header names, methods).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c >= 0x7f || c <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// Field describes one configuration variable for help output.
+type Field struct {
+	Var, Field, Default, Help string
+	Required                  bool
+}
+
+// fields lists Config's variables in declaration order.
+func fields() []Field {
+	var out []Field
+	t := reflect.TypeOf(Config{})
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		name, opts, _ := strings.Cut(sf.Tag.Get("env"), ",")
+		out = append(out, Field{
+			Var: Prefix + name, Field: sf.Name, Default: sf.Tag.Get("envDefault"),
+			Help: sf.Tag.Get("help"), Required: strings.Contains(opts, "required"),
+		})
+	}
+	return out
+}
+
+// Usage returns the help text listing every variable with its default and meaning.
+func Usage() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
+	for _, f := range fields() {
+		def := f.Default
+		switch {
+		case f.Required:
+			def = "(required)"
+		case def == "":
+			def = "(unset)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Var, def, f.Help)
+	}
+	tw.Flush()
+	return b.String()
+}

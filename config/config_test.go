@@ -1,0 +1,411 @@
+package config
+
+import (
+	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// minimal is the smallest valid environment: the two required variables.
+func minimal() map[string]string {
+	return map[string]string{
+		"FENCEPROXY_UPSTREAM": "http://127.0.0.1:9000",
+		"FENCEPROXY_DATA_DIR": "/var/lib/fenceproxy",
+	}
+}
+
+// with returns minimal() changed by kv pairs (name, value, ...); a value of
+// unset removes the variable.
+func with(kv ...string) map[string]string {
+	m := minimal()
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == unset {
+			delete(m, kv[i])
+			continue
+		}
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+const unset = "\x00unset"
+
+func TestParseDefaults(t *testing.T) {
+	cfg, warnings, err := Parse(minimal())
+	if err != nil {
+		t.Fatalf("Parse(minimal) = %v", err)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings = %q, want none", warnings)
+	}
+	if cfg.Upstream == nil || cfg.Upstream.String() != "http://127.0.0.1:9000" {
+		t.Errorf("Upstream = %v, want http://127.0.0.1:9000", cfg.Upstream)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"Listen", cfg.Listen, ":8080"},
+		{"ControlListen", cfg.ControlListen, ":9090"},
+		{"DataDir", cfg.DataDir, "/var/lib/fenceproxy"},
+		{"TokenHeader", cfg.TokenHeader, "X-Fencing-Token"},
+		{"UnfencedMethods", cfg.UnfencedMethods, []string{"GET", "HEAD", "OPTIONS"}},
+		{"ResourceDepth", cfg.ResourceDepth, 0},
+		{"RequireToken", cfg.RequireToken, true},
+		{"DrainTimeout", cfg.DrainTimeout, 30 * time.Second},
+		{"ShutdownTimeout", cfg.ShutdownTimeout, 30 * time.Second},
+		{"UpstreamDialTimeout", cfg.UpstreamDialTimeout, 5 * time.Second},
+		{"UpstreamResponseTimeout", cfg.UpstreamResponseTimeout, 60 * time.Second},
+		{"AdminToken", cfg.AdminToken, ""},
+		{"LogLevel", cfg.LogLevel, slog.LevelInfo},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s = %#v, want %#v", c.name, c.got, c.want)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("Validate() of the defaults = %v", err)
+	}
+}
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		// wantErr lists substrings the error must contain; empty: no error.
+		wantErr []string
+		check   func(t *testing.T, cfg Config, warnings []string)
+	}{
+		{name: "minimal", env: minimal()},
+		{name: "UPSTREAM missing", env: with("FENCEPROXY_UPSTREAM", unset), wantErr: []string{"FENCEPROXY_UPSTREAM"}},
+		{name: "UPSTREAM empty", env: with("FENCEPROXY_UPSTREAM", ""), wantErr: []string{"FENCEPROXY_UPSTREAM"}},
+		{name: "UPSTREAM not a url", env: with("FENCEPROXY_UPSTREAM", "not a url"), wantErr: []string{"FENCEPROXY_UPSTREAM"}},
+		{name: "UPSTREAM ftp", env: with("FENCEPROXY_UPSTREAM", "ftp://x"), wantErr: []string{"FENCEPROXY_UPSTREAM"}},
+		{name: "UPSTREAM no host", env: with("FENCEPROXY_UPSTREAM", "http://"), wantErr: []string{"FENCEPROXY_UPSTREAM", "no host"}},
+		{name: "UPSTREAM query", env: with("FENCEPROXY_UPSTREAM", "http://h/p?q=1"), wantErr: []string{"FENCEPROXY_UPSTREAM", "query"}},
+		{name: "UPSTREAM fragment", env: with("FENCEPROXY_UPSTREAM", "http://h/p#f"), wantErr: []string{"FENCEPROXY_UPSTREAM"}},
+		{name: "UPSTREAM user info", env: with("FENCEPROXY_UPSTREAM", "http://u:secret@h/"), wantErr: []string{"FENCEPROXY_UPSTREAM"}},
+		{name: "UPSTREAM with path", env: with("FENCEPROXY_UPSTREAM", "https://h:8443/base/"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.Upstream.Scheme != "https" || cfg.Upstream.Host != "h:8443" || cfg.Upstream.Path != "/base/" {
+					t.Errorf("Upstream = %#v", cfg.Upstream)
+				}
+			}},
+		{name: "DATA_DIR missing", env: with("FENCEPROXY_DATA_DIR", unset), wantErr: []string{"FENCEPROXY_DATA_DIR"}},
+		{name: "DATA_DIR empty", env: with("FENCEPROXY_DATA_DIR", ""), wantErr: []string{"FENCEPROXY_DATA_DIR"}},
+		{name: "DRAIN_TIMEOUT without unit", env: with("FENCEPROXY_DRAIN_TIMEOUT", "10"), wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT"}},
+		{name: "DRAIN_TIMEOUT negative", env: with("FENCEPROXY_DRAIN_TIMEOUT", "-1s"), wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT"}},
+		{name: "DRAIN_TIMEOUT zero", env: with("FENCEPROXY_DRAIN_TIMEOUT", "0s"), wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT"}},
+		{name: "DRAIN_TIMEOUT empty", env: with("FENCEPROXY_DRAIN_TIMEOUT", ""), wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT"}},
+		{name: "SHUTDOWN_TIMEOUT bad", env: with("FENCEPROXY_SHUTDOWN_TIMEOUT", "soon"), wantErr: []string{"FENCEPROXY_SHUTDOWN_TIMEOUT"}},
+		{name: "UPSTREAM_DIAL_TIMEOUT negative", env: with("FENCEPROXY_UPSTREAM_DIAL_TIMEOUT", "-5s"), wantErr: []string{"FENCEPROXY_UPSTREAM_DIAL_TIMEOUT"}},
+		{name: "UPSTREAM_RESPONSE_TIMEOUT zero", env: with("FENCEPROXY_UPSTREAM_RESPONSE_TIMEOUT", "0"), wantErr: []string{"FENCEPROXY_UPSTREAM_RESPONSE_TIMEOUT"}},
+		{name: "DRAIN_TIMEOUT valid", env: with("FENCEPROXY_DRAIN_TIMEOUT", "1500ms"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.DrainTimeout != 1500*time.Millisecond {
+					t.Errorf("DrainTimeout = %v, want 1.5s", cfg.DrainTimeout)
+				}
+			}},
+		{name: "RESOURCE_DEPTH negative", env: with("FENCEPROXY_RESOURCE_DEPTH", "-1"), wantErr: []string{"FENCEPROXY_RESOURCE_DEPTH"}},
+		{name: "RESOURCE_DEPTH word", env: with("FENCEPROXY_RESOURCE_DEPTH", "two"), wantErr: []string{"FENCEPROXY_RESOURCE_DEPTH"}},
+		{name: "RESOURCE_DEPTH 2", env: with("FENCEPROXY_RESOURCE_DEPTH", "2"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.ResourceDepth != 2 {
+					t.Errorf("ResourceDepth = %d, want 2", cfg.ResourceDepth)
+				}
+			}},
+		{name: "REQUIRE_TOKEN maybe", env: with("FENCEPROXY_REQUIRE_TOKEN", "maybe"), wantErr: []string{"FENCEPROXY_REQUIRE_TOKEN"}},
+		{name: "REQUIRE_TOKEN false", env: with("FENCEPROXY_REQUIRE_TOKEN", "false"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.RequireToken {
+					t.Error("RequireToken = true, want false")
+				}
+			}},
+		{name: "TOKEN_HEADER with space", env: with("FENCEPROXY_TOKEN_HEADER", "bad header"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER with colon", env: with("FENCEPROXY_TOKEN_HEADER", "X-Token:"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "UNFENCED_METHODS empty element", env: with("FENCEPROXY_UNFENCED_METHODS", "GET,,HEAD"), wantErr: []string{"FENCEPROXY_UNFENCED_METHODS"}},
+		{name: "UNFENCED_METHODS trimmed", env: with("FENCEPROXY_UNFENCED_METHODS", "GET, HEAD"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if !slices.Equal(cfg.UnfencedMethods, []string{"GET", "HEAD"}) {
+					t.Errorf("UnfencedMethods = %q, want [GET HEAD]", cfg.UnfencedMethods)
+				}
+			}},
+		{name: "LISTEN set but empty", env: with("FENCEPROXY_LISTEN", ""), wantErr: []string{"FENCEPROXY_LISTEN"}},
+		{name: "LISTEN not host:port", env: with("FENCEPROXY_LISTEN", "8080"), wantErr: []string{"FENCEPROXY_LISTEN"}},
+		{name: "LISTEN equals CONTROL_LISTEN", env: with("FENCEPROXY_LISTEN", ":7000", "FENCEPROXY_CONTROL_LISTEN", ":7000"),
+			wantErr: []string{"FENCEPROXY_CONTROL_LISTEN", "FENCEPROXY_LISTEN"}},
+		// Port 0 asks the kernel for a free port, so two listeners on
+		// 127.0.0.1:0 get different ports: not a clash (tests and ad-hoc runs
+		// use it; cmd/fenceproxy's harness does by default).
+		{name: "LISTEN and CONTROL_LISTEN both port 0", env: with("FENCEPROXY_LISTEN", "127.0.0.1:0", "FENCEPROXY_CONTROL_LISTEN", "127.0.0.1:0")},
+		{name: "LISTEN and CONTROL_LISTEN both :0", env: with("FENCEPROXY_LISTEN", ":0", "FENCEPROXY_CONTROL_LISTEN", ":0")},
+		{name: "LISTEN default equals CONTROL_LISTEN", env: with("FENCEPROXY_CONTROL_LISTEN", ":8080"),
+			wantErr: []string{"FENCEPROXY_CONTROL_LISTEN"}},
+		{name: "LOG_LEVEL loud", env: with("FENCEPROXY_LOG_LEVEL", "loud"), wantErr: []string{"FENCEPROXY_LOG_LEVEL"}},
+		{name: "LOG_LEVEL debug", env: with("FENCEPROXY_LOG_LEVEL", "debug"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.LogLevel != slog.LevelDebug {
+					t.Errorf("LogLevel = %v, want DEBUG", cfg.LogLevel)
+				}
+			}},
+		{name: "ADMIN_TOKEN set but empty is fine", env: with("FENCEPROXY_ADMIN_TOKEN", ""),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.AdminToken != "" {
+					t.Errorf("AdminToken = %q, want empty", cfg.AdminToken)
+				}
+			}},
+		{name: "ADMIN_TOKEN set", env: with("FENCEPROXY_ADMIN_TOKEN", "s3cret"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.AdminToken != "s3cret" {
+					t.Errorf("AdminToken = %q, want s3cret", cfg.AdminToken)
+				}
+			}},
+		{name: "several bad variables at once", env: with(
+			"FENCEPROXY_UPSTREAM", unset,
+			"FENCEPROXY_DRAIN_TIMEOUT", "10",
+			"FENCEPROXY_RESOURCE_DEPTH", "two",
+			"FENCEPROXY_REQUIRE_TOKEN", "maybe",
+			"FENCEPROXY_LOG_LEVEL", "loud",
+			"FENCEPROXY_LISTEN", ""),
+			wantErr: []string{"FENCEPROXY_UPSTREAM", "FENCEPROXY_DRAIN_TIMEOUT", "FENCEPROXY_RESOURCE_DEPTH",
+				"FENCEPROXY_REQUIRE_TOKEN", "FENCEPROXY_LOG_LEVEL", "FENCEPROXY_LISTEN"}},
+		{name: "several invalid values at once", env: with(
+			"FENCEPROXY_UPSTREAM", "ftp://x",
+			"FENCEPROXY_DRAIN_TIMEOUT", "-1s",
+			"FENCEPROXY_RESOURCE_DEPTH", "-1",
+			"FENCEPROXY_TOKEN_HEADER", "bad header",
+			"FENCEPROXY_UNFENCED_METHODS", "GET,,HEAD"),
+			wantErr: []string{"FENCEPROXY_UPSTREAM", "FENCEPROXY_DRAIN_TIMEOUT", "FENCEPROXY_RESOURCE_DEPTH",
+				"FENCEPROXY_TOKEN_HEADER", "FENCEPROXY_UNFENCED_METHODS"}},
+		// A value that does not parse and a value that parses but is invalid,
+		// together: Parse's contract is that every bad variable is listed.
+		{name: "unparsable and invalid values at once", env: with(
+			"FENCEPROXY_DRAIN_TIMEOUT", "10",
+			"FENCEPROXY_TOKEN_HEADER", "bad header",
+			"FENCEPROXY_UPSTREAM", "ftp://x"),
+			wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT", "FENCEPROXY_TOKEN_HEADER", "FENCEPROXY_UPSTREAM"}},
+		{name: "unknown variable warns", env: with("FENCEPROXY_FOO", "1"),
+			check: func(t *testing.T, _ Config, warnings []string) {
+				if len(warnings) != 1 || !strings.Contains(warnings[0], "FENCEPROXY_FOO") {
+					t.Errorf("warnings = %q, want one naming FENCEPROXY_FOO", warnings)
+				}
+			}},
+		{name: "misspelt variable warns", env: with("FENCEPROXY_DRAIN_TIMOUT", "5s"),
+			check: func(t *testing.T, cfg Config, warnings []string) {
+				if len(warnings) != 1 || !strings.Contains(warnings[0], "FENCEPROXY_DRAIN_TIMOUT") {
+					t.Errorf("warnings = %q, want one naming FENCEPROXY_DRAIN_TIMOUT", warnings)
+				}
+				if cfg.DrainTimeout != 30*time.Second {
+					t.Errorf("DrainTimeout = %v, want the default 30s", cfg.DrainTimeout)
+				}
+			}},
+		{name: "kubernetes service links do not warn", env: with(
+			"FENCEPROXY_SERVICE_HOST", "10.0.0.7",
+			"FENCEPROXY_SERVICE_PORT", "8080",
+			"FENCEPROXY_SERVICE_PORT_HTTP", "8080",
+			"FENCEPROXY_PORT", "tcp://10.0.0.7:8080",
+			"FENCEPROXY_PORT_8080_TCP", "tcp://10.0.0.7:8080",
+			"FENCEPROXY_PORT_8080_TCP_PROTO", "tcp",
+			"FENCEPROXY_PORT_8080_TCP_PORT", "8080",
+			"FENCEPROXY_PORT_8080_TCP_ADDR", "10.0.0.7"),
+			check: func(t *testing.T, _ Config, warnings []string) {
+				if len(warnings) != 0 {
+					t.Errorf("warnings = %q, want none for Kubernetes service links", warnings)
+				}
+			}},
+		{name: "other prefixes are ignored", env: with("OTHER_FOO", "1", "PATH", "/bin"),
+			check: func(t *testing.T, _ Config, warnings []string) {
+				if len(warnings) != 0 {
+					t.Errorf("warnings = %q, want none", warnings)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := maps.Clone(tt.env)
+			cfg, warnings, err := Parse(env)
+			if !maps.Equal(env, tt.env) {
+				t.Errorf("Parse modified its input")
+			}
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Parse() error = %v, want none", err)
+				}
+				if verr := cfg.Validate(); verr != nil {
+					t.Errorf("Parse succeeded but Validate() = %v", verr)
+				}
+			} else {
+				if err == nil {
+					t.Fatalf("Parse() succeeded with %+v, want an error naming %q", cfg, tt.wantErr)
+				}
+				for _, want := range tt.wantErr {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("Parse() error does not name %s:\n%v", want, err)
+					}
+				}
+			}
+			if tt.check != nil {
+				tt.check(t, cfg, warnings)
+			}
+		})
+	}
+}
+
+// TestParseErrorLinesNameVariables: every line of a failed Parse's error
+// starts with (or at least contains) the name of a variable, so an operator
+// can map each complaint to the setting.
+func TestParseErrorLinesNameVariables(t *testing.T) {
+	env := with(
+		"FENCEPROXY_UPSTREAM", unset,
+		"FENCEPROXY_DATA_DIR", "",
+		"FENCEPROXY_DRAIN_TIMEOUT", "10",
+		"FENCEPROXY_RESOURCE_DEPTH", "two",
+		"FENCEPROXY_REQUIRE_TOKEN", "maybe",
+		"FENCEPROXY_LOG_LEVEL", "loud",
+	)
+	_, _, err := Parse(env)
+	if err == nil {
+		t.Fatal("Parse succeeded")
+	}
+	var lines []string
+	for _, e := range unwrapAll(err) {
+		lines = append(lines, e.Error())
+	}
+	if len(lines) < 6 {
+		t.Errorf("got %d errors, want at least one per bad variable (6):\n%v", len(lines), err)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, Prefix) {
+			t.Errorf("error %q names no variable", l)
+		}
+	}
+}
+
+// unwrapAll flattens an errors.Join tree into its leaves.
+func unwrapAll(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unwrapAll(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+func TestValidateZeroConfig(t *testing.T) {
+	err := Config{}.Validate()
+	if err == nil {
+		t.Fatal("Validate() of the zero Config = nil, want errors")
+	}
+	for _, name := range []string{"UPSTREAM", "LISTEN", "CONTROL_LISTEN", "TOKEN_HEADER", "DRAIN_TIMEOUT", "SHUTDOWN_TIMEOUT"} {
+		if !strings.Contains(err.Error(), Prefix+name) {
+			t.Errorf("Validate() of the zero Config does not name %s%s:\n%v", Prefix, name, err)
+		}
+	}
+}
+
+// TestUsageListsEveryVariable compares Usage() against Config's env tags.
+func TestUsageListsEveryVariable(t *testing.T) {
+	usage := Usage()
+	lines := strings.Split(usage, "\n")
+	typ := reflect.TypeOf(Config{})
+	if typ.NumField() == 0 {
+		t.Fatal("Config has no fields")
+	}
+	for i := 0; i < typ.NumField(); i++ {
+		sf := typ.Field(i)
+		tag, ok := sf.Tag.Lookup("env")
+		if !ok {
+			t.Errorf("field %s has no env tag", sf.Name)
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		variable := Prefix + name
+		var line string
+		for _, l := range lines {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == variable {
+				line = l
+				break
+			}
+		}
+		if line == "" {
+			t.Errorf("Usage() does not list %s:\n%s", variable, usage)
+			continue
+		}
+		fields := strings.Fields(line)
+		wantDefault := sf.Tag.Get("envDefault")
+		switch {
+		case strings.Contains(opts, "required"):
+			wantDefault = "(required)"
+		case wantDefault == "":
+			wantDefault = "(unset)"
+		}
+		if len(fields) < 2 || fields[1] != wantDefault {
+			t.Errorf("Usage() line for %s shows default %q, want %q:\n%s", variable, fields[1:], wantDefault, line)
+		}
+		if help := sf.Tag.Get("help"); help == "" {
+			t.Errorf("field %s has no help tag", sf.Name)
+		} else if !strings.Contains(line, help) {
+			t.Errorf("Usage() line for %s lacks its help text %q:\n%s", variable, help, line)
+		}
+	}
+}
+
+// FuzzParse feeds arbitrary values of three variables to Parse: it never
+// panics; on success the Config validates and its durations are positive; on
+// failure the error names one of the variables that was fuzzed (the rest of the
+// environment is valid).
+func FuzzParse(f *testing.F) {
+	f.Add("30s", "0", "http://127.0.0.1:9000")
+	f.Add("10", "two", "not a url")
+	f.Add("-1s", "-1", "ftp://x")
+	f.Add("", "", "")
+	f.Add("1ns", "9223372036854775807", "http://")
+	f.Add("1h2m3.5s", "+3", "https://h:8443/p/?")
+	f.Add("9223372036854775807ns", "0x10", "http://[::1]:80/")
+	f.Add("0", "1e3", "http://u:p@h/")
+	f.Add("2562047h", " 1", "http://h/p#frag")
+	f.Add("1µs", "00", "HTTP://H/")
+	f.Fuzz(func(t *testing.T, drain, depth, upstream string) {
+		env := minimal()
+		env["FENCEPROXY_DRAIN_TIMEOUT"] = drain
+		env["FENCEPROXY_RESOURCE_DEPTH"] = depth
+		env["FENCEPROXY_UPSTREAM"] = upstream
+		cfg, _, err := Parse(env)
+		if err != nil {
+			msg := err.Error()
+			if !strings.Contains(msg, "FENCEPROXY_DRAIN_TIMEOUT") && !strings.Contains(msg, "FENCEPROXY_RESOURCE_DEPTH") &&
+				!strings.Contains(msg, "FENCEPROXY_UPSTREAM") {
+				t.Errorf("Parse(%q, %q, %q) error names none of the fuzzed variables: %v", drain, depth, upstream, err)
+			}
+			return
+		}
+		if verr := cfg.Validate(); verr != nil {
+			t.Errorf("Parse(%q, %q, %q) succeeded but Validate() = %v", drain, depth, upstream, verr)
+		}
+		for name, d := range map[string]time.Duration{
+			"DrainTimeout": cfg.DrainTimeout, "ShutdownTimeout": cfg.ShutdownTimeout,
+			"UpstreamDialTimeout": cfg.UpstreamDialTimeout, "UpstreamResponseTimeout": cfg.UpstreamResponseTimeout,
+		} {
+			if d <= 0 {
+				t.Errorf("Parse(%q, %q, %q): %s = %v, want positive", drain, depth, upstream, name, d)
+			}
+		}
+		if cfg.ResourceDepth < 0 {
+			t.Errorf("ResourceDepth = %d, want >= 0", cfg.ResourceDepth)
+		}
+		u := cfg.Upstream
+		if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" {
+			t.Errorf("Parse(%q) accepted upstream %#v", upstream, u)
+		}
+		if cfg.DataDir == "" {
+			t.Error("DataDir empty after a successful Parse")
+		}
+	})
+}

@@ -1,0 +1,84 @@
+// Package control serves fenceproxy's control API (health, readiness and
+// fences) on the control listener, never on the proxy listener.
+package control
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// Store is what the control API reads (tokenstore.Store provides it).
+type Store interface {
+	// Max returns a resource's durable maximum, 0 if it was never raised.
+	Max(resource string) (uint64, error)
+	// Ready returns nil while the store is open.
+	Ready() error
+}
+
+// FencePrefix is the URL prefix under which a resource key names its fence.
+const FencePrefix = "/v1/fences/"
+
+// Handler returns the control API router:
+//
+//	GET /healthz          200 while the process serves
+//	GET /readyz           200 while the store is open, else 503
+//	GET /v1/fences/{key}  {"resource": key, "token": "<decimal string>"}; 404 if never raised
+//
+// The key after /v1/fences/ is the percent-decoded resource key and may contain slashes.
+func Handler(store Store, log *slog.Logger) http.Handler {
+	r := chi.NewRouter()
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", func(w http.ResponseWriter, req *http.Request) {
+		if err := store.Ready(); err != nil {
+			log.LogAttrs(req.Context(), slog.LevelWarn, "not ready", slog.String("error", err.Error()))
+			writeProblem(w, http.StatusServiceUnavailable, "Not ready", "the token store is not open")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	r.Get(FencePrefix+"*", func(w http.ResponseWriter, req *http.Request) {
+		// The decoded path, not chi's wildcard (which is raw when RawPath is set).
+		key := strings.TrimPrefix(req.URL.Path, FencePrefix)
+		if key == "" {
+			writeProblem(w, http.StatusNotFound, "Unknown resource", "name a resource key after "+FencePrefix)
+			return
+		}
+		m, err := store.Max(key)
+		if err != nil {
+			log.LogAttrs(req.Context(), slog.LevelError, "fence lookup failed", slog.String("resource", key), slog.String("error", err.Error()))
+			writeProblem(w, http.StatusServiceUnavailable, "Fencing store unavailable", "the maximum could not be read")
+			return
+		}
+		if m == 0 {
+			writeProblem(w, http.StatusNotFound, "Unknown resource", "no fencing token was ever admitted above 0 for this resource")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"resource": key, "token": strconv.FormatUint(m, 10)})
+	})
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, http.StatusNotFound, "Not found", "no such control endpoint")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeProblem(w, http.StatusMethodNotAllowed, "Method not allowed", "")
+	})
+	return r
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeProblem(w http.ResponseWriter, status int, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail})
+}

@@ -1,0 +1,246 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// Store is what the fence needs from durable storage (tokenstore.Store
+// provides it).
+type Store interface {
+	// Max returns the stored maximum of resource, 0 if it was never raised.
+	// It must answer from memory after the first load: it is called under the
+	// resource's lock.
+	Max(resource string) (uint64, error)
+	// Raise makes max(stored, t) durable (fsynced) and returns it.
+	Raise(resource string, t uint64) (uint64, error)
+}
+
+var (
+	// ErrStale: the token is below the resource's maximum (409).
+	ErrStale = errors.New("stale fencing token")
+	// ErrDrainTimeout: smaller-token writes were still in flight when the drain
+	// timeout passed (503 with Retry-After).
+	ErrDrainTimeout = errors.New("timed out waiting for in-flight writes with smaller tokens")
+	// ErrStore: the maximum could not be read or made durable (503, fail closed).
+	ErrStore = errors.New("token store unavailable")
+)
+
+// StaleError is a refusal of token Token on Resource whose maximum is Current.
+// It matches ErrStale with errors.Is.
+type StaleError struct {
+	Resource       string
+	Token, Current uint64
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("stale fencing token %d for resource %q: current maximum is %d", e.Token, e.Resource, e.Current)
+}
+
+// Is makes errors.Is(err, ErrStale) hold.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// Fence is the per-resource admission rule and barrier (see the brief's
+// "fence barrier"): a write with token t on resource R is admitted when t >= the
+// durable maximum m of R; t > m is first made durable; and an admitted t runs
+// only once no write with a smaller token is in flight for R. Writes with
+// equal tokens run concurrently. Compare-and-forward is atomic this way; see
+// Kleppmann 2016, "How to do distributed locking".
+type Fence struct {
+	store  Store
+	drain  time.Duration
+	seed   maphash.Seed
+	shards [64]fenceShard
+}
+
+type fenceShard struct {
+	mu        sync.Mutex
+	resources map[string]*resourceState
+}
+
+// resourceState exists while some request holds a reference to it; the
+// durable maximum itself lives in the Store (in memory after the first load).
+type resourceState struct {
+	refs int // guarded by the shard's mu
+
+	mu       sync.Mutex
+	inflight map[uint64]int // forwarded, unfinished writes by token
+	raising  bool           // a raise is being made durable; others wait for its outcome
+	changed  chan struct{}  // closed (and cleared) when inflight or raising changes; nil without waiters
+}
+
+// NewFence returns a fence over store. drain bounds how long an admitted
+// request waits for smaller-token requests to finish (and for a concurrent
+// raise of the same resource); past it Admit returns ErrDrainTimeout.
+func NewFence(store Store, drain time.Duration) *Fence {
+	f := &Fence{store: store, drain: drain, seed: maphash.MakeSeed()}
+	for i := range f.shards {
+		f.shards[i].resources = make(map[string]*resourceState)
+	}
+	return f
+}
+
+// Admit applies the admission rule and barrier for a write with token t on
+// resource. On success the write may be forwarded now, and the caller must
+// call release exactly once when the upstream exchange is over (response
+// received or abandoned). Errors: *StaleError (ErrStale), ErrDrainTimeout,
+// ErrStore (wrapping the cause), or ctx's error when the client went away.
+func (f *Fence) Admit(ctx context.Context, resource string, t uint64) (release func(), err error) {
+	// The first load of a maximum may hit disk: do it before taking any lock.
+	if _, err := f.store.Max(resource); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	sh := &f.shards[maphash.String(f.seed, resource)%uint64(len(f.shards))]
+	st := sh.ref(resource)
+	admitted := false
+	defer func() {
+		if !admitted {
+			sh.unref(resource, st)
+		}
+	}()
+
+	var deadline <-chan time.Time
+	st.mu.Lock()
+	for {
+		if st.raising {
+			if err := st.wait(ctx, &deadline, f.drain); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		m, err := f.store.Max(resource)
+		if err != nil {
+			st.mu.Unlock()
+			return nil, fmt.Errorf("%w: %w", ErrStore, err)
+		}
+		if t < m {
+			st.mu.Unlock()
+			return nil, &StaleError{Resource: resource, Token: t, Current: m}
+		}
+		if t > m {
+			// Newcomers wait for the outcome: refused if it succeeds, admitted if not.
+			st.raising = true
+			st.mu.Unlock()
+			_, err := f.store.Raise(resource, t)
+			st.mu.Lock()
+			st.raising = false
+			st.broadcast()
+			if err != nil {
+				st.mu.Unlock()
+				return nil, fmt.Errorf("%w: %w", ErrStore, err)
+			}
+			continue // check again: a larger token may have been raised meanwhile
+		}
+		if st.inflightBelow(t) {
+			if err := st.wait(ctx, &deadline, f.drain); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		st.inflight[t]++
+		st.mu.Unlock()
+		admitted = true
+		var once sync.Once
+		return func() { once.Do(func() { f.finish(sh, resource, st, t) }) }, nil
+	}
+}
+
+// finish ends an admitted write and wakes requests waiting for the barrier.
+func (f *Fence) finish(sh *fenceShard, resource string, st *resourceState, t uint64) {
+	st.mu.Lock()
+	if st.inflight[t]--; st.inflight[t] == 0 {
+		delete(st.inflight, t)
+	}
+	st.broadcast()
+	st.mu.Unlock()
+	sh.unref(resource, st)
+}
+
+// InFlight returns the number of admitted, unfinished writes on resource.
+func (f *Fence) InFlight(resource string) int {
+	sh := &f.shards[maphash.String(f.seed, resource)%uint64(len(f.shards))]
+	sh.mu.Lock()
+	st := sh.resources[resource]
+	sh.mu.Unlock()
+	if st == nil {
+		return 0
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := 0
+	for _, c := range st.inflight {
+		n += c
+	}
+	return n
+}
+
+func (sh *fenceShard) ref(resource string) *resourceState {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st := sh.resources[resource]
+	if st == nil {
+		st = &resourceState{inflight: make(map[uint64]int, 1)}
+		sh.resources[resource] = st
+	}
+	st.refs++
+	return st
+}
+
+func (sh *fenceShard) unref(resource string, st *resourceState) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if st.refs--; st.refs == 0 {
+		delete(sh.resources, resource)
+	}
+}
+
+// inflightBelow reports whether a write with a token below t is in flight.
+// The map holds one or two tokens in practice (the current one and the one
+// being drained). Caller holds st.mu.
+func (st *resourceState) inflightBelow(t uint64) bool {
+	for tok := range st.inflight {
+		if tok < t {
+			return true
+		}
+	}
+	return false
+}
+
+// broadcast wakes all waiters. The channel exists only while someone waits
+// on it, so the common no-waiter case allocates nothing. Caller holds st.mu.
+func (st *resourceState) broadcast() {
+	if st.changed != nil {
+		close(st.changed)
+		st.changed = nil
+	}
+}
+
+// wait releases st.mu until the state changes, then takes it again. The drain
+// timer starts at the first wait of a request. On timeout or cancellation it
+// returns with st.mu released. Caller holds st.mu.
+func (st *resourceState) wait(ctx context.Context, deadline *<-chan time.Time, drain time.Duration) error {
+	if *deadline == nil {
+		*deadline = time.After(drain)
+	}
+	if st.changed == nil {
+		st.changed = make(chan struct{})
+	}
+	ch := st.changed
+	st.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-*deadline:
+		err = ErrDrainTimeout
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	}
+	if err == nil {
+		st.mu.Lock()
+	}
+	return err
+}

@@ -1,0 +1,227 @@
+// Package proxy forwards HTTP requests to one backend and fences writes: a
+// write reaches the backend only when its fencing token is not below the
+// durable maximum of the resource it touches, and only after every write with
+// a smaller token on that resource has finished upstream. See the project
+// brief and Kleppmann 2016, "How to do distributed locking".
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options configures a Proxy. Zero durations get the defaults in brackets.
+type Options struct {
+	Upstream        *url.URL      // backend base URL; a path in it is joined in front of the inbound path
+	TokenHeader     string        // header carrying the token [X-Fencing-Token]
+	UnfencedMethods []string      // methods passed unchecked, case-sensitive [GET, HEAD, OPTIONS]
+	ResourceDepth   int           // 0: whole path is the resource; N: first N segments
+	RequireToken    bool          // false: fenced methods without a token are forwarded unchecked
+	DrainTimeout    time.Duration // longest barrier wait [30s]
+	DialTimeout     time.Duration // upstream connect [5s]
+	ResponseTimeout time.Duration // upstream response headers after the request was sent [60s]
+	Logger          *slog.Logger  // nil: discard
+	// Transport replaces the upstream client (tests); nil builds one from the timeouts.
+	Transport http.RoundTripper
+}
+
+// Proxy is an http.Handler that fences writes and forwards requests to the
+// upstream with httputil.ReverseProxy, keeping Host, path bytes and headers
+// as the client sent them (S3 SigV4 signatures stay valid).
+type Proxy struct {
+	opts     Options
+	fence    *Fence
+	unfenced map[string]bool
+	rp       *httputil.ReverseProxy
+	log      *slog.Logger
+}
+
+// New returns a Proxy over store. It fails when Upstream is not an absolute
+// http(s) URL.
+func New(store Store, opts Options) (*Proxy, error) {
+	if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https") || opts.Upstream.Host == "" {
+		return nil, errors.New("proxy: Upstream must be an absolute http or https URL")
+	}
+	if opts.TokenHeader == "" {
+		opts.TokenHeader = "X-Fencing-Token"
+	}
+	if opts.UnfencedMethods == nil {
+		opts.UnfencedMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions}
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 30 * time.Second
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.ResponseTimeout <= 0 {
+		opts.ResponseTimeout = 60 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{
+		opts:     opts,
+		fence:    NewFence(store, opts.DrainTimeout),
+		unfenced: make(map[string]bool),
+		log:      opts.Logger,
+	}
+	for _, m := range opts.UnfencedMethods {
+		p.unfenced[m] = true
+	}
+	transport := opts.Transport
+	if transport == nil {
+		transport = &http.Transport{
+			Proxy:                 nil, // never send the backend's traffic through HTTP_PROXY
+			DialContext:           (&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          512,
+			MaxIdleConnsPerHost:   512,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   opts.DialTimeout,
+			ExpectContinueTimeout: time.Second,
+			ResponseHeaderTimeout: opts.ResponseTimeout,
+			DisableCompression:    true, // would add Accept-Encoding and change the signed request
+		}
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:      p.rewrite,
+		Transport:    transport,
+		ErrorHandler: p.upstreamError,
+		ErrorLog:     slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+	}
+	return p, nil
+}
+
+// Fence returns the proxy's fence (for inspection and tests).
+func (p *Proxy) Fence() *Fence { return p.fence }
+
+// ServeHTTP fences the request if its method is a write, then forwards it.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := p.checkHopByHop(r); err != nil {
+		p.refuse(w, r, "", "", err)
+		return
+	}
+	if p.unfenced[r.Method] {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	// Read the token before ReverseProxy touches any header.
+	t, err := TokenFromHeader(r.Header, p.opts.TokenHeader)
+	if errors.Is(err, ErrTokenMissing) && !p.opts.RequireToken {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	resource, rerr := ResourceKey(r.URL.Path, p.opts.ResourceDepth)
+	if err == nil {
+		err = rerr
+	}
+	if err == nil && r.Method == http.MethodPost && bulkDelete(r.URL.RawQuery) {
+		err = ErrUnsupported
+	}
+	if err != nil {
+		p.refuse(w, r, resource, "", err)
+		return
+	}
+	// The body stays unread until the request is admitted: a stale client that
+	// sent Expect: 100-continue never uploads.
+	release, err := p.fence.Admit(r.Context(), resource, t)
+	if err != nil {
+		p.refuse(w, r, resource, strconv.FormatUint(t, 10), err)
+		return
+	}
+	defer release()
+	p.rp.ServeHTTP(w, r)
+}
+
+// ErrUnsupported: S3 multi-object delete (POST /{bucket}?delete) names its keys
+// in the body, where the fence cannot see them; it is refused, whatever the
+// token, rather than forwarded unfenced (400). Delete objects one by one.
+var ErrUnsupported = errors.New("S3 multi-object delete (POST ?delete) is not fenced; delete the objects one by one")
+
+// bulkDelete reports whether a raw query names S3's multi-object delete.
+func bulkDelete(rawQuery string) bool {
+	q, err := url.ParseQuery(rawQuery)
+	return err != nil || q.Has("delete")
+}
+
+// ErrHopByHop: a Connection header names a header the fence relies on, or the
+// request asks for a protocol upgrade whose later bytes would skip the fence (400).
+var ErrHopByHop = errors.New("hop-by-hop header would bypass the fence")
+
+func (p *Proxy) checkHopByHop(r *http.Request) error {
+	if len(r.Header.Values("Upgrade")) > 0 {
+		return fmt.Errorf("%w: protocol upgrades are not forwarded", ErrHopByHop)
+	}
+	for _, v := range r.Header.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			name = strings.TrimSpace(name)
+			if strings.EqualFold(name, p.opts.TokenHeader) || strings.EqualFold(name, "Host") {
+				return fmt.Errorf("%w: Connection names %s", ErrHopByHop, name)
+			}
+		}
+	}
+	return nil
+}
+
+// forwardedHeaders are dropped by ReverseProxy when Rewrite is set; the client's
+// own values are put back so the backend sees (and signatures cover) them unchanged.
+var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(p.opts.Upstream)
+	pr.Out.Host = pr.In.Host // SetURL would send the upstream's host; signatures cover the inbound one
+	for _, h := range forwardedHeaders {
+		if v, ok := pr.In.Header[h]; ok {
+			pr.Out.Header[h] = v
+		}
+	}
+	// Send the path bytes as received. EscapedPath reproduces them unless the
+	// client sent bytes Go would escape; then send them verbatim.
+	want := strings.TrimSuffix(p.opts.Upstream.EscapedPath(), "/") + rawPath(pr.In)
+	if pr.Out.URL.EscapedPath() != want && !strings.HasPrefix(want, "//") {
+		pr.Out.URL.Opaque = want
+	}
+}
+
+// rawPath returns the path of the request target exactly as received.
+func rawPath(r *http.Request) string {
+	uri := r.RequestURI
+	if !strings.HasPrefix(uri, "/") {
+		return r.URL.EscapedPath()
+	}
+	if i := strings.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	return uri
+}
+
+// upstreamError maps a failed upstream exchange: client gone -> 499 (logged
+// only), timeout -> 504, anything else -> 502. Nothing is retried: a write may
+// have reached the backend.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusBadGateway
+	var ne net.Error
+	switch {
+	case r.Context().Err() != nil:
+		status = 499 // client closed the request; nobody reads a response
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		status = http.StatusGatewayTimeout
+	}
+	p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed",
+		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.Int("status", status), slog.String("error", err.Error()))
+	if status == 499 {
+		return
+	}
+	writeProblem(w, problem{Status: status, Title: http.StatusText(status),
+		Detail: "the backend could not be reached or did not answer in time"})
+}

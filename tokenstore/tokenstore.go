@@ -1,0 +1,361 @@
+// Package tokenstore keeps the per-resource fencing-token maxima (high-water
+// marks) of fenceproxy in an embedded Badger v4 database.
+//
+// A maximum only ever rises: Raise stores max(stored, t) in one read-modify-write
+// transaction and returns only after the write is fsynced, so a token the proxy
+// admitted survives a crash (Kleppmann 2016, "How to do distributed locking").
+// After a resource's first load its maximum is answered from memory.
+//
+// One Store owns its directory: Open takes an exclusive flock on
+// DATA_DIR/fenceproxy.lock, so two fenceproxy processes can never fence the
+// same backend from diverging copies of the maxima.
+package tokenstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+	"golang.org/x/sys/unix"
+)
+
+// Sentinel errors; callers test them with errors.Is.
+var (
+	// ErrLocked: the directory is held by another process (or another Store
+	// in this process; flock locks belong to the open file, not the process).
+	ErrLocked = errors.New("tokenstore: data directory locked")
+	// ErrClosed: the Store was used after Close.
+	ErrClosed = errors.New("tokenstore: store closed")
+	// ErrRange: a token above math.MaxInt64 (2^63-1), the largest token
+	// fenceproxy accepts so Java, etcd and Redisson tokens all fit.
+	ErrRange = errors.New("tokenstore: token out of range (max 2^63-1)")
+)
+
+const (
+	// lockFileName is the flock file Open creates in the data directory.
+	lockFileName = "fenceproxy.lock"
+
+	// keyPrefix namespaces fencing maxima so other record kinds (leases) can
+	// share the database. Key = keyPrefix + resource; value = 8-byte
+	// big-endian uint64.
+	keyPrefix = "fence/"
+
+	// maxRaiseAttempts bounds retries on badger.ErrConflict. Every conflict
+	// means another raise of the same resource committed, and a raise that
+	// is already covered by it returns early, so this is rarely approached.
+	maxRaiseAttempts = 100
+
+	numShards = 64
+)
+
+// Options sizes the store; zero values get the documented defaults.
+type Options struct {
+	// Logger receives Badger's own log lines: its INFO as slog Debug,
+	// WARNING as Warn, ERROR as Error (DEBUG as Debug-4, below Debug, since
+	// Badger logs several DEBUG lines per write). nil = discard.
+	Logger *slog.Logger
+}
+
+// Store holds per-resource fencing-token maxima. It is safe for concurrent use.
+type Store struct {
+	dir      string
+	db       *badger.DB
+	lockFile *os.File
+
+	// closed is checked without a lock on the cache fast path; mu keeps
+	// Close from closing db under an in-flight disk operation.
+	closed    atomic.Bool
+	mu        sync.RWMutex
+	closeOnce sync.Once
+	closeErr  error
+
+	seed   maphash.Seed
+	shards [numShards]shard
+
+	// diskLoads counts Badger reads (Max misses and Raise transactions);
+	// tests use it to prove cache hits do no disk I/O.
+	diskLoads atomic.Uint64
+}
+
+type shard struct {
+	mu sync.RWMutex
+	m  map[string]uint64
+}
+
+// Open opens (creating with mode 0o700 if missing) the store in dir.
+// It fails with an error wrapping ErrLocked when another fenceproxy process,
+// or another Store in this process, holds dir.
+func Open(dir string, opts Options) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("tokenstore: create data directory: %w", err)
+	}
+	lf, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := badger.Open(badgerOptions(dir, opts.Logger))
+	if err != nil {
+		_ = lf.Close() // closing the file drops the flock
+		return nil, fmt.Errorf("tokenstore: open badger in %s: %w", dir, err)
+	}
+	s := &Store{dir: dir, db: db, lockFile: lf, seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]uint64)
+	}
+	return s, nil
+}
+
+// lockDir takes an exclusive, non-blocking flock on dir/fenceproxy.lock.
+// Badger keeps its own LOCK file too; ours comes first so the error names
+// fenceproxy and can be matched with ErrLocked.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("tokenstore: open lock file: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is in use by another fenceproxy process (flock on %s is held)",
+				ErrLocked, dir, path)
+		}
+		return nil, fmt.Errorf("tokenstore: flock %s: %w", path, err)
+	}
+	// The PID is for operators only; the flock is what excludes.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// badgerOptions sizes Badger for a sidecar holding small 8-byte records.
+func badgerOptions(dir string, logger *slog.Logger) badger.Options {
+	o := badger.DefaultOptions(dir)
+	// Durability is the point: a raise must be fsynced before the proxy
+	// forwards the write it admits (default false).
+	o.SyncWrites = true
+	// Raise is a read-modify-write; conflict detection is what makes two
+	// concurrent raises serialise (default true, set for clarity).
+	o.DetectConflicts = true
+	// Records are ~tens of bytes; 8 MiB memtables hold ~100k of them
+	// (default 64 MiB).
+	o.MemTableSize = 8 << 20
+	// Two memtables (one active, one flushing) bound memory (default 5).
+	o.NumMemtables = 2
+	// Few, small L0 tables; compact early (defaults 5 and stall at 15).
+	o.NumLevelZeroTables = 2
+	o.NumLevelZeroTablesStall = 4
+	// The working set is tiny and answered from our own cache (default 256 MiB).
+	o.BlockCacheSize = 8 << 20
+	// Bound table-index memory instead of keeping all indexes resident
+	// (default 0 = unbounded).
+	o.IndexCacheSize = 4 << 20
+	// Values stay in the LSM tree, so value-log files stay near-empty
+	// (default 1 GiB - 1; Badger's minimum is 1 MiB).
+	o.ValueLogFileSize = 16 << 20
+	// 8-byte values are always below this, so they live in the LSM tree next
+	// to their keys (default 1 MiB).
+	o.ValueThreshold = 1 << 10
+	// Compressing 8-byte values buys nothing (default Snappy).
+	o.Compression = options.None
+	// Two is Badger's minimum non-zero count (default 4).
+	o.NumCompactors = 2
+	o.Logger = nil // Badger's default writes to stderr; nil silences it
+	if logger != nil {
+		o.Logger = slogAdapter{logger}
+	}
+	return o
+}
+
+func key(resource string) []byte {
+	return []byte(keyPrefix + resource)
+}
+
+func decode(resource string, v []byte) (uint64, error) {
+	if len(v) != 8 {
+		return 0, fmt.Errorf("tokenstore: corrupt maximum for %q: %d bytes, want 8", resource, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+func encode(t uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], t)
+	return b[:]
+}
+
+// Max returns the stored fencing-token maximum of resource, 0 for a resource
+// never raised. After the first load it is answered from memory, no disk I/O.
+// Errors: ErrClosed after Close; Badger read errors.
+func (s *Store) Max(resource string) (uint64, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	if m, ok := s.cacheGet(resource); ok {
+		return m, nil
+	}
+	var stored uint64
+	err := s.withDB(func(db *badger.DB) error {
+		return db.View(func(txn *badger.Txn) error {
+			var err error
+			stored, err = s.read(txn, resource)
+			return err
+		})
+	})
+	if err != nil {
+		return 0, s.wrap("max", resource, err)
+	}
+	// A raise may have cached a larger value meanwhile; never lower it.
+	return s.cacheRaise(resource, stored), nil
+}
+
+// Raise makes max(stored, t) the durable maximum of resource and returns it
+// (always >= t). t is a fencing token <= 2^63-1. The new maximum is fsynced
+// before Raise returns; if t <= the stored maximum nothing is written. See
+// Kleppmann 2016, "How to do distributed locking".
+// Errors: ErrRange when t > 2^63-1 (nothing written); ErrClosed after Close;
+// Badger errors, including badger.ErrConflict after too many retries.
+func (s *Store) Raise(resource string, t uint64) (uint64, error) {
+	if t > math.MaxInt64 {
+		return 0, ErrRange
+	}
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	// The cache only holds committed (fsynced) values, so a cached
+	// maximum >= t already answers the raise.
+	if m, ok := s.cacheGet(resource); ok && m >= t {
+		return m, nil
+	}
+	k := key(resource)
+	for attempt := 1; ; attempt++ {
+		var result uint64
+		err := s.withDB(func(db *badger.DB) error {
+			return db.Update(func(txn *badger.Txn) error {
+				stored, err := s.read(txn, resource)
+				if err != nil {
+					return err
+				}
+				if stored >= t {
+					result = stored
+					return nil // read-only: nothing is committed
+				}
+				result = t
+				return txn.Set(k, encode(t))
+			})
+		})
+		if err == nil {
+			return s.cacheRaise(resource, result), nil
+		}
+		if !errors.Is(err, badger.ErrConflict) || attempt >= maxRaiseAttempts {
+			return 0, s.wrap("raise", resource, err)
+		}
+		// A concurrent raise of this resource committed; it may cover t.
+		if m, ok := s.cacheGet(resource); ok && m >= t {
+			return m, nil
+		}
+	}
+}
+
+// read loads resource's maximum inside txn; 0 when absent.
+func (s *Store) read(txn *badger.Txn, resource string) (uint64, error) {
+	s.diskLoads.Add(1)
+	item, err := txn.Get(key(resource))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var m uint64
+	err = item.Value(func(v []byte) error {
+		var err error
+		m, err = decode(resource, v)
+		return err
+	})
+	return m, err
+}
+
+// withDB runs fn on the open database, or returns ErrClosed. Close waits for
+// fn to finish before closing Badger.
+func (s *Store) withDB(fn func(*badger.DB) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return fn(s.db)
+}
+
+func (s *Store) wrap(op, resource string, err error) error {
+	if errors.Is(err, ErrClosed) {
+		return ErrClosed
+	}
+	return fmt.Errorf("tokenstore: %s %q: %w", op, resource, err)
+}
+
+// Ready reports whether the store can serve: nil while open, ErrClosed after Close.
+func (s *Store) Ready() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close waits for in-flight disk operations, closes Badger (which flushes
+// its memtables) and then releases the directory lock. It is idempotent and
+// safe to call concurrently; every call returns the first call's result.
+// Max and Raise return ErrClosed afterwards.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true) // new calls fail fast from here on
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		err := s.db.Close()
+		// Release only after Badger is closed so a successor never sees
+		// a half-closed database.
+		if lerr := s.lockFile.Close(); lerr != nil && err == nil {
+			err = fmt.Errorf("tokenstore: release lock: %w", lerr)
+		}
+		if err != nil {
+			s.closeErr = fmt.Errorf("tokenstore: close %s: %w", s.dir, err)
+		}
+	})
+	return s.closeErr
+}
+
+func (s *Store) shardFor(resource string) *shard {
+	return &s.shards[maphash.String(s.seed, resource)%numShards]
+}
+
+func (s *Store) cacheGet(resource string) (uint64, bool) {
+	sh := s.shardFor(resource)
+	sh.mu.RLock()
+	m, ok := sh.m[resource]
+	sh.mu.RUnlock()
+	return m, ok
+}
+
+// cacheRaise stores max(cached, v) and returns it, so a slow disk load can
+// never lower a maximum that a concurrent raise already cached.
+func (s *Store) cacheRaise(resource string, v uint64) uint64 {
+	sh := s.shardFor(resource)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if cur, ok := sh.m[resource]; ok && cur >= v {
+		return cur
+	}
+	sh.m[resource] = v
+	return v
+}
