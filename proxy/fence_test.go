@@ -148,7 +148,7 @@ func newTestProxy(t *testing.T, store Store, backend string, mod func(*Options))
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Upstream: u, RequireToken: true, DrainTimeout: 5 * time.Second}
+	opts := Options{Upstream: u, DrainTimeout: 5 * time.Second}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -170,7 +170,12 @@ type result struct {
 
 // put sends a PUT with token (omitted when "") and id, and returns the response.
 func put(ctx context.Context, base, path, token, id string, extra ...string) result {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+path, strings.NewReader("body of "+id))
+	return send(ctx, http.MethodPut, base+path, token, id, extra...)
+}
+
+// send sends a request with a small body, token (omitted when "") and id.
+func send(ctx context.Context, method, target, token, id string, extra ...string) result {
+	req, _ := http.NewRequestWithContext(ctx, method, target, strings.NewReader("body of "+id))
 	if token != "" {
 		req.Header.Set("X-Fencing-Token", token)
 	}
@@ -244,7 +249,7 @@ func TestAdmission(t *testing.T) {
 				store.max["bkt/obj"] = tc.stored
 			}
 			backend := newGateBackend(t)
-			srv := newTestProxy(t, store, backend.URL, func(o *Options) { o.RequireToken = tc.requireTok })
+			srv := newTestProxy(t, store, backend.URL, func(o *Options) { o.AllowMissing = !tc.requireTok })
 			req, _ := http.NewRequest(http.MethodPut, srv.URL+"/bkt/obj", strings.NewReader("x"))
 			for _, v := range tc.token {
 				req.Header.Add("X-Fencing-Token", v)

@@ -25,7 +25,7 @@ type Options struct {
 	TokenHeader     string        // header carrying the token [X-Fencing-Token]
 	UnfencedMethods []string      // methods passed unchecked, case-sensitive [GET, HEAD, OPTIONS]
 	ResourceDepth   int           // 0: whole path is the resource; N: first N segments
-	RequireToken    bool          // false: fenced methods without a token are forwarded unchecked
+	AllowMissing    bool          // true: fenced methods without a token are forwarded unchecked (REQUIRE_TOKEN=false)
 	DrainTimeout    time.Duration // longest barrier wait [30s]
 	DialTimeout     time.Duration // upstream connect [5s]
 	ResponseTimeout time.Duration // upstream response headers after the request was sent [60s]
@@ -106,6 +106,7 @@ func (p *Proxy) Fence() *Fence { return p.fence }
 
 // ServeHTTP fences the request if its method is a write, then forwards it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w = noContinueWriter{w}
 	if err := p.checkHopByHop(r); err != nil {
 		p.refuse(w, r, "", "", err)
 		return
@@ -116,7 +117,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Read the token before ReverseProxy touches any header.
 	t, err := TokenFromHeader(r.Header, p.opts.TokenHeader)
-	if errors.Is(err, ErrTokenMissing) && !p.opts.RequireToken {
+	if errors.Is(err, ErrTokenMissing) && p.opts.AllowMissing {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
@@ -142,15 +143,38 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.rp.ServeHTTP(w, r)
 }
 
+// noContinueWriter drops the backend's "100 Continue", which ReverseProxy
+// relays: net/http sends its own when the body is first read, and a client
+// should get one, not two. Other 1xx responses pass.
+type noContinueWriter struct{ http.ResponseWriter }
+
+func (w noContinueWriter) WriteHeader(code int) {
+	if code != http.StatusContinue {
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (w noContinueWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // ErrUnsupported: S3 multi-object delete (POST /{bucket}?delete) names its keys
 // in the body, where the fence cannot see them; it is refused, whatever the
 // token, rather than forwarded unfenced (400). Delete objects one by one.
 var ErrUnsupported = errors.New("S3 multi-object delete (POST ?delete) is not fenced; delete the objects one by one")
 
-// bulkDelete reports whether a raw query names S3's multi-object delete.
+// bulkDelete reports whether a raw query has a "delete" parameter, splitting
+// on both "&" and ";" since backends disagree on the latter.
 func bulkDelete(rawQuery string) bool {
-	q, err := url.ParseQuery(rawQuery)
-	return err != nil || q.Has("delete")
+	for _, part := range strings.FieldsFunc(rawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+		name, _, _ := strings.Cut(part, "=")
+		if unescaped, err := url.QueryUnescape(name); err == nil {
+			name = unescaped
+		}
+		if name == "delete" {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrHopByHop: a Connection header names a header the fence relies on, or the
@@ -179,6 +203,9 @@ var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Hos
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.opts.Upstream)
 	pr.Out.Host = pr.In.Host // SetURL would send the upstream's host; signatures cover the inbound one
+	// ReverseProxy drops query parameters it cannot parse (";", bad escapes);
+	// S3 signs the query as sent, so send it as sent.
+	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	for _, h := range forwardedHeaders {
 		if v, ok := pr.In.Header[h]; ok {
 			pr.Out.Header[h] = v

@@ -97,7 +97,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		TokenHeader:     cfg.TokenHeader,
 		UnfencedMethods: cfg.UnfencedMethods,
 		ResourceDepth:   cfg.ResourceDepth,
-		RequireToken:    cfg.RequireToken,
+		AllowMissing:    !cfg.RequireToken,
 		DrainTimeout:    cfg.DrainTimeout,
 		DialTimeout:     cfg.UpstreamDialTimeout,
 		ResponseTimeout: cfg.UpstreamResponseTimeout,
