@@ -227,15 +227,10 @@ func (p *fpProcess) waitServing(t *testing.T) {
 	}
 }
 
-// Loopback addresses on ports chosen by the kernel. The control address is
-// spelt differently from the proxy's on purpose: config.Validate refuses
-// LISTEN == CONTROL_LISTEN even for port 0, where the kernel picks two
-// different ports (a product bug, pinned down by config's
-// TestParse/"LISTEN_and_CONTROL_LISTEN_both_port_0"). Once that is fixed,
-// testControlListen can be 127.0.0.1:0 as well.
+// Loopback addresses on ports chosen by the kernel.
 const (
 	testListen        = "127.0.0.1:0"
-	testControlListen = "localhost:0"
+	testControlListen = "127.0.0.1:0"
 )
 
 // serveEnv is an environment for a process on loopback ports chosen by the kernel.

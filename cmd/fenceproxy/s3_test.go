@@ -316,17 +316,6 @@ func s3XMLEscape(s string) string {
 	return buf.String()
 }
 
-// startS3Fenceproxy is startFenceproxy with the control listener on
-// "localhost:0": config.Validate refuses FENCEPROXY_CONTROL_LISTEN equal to
-// FENCEPROXY_LISTEN even when both ask for a kernel-chosen port ("127.0.0.1:0",
-// the harness default), which are different sockets.
-func startS3Fenceproxy(t *testing.T, env map[string]string) *instance {
-	t.Helper()
-	env["FENCEPROXY_LISTEN"] = "127.0.0.1:0"
-	env["FENCEPROXY_CONTROL_LISTEN"] = "localhost:0"
-	return startFenceproxy(t, env)
-}
-
 // s3FenceOf returns the token the control API reports for resource key (the
 // decoded key, escaped here into the URL), or the HTTP status if not 200.
 func s3FenceOf(t *testing.T, in *instance, key string) (string, int) {
@@ -381,7 +370,7 @@ func s3AssertStaleRefusal(t *testing.T, err error, current string) {
 func TestS3TakeoverThroughProxy(t *testing.T) {
 	const bucket, key = "jobs", "reports/daily.txt"
 	_, upstream := startS3Gofakes3(t, bucket)
-	in := startS3Fenceproxy(t, map[string]string{
+	in := startFenceproxy(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": upstream,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
@@ -449,7 +438,7 @@ func TestS3SigV4SurvivesProxy(t *testing.T) {
 	const keyEsc = "dir/a b+c%~(x).txt"
 	const keyUni = "ünïcødé/日本語 ファイル (1).txt"
 	backend := newS3SigV4Backend(t)
-	in := startS3Fenceproxy(t, map[string]string{
+	in := startFenceproxy(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.srv.URL,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
@@ -592,7 +581,7 @@ func TestS3ExpectContinueStaleNeverUploads(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(backend.Close)
-	in := startS3Fenceproxy(t, map[string]string{
+	in := startFenceproxy(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.URL,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
@@ -707,7 +696,7 @@ func s3GetObject(ctx context.Context, t *testing.T, client *s3.Client, bucket, k
 func TestS3MultipartHolderAndStaleParts(t *testing.T) {
 	const bucket, key = "jobs", "shard-7/output.bin"
 	_, upstream := startS3Gofakes3(t, bucket)
-	in := startS3Fenceproxy(t, map[string]string{
+	in := startFenceproxy(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": upstream,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
@@ -793,7 +782,7 @@ func TestS3MultipartHolderAndStaleParts(t *testing.T) {
 func TestS3DeleteObjectsStaleKeysRefused(t *testing.T) {
 	const bucket, key = "jobs", "reports/final.txt"
 	_, upstream := startS3Gofakes3(t, bucket)
-	in := startS3Fenceproxy(t, map[string]string{
+	in := startFenceproxy(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": upstream,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
