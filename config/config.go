@@ -63,7 +63,7 @@ type Config struct {
 	UpstreamResponseTimeout time.Duration `env:"UPSTREAM_RESPONSE_TIMEOUT" envDefault:"60s" help:"longest wait for the backend's response headers after the whole request was sent; past it 504"`
 
 	// AdminToken is the bearer token of admin calls; admin calls are refused while it is unset.
-	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls; admin calls are refused while it is unset"`
+	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls (the admin API is not in this version yet; this reserves its name); admin calls are refused while it is unset"`
 
 	// LogLevel is the least severe level logged: debug, info, warn or error.
 	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" help:"least severe log level: debug, info, warn or error (logs are JSON on stderr)"`
@@ -89,7 +89,11 @@ func Parse(environ map[string]string) (Config, []string, error) {
 	for _, f := range fields() {
 		known[f.Var] = f.Field
 		if v, ok := environ[f.Var]; ok && v == "" && !mayBeEmpty[f.Var] {
-			report(f.Var, fmt.Errorf("%s is set but empty; unset it to use the default %q", f.Var, f.Default))
+			if f.Required {
+				report(f.Var, fmt.Errorf("%s is required but empty", f.Var))
+			} else {
+				report(f.Var, fmt.Errorf("%s is set but empty; unset it to use the default %q", f.Var, f.Default))
+			}
 		}
 	}
 	err := env.ParseWithOptions(&cfg, env.Options{Environment: environ, Prefix: Prefix})
@@ -115,6 +119,12 @@ func Parse(environ map[string]string) (Config, []string, error) {
 	for name := range environ {
 		if strings.HasPrefix(name, Prefix) && known[name] == "" && !kubernetesServiceLink(name) {
 			warnings = append(warnings, fmt.Sprintf("unknown variable %s is ignored", name))
+		}
+	}
+	for _, m := range cfg.UnfencedMethods {
+		switch m {
+		case "PUT", "POST", "DELETE", "PATCH", "COPY", "MOVE":
+			warnings = append(warnings, fmt.Sprintf("%sUNFENCED_METHODS lets %s writes through unchecked", Prefix, m))
 		}
 	}
 	sort.Strings(warnings)
@@ -181,8 +191,12 @@ func (c Config) Validate() error {
 		bad("TOKEN_HEADER", "%q is not a valid HTTP header name", c.TokenHeader)
 	}
 	for _, m := range c.UnfencedMethods {
-		if !validToken(m) {
+		switch {
+		case !validToken(m):
 			bad("UNFENCED_METHODS", "%q is not a valid HTTP method", m)
+		case strings.ToUpper(m) != m:
+			// Methods are case-sensitive: "get" would leave GET fenced.
+			bad("UNFENCED_METHODS", "%q is not upper case; methods are case-sensitive (did you mean %q?)", m, strings.ToUpper(m))
 		}
 	}
 	if c.ResourceDepth < 0 {

@@ -96,6 +96,14 @@ func TestParse(t *testing.T) {
 					t.Errorf("Upstream = %#v", cfg.Upstream)
 				}
 			}},
+		{name: "UNFENCED_METHODS lower case", env: with("FENCEPROXY_UNFENCED_METHODS", "get,head"), wantErr: []string{"FENCEPROXY_UNFENCED_METHODS", `did you mean "GET"`}},
+		{name: "UNFENCED_METHODS with a write method warns", env: with("FENCEPROXY_UNFENCED_METHODS", "GET,PUT"),
+			check: func(t *testing.T, cfg Config, warnings []string) {
+				if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "PUT writes through unchecked") }) {
+					t.Errorf("no warning about unfenced PUT: %q", warnings)
+				}
+			}},
+		{name: "required and empty says so", env: with("FENCEPROXY_UPSTREAM", ""), wantErr: []string{"FENCEPROXY_UPSTREAM is required but empty"}},
 		{name: "DATA_DIR missing", env: with("FENCEPROXY_DATA_DIR", unset), wantErr: []string{"FENCEPROXY_DATA_DIR"}},
 		{name: "DATA_DIR empty", env: with("FENCEPROXY_DATA_DIR", ""), wantErr: []string{"FENCEPROXY_DATA_DIR"}},
 		{name: "DRAIN_TIMEOUT without unit", env: with("FENCEPROXY_DRAIN_TIMEOUT", "10"), wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT"}},

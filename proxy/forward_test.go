@@ -969,7 +969,7 @@ func TestForwardUpstreamFailures(t *testing.T) {
 		fwdEventually(t, "the fence's in-flight count is 0", func() bool { return p.Fence().InFlight("bkt/cancel") == 0 })
 		fwdEventually(t, `a log record has "status":499`, func() bool {
 			for _, rec := range logs.records() {
-				if rec["status"] == float64(499) && rec["method"] == http.MethodPut && rec["path"] == "/bkt/cancel" {
+				if rec["status"] == float64(499) && rec["method"] == http.MethodPut && rec["target"] == "/bkt/cancel" {
 					return true
 				}
 			}

@@ -105,6 +105,6 @@ func (p *Proxy) logRefusal(r *http.Request, level slog.Level, status int, reason
 	p.log.LogAttrs(r.Context(), level, "write refused",
 		slog.String("reason", reason), slog.Int("status", status),
 		slog.String("resource", resource), slog.String("token", token), slog.String("current_token", current),
-		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("method", r.Method), slog.String("target", r.RequestURI),
 		slog.String("remote", r.RemoteAddr), slog.String("error", err.Error()))
 }

@@ -106,18 +106,18 @@ func (p *Proxy) Fence() *Fence { return p.fence }
 
 // ServeHTTP fences the request if its method is a write, then forwards it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w = noContinueWriter{w}
-	if err := p.checkHopByHop(r); err != nil {
-		p.refuse(w, r, "", "", err)
-		return
-	}
-	if p.unfenced[r.Method] {
-		p.rp.ServeHTTP(w, r)
-		return
-	}
+	w = responseWriter{w}
 	// Read the token before ReverseProxy touches any header.
 	t, err := TokenFromHeader(r.Header, p.opts.TokenHeader)
-	if errors.Is(err, ErrTokenMissing) && p.opts.AllowMissing {
+	token := "" // for logs and problem bodies
+	if err == nil {
+		token = strconv.FormatUint(t, 10)
+	}
+	if herr := p.checkHopByHop(r); herr != nil {
+		p.refuse(w, r, "", token, herr)
+		return
+	}
+	if p.unfenced[r.Method] || (errors.Is(err, ErrTokenMissing) && p.opts.AllowMissing) {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
@@ -129,33 +129,40 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = ErrUnsupported
 	}
 	if err != nil {
-		p.refuse(w, r, resource, "", err)
+		p.refuse(w, r, resource, token, err)
 		return
 	}
 	// The body stays unread until the request is admitted: a stale client that
 	// sent Expect: 100-continue never uploads.
 	release, err := p.fence.Admit(r.Context(), resource, t)
 	if err != nil {
-		p.refuse(w, r, resource, strconv.FormatUint(t, 10), err)
+		p.refuse(w, r, resource, token, err)
 		return
 	}
 	defer release()
 	p.rp.ServeHTTP(w, r)
 }
 
-// noContinueWriter drops the backend's "100 Continue", which ReverseProxy
-// relays: net/http sends its own when the body is first read, and a client
-// should get one, not two. Other 1xx responses pass.
-type noContinueWriter struct{ http.ResponseWriter }
+// responseWriter keeps the backend's response as it was: it drops the
+// backend's "100 Continue", which ReverseProxy relays although net/http sends
+// its own when the body is first read (a client should get one, not two), and
+// it stops net/http from sniffing a Content-Type the backend did not send.
+type responseWriter struct{ http.ResponseWriter }
 
-func (w noContinueWriter) WriteHeader(code int) {
-	if code != http.StatusContinue {
-		w.ResponseWriter.WriteHeader(code)
+func (w responseWriter) WriteHeader(code int) {
+	if code == http.StatusContinue {
+		return
 	}
+	if h := w.Header(); code >= 200 {
+		if _, ok := h["Content-Type"]; !ok {
+			h["Content-Type"] = nil // present but empty: net/http sends none and sniffs none
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // Unwrap lets http.ResponseController reach Flush and deadlines.
-func (w noContinueWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // ErrUnsupported: S3 multi-object delete (POST /{bucket}?delete) names its keys
 // in the body, where the fence cannot see them; it is refused, whatever the
@@ -244,7 +251,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		status = http.StatusGatewayTimeout
 	}
 	p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed",
-		slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("method", r.Method), slog.String("target", r.RequestURI),
 		slog.Int("status", status), slog.String("error", err.Error()))
 	if status == 499 {
 		return

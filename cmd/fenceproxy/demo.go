@@ -21,7 +21,8 @@ const demoBucket = "demo"
 
 // demo runs an in-memory S3-compatible backend (gofakes3) on a loopback port
 // with the proxy in front of it, on a temporary DATA_DIR that is removed on
-// exit. FENCEPROXY_* variables other than UPSTREAM and DATA_DIR still apply.
+// exit. It listens on 127.0.0.1:8080 and 127.0.0.1:9090 unless FENCEPROXY_LISTEN
+// or FENCEPROXY_CONTROL_LISTEN say otherwise; other FENCEPROXY_* variables apply.
 func demo(ctx context.Context, environ map[string]string, stdout, stderr io.Writer, onReady func(addrs)) error {
 	backend := s3mem.New()
 	if err := backend.CreateBucket(demoBucket); err != nil {
@@ -44,6 +45,12 @@ func demo(ctx context.Context, environ map[string]string, stdout, stderr io.Writ
 	env := maps.Clone(environ)
 	env[config.Prefix+"UPSTREAM"] = "http://" + ln.Addr().String()
 	env[config.Prefix+"DATA_DIR"] = dir
+	// A demo is for this machine only, unless the user says otherwise.
+	for name, addr := range map[string]string{"LISTEN": "127.0.0.1:8080", "CONTROL_LISTEN": "127.0.0.1:9090"} {
+		if _, ok := env[config.Prefix+name]; !ok {
+			env[config.Prefix+name] = addr
+		}
+	}
 	return serve(ctx, env, stderr, func(a addrs) {
 		fmt.Fprint(stdout, demoText(localURL(a.Proxy), localURL(a.Control), ln.Addr().String()))
 		if onReady != nil {

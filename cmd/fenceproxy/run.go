@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,7 +81,19 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		log.Warn(w)
 	}
 
-	store, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log.With("component", "badger")})
+	// Bind first: a port clash then leaves no store directory behind.
+	proxyLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("FENCEPROXY_LISTEN: %w", err)
+	}
+	defer proxyLn.Close()
+	controlLn, err := net.Listen("tcp", cfg.ControlListen)
+	if err != nil {
+		return fmt.Errorf("FENCEPROXY_CONTROL_LISTEN: %w", err)
+	}
+	defer controlLn.Close()
+
+	store, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log})
 	if err != nil {
 		return fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
 	}
@@ -106,16 +117,6 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	if err != nil {
 		return err
 	}
-	proxyLn, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("FENCEPROXY_LISTEN: %w", err)
-	}
-	controlLn, err := net.Listen("tcp", cfg.ControlListen)
-	if err != nil {
-		proxyLn.Close()
-		return fmt.Errorf("FENCEPROXY_CONTROL_LISTEN: %w", err)
-	}
-
 	ready := &readiness{Store: store}
 	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	proxySrv := &http.Server{
@@ -139,7 +140,10 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		"upstream", cfg.Upstream.Redacted(), "data_dir", cfg.DataDir,
 		"token_header", cfg.TokenHeader, "unfenced_methods", cfg.UnfencedMethods,
 		"resource_depth", cfg.ResourceDepth, "require_token", cfg.RequireToken,
-		"drain_timeout", cfg.DrainTimeout.String())
+		"drain_timeout", cfg.DrainTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
+		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
+		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(),
+		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "")
 	if onReady != nil {
 		onReady(addrs{Proxy: proxyLn.Addr().String(), Control: controlLn.Addr().String()})
 	}
@@ -151,22 +155,17 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	case serveErr = <-errc:
 		log.Error("listener failed; shutting down", "error", serveErr.Error())
 	}
-	// A fresh context: the root one is already done.
+	// A fresh context: the root one is already done. /readyz answers 503
+	// while the proxy drains, so the control listener closes last.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	ready.draining.Store(true)
-	var wg sync.WaitGroup
 	for _, srv := range []*http.Server{proxySrv, controlSrv} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Shutdown(sctx); err != nil {
-				log.Warn("shutdown timeout passed; closing remaining connections", "error", err.Error())
-				srv.Close()
-			}
-		}()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("shutdown timeout passed; closing remaining connections", "error", err.Error())
+			srv.Close()
+		}
 	}
-	wg.Wait()
 	log.Info("fenceproxy stopped")
 	return serveErr
 }

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 )
 
@@ -35,5 +37,25 @@ func TestBulkDeleteRefused(t *testing.T) {
 	}
 	if r := send(ctx, "POST", srv.URL+"/bkt/obj?uploads", "7", "uploads"); r.status != 204 {
 		t.Fatalf("POST ?uploads: %d", r.status)
+	}
+}
+
+// The backend's response reaches the client as sent: no Content-Type is
+// sniffed and added when the backend sent none.
+func TestNoContentTypeAdded(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = nil // send none, sniff none
+		w.Write([]byte("<html>not sniffed</html>"))
+	}))
+	defer backend.Close()
+	srv := newTestProxy(t, newMemStore(), backend.URL, nil)
+	for _, method := range []string{"GET", "PUT"} {
+		r := send(context.Background(), method, srv.URL+"/bkt/obj", "1", "ct")
+		if r.status != 200 || r.body != "<html>not sniffed</html>" {
+			t.Fatalf("%s: %d %q", method, r.status, r.body)
+		}
+		if v, ok := r.header["Content-Type"]; ok {
+			t.Errorf("%s: Content-Type %q added", method, v)
+		}
 	}
 }
