@@ -247,3 +247,41 @@ func TestRandomizedTakeovers(t *testing.T) {
 		})
 	}
 }
+
+// A client that hangs up after its whole write was forwarded must not open
+// the barrier early: the backend may still be applying it.
+func TestClientHangUpKeepsBarrier(t *testing.T) {
+	log := newApplyLog(0)
+	gate := make(chan struct{})
+	log.hold[5] = gate
+	backend := httptest.NewServer(log)
+	defer backend.Close()
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	defer open() // before backend.Close, also when the test fails early
+	srv := newTestProxy(t, newMemStore(), backend.URL, nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	a := make(chan result, 1)
+	go func() { a <- put(ctx, srv.URL, "/bkt/obj", "5", "A") }()
+	if got := <-log.arrivals; got != 5 {
+		t.Fatalf("arrived %d", got)
+	}
+	cancel() // A's client dies while the backend applies its write
+	if r := <-a; r.err == nil {
+		t.Fatalf("A got %d after cancelling", r.status)
+	}
+	b := putAsync(srv.URL, "/bkt/obj", "6", "B")
+	time.Sleep(200 * time.Millisecond)
+	if got := fmt.Sprint(log.forwarded["bkt/obj"]); got != "[5]" {
+		t.Fatalf("forwarded %s while A's write is still being applied, want [5]", got)
+	}
+	open()
+	if r := recv(t, b); r.status != 204 {
+		t.Fatalf("B: %d", r.status)
+	}
+	log.check(t)
+	if got := fmt.Sprint(log.applied["bkt/obj"]); got != "[5 6]" {
+		t.Fatalf("applied %s, want [5 6]", got)
+	}
+}

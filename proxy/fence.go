@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 )
@@ -147,6 +148,42 @@ func (f *Fence) Admit(ctx context.Context, resource string, t uint64) (release f
 		var once sync.Once
 		return func() { once.Do(func() { f.finish(sh, resource, st, t) }) }, nil
 	}
+}
+
+// AdmitAll admits a write with token t that touches several resources (a
+// WebDAV COPY or MOVE writes its Destination too). It checks every resource
+// for staleness before raising any, then admits them one by one in sorted
+// order, so two such writes cannot wait on each other in a cycle. The
+// release func releases all of them. Errors as for Admit; on error nothing
+// stays admitted.
+func (f *Fence) AdmitAll(ctx context.Context, resources []string, t uint64) (release func(), err error) {
+	keys := slices.Clone(resources)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	for _, r := range keys {
+		m, err := f.store.Max(r)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStore, err)
+		}
+		if t < m {
+			return nil, &StaleError{Resource: r, Token: t, Current: m}
+		}
+	}
+	releases := make([]func(), 0, len(keys))
+	releaseAll := func() {
+		for _, rel := range releases {
+			rel()
+		}
+	}
+	for _, r := range keys {
+		rel, err := f.Admit(ctx, r, t)
+		if err != nil {
+			releaseAll()
+			return nil, err
+		}
+		releases = append(releases, rel)
+	}
+	return releaseAll, nil
 }
 
 // finish ends an admitted write and wakes requests waiting for the barrier.

@@ -64,6 +64,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, resource, token s
 	switch {
 	case errors.As(err, &stale):
 		pb.Status, pb.Reason, pb.Title = http.StatusConflict, ReasonStale, "Stale fencing token"
+		pb.Resource = stale.Resource // a COPY or MOVE may be stale on its Destination
 		pb.CurrentToken = strconv.FormatUint(stale.Current, 10)
 		w.Header().Set(HeaderCurrentToken, pb.CurrentToken)
 	case errors.Is(err, ErrTokenMissing):
@@ -73,7 +74,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, resource, token s
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, ReasonMalformed, "Malformed fencing token"
 	case errors.Is(err, ErrBadResource):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, ReasonBadResource, "No fenceable resource"
-	case errors.Is(err, ErrUnsupported):
+	case errors.Is(err, errUnsupported):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, ReasonUnsupported, "Write cannot be fenced"
 	case errors.Is(err, ErrHopByHop):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, ReasonHopByHop, "Hop-by-hop header refused"

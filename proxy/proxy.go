@@ -121,12 +121,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
-	resource, rerr := ResourceKey(r.URL.Path, p.opts.ResourceDepth)
+	resources, rerr := p.resources(r)
 	if err == nil {
 		err = rerr
 	}
-	if err == nil && r.Method == http.MethodPost && bulkDelete(r.URL.RawQuery) {
-		err = ErrUnsupported
+	resource := ""
+	if len(resources) > 0 {
+		resource = resources[0]
 	}
 	if err != nil {
 		p.refuse(w, r, resource, token, err)
@@ -134,13 +135,104 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body stays unread until the request is admitted: a stale client that
 	// sent Expect: 100-continue never uploads.
-	release, err := p.fence.Admit(r.Context(), resource, t)
+	var release func()
+	if len(resources) == 1 {
+		release, err = p.fence.Admit(r.Context(), resource, t)
+	} else {
+		release, err = p.fence.AdmitAll(r.Context(), resources, t)
+	}
 	if err != nil {
 		p.refuse(w, r, resource, token, err)
 		return
 	}
 	defer release()
+	// Once forwarded, a write runs to the backend's answer even if its client
+	// hangs up: the backend may already be applying it, and the barrier must
+	// not open for a larger token before it is done. A client gone mid-upload
+	// still ends the exchange, since its body can no longer be read.
+	client := r.Context()
+	r = r.WithContext(context.WithValue(context.WithoutCancel(client), clientContextKey{}, client))
+	defer func() {
+		if client.Err() != nil {
+			p.log.LogAttrs(client, slog.LevelInfo, "client went away; the write was completed upstream",
+				slog.Int("status", 499), slog.String("resource", resource), slog.String("token", token),
+				slog.String("method", r.Method), slog.String("target", r.RequestURI))
+		}
+	}()
 	p.rp.ServeHTTP(w, r)
+}
+
+// clientContextKey keeps the client's own context in a forwarded write's
+// context, so upstreamError can tell a client gone (499) from a backend failure.
+type clientContextKey struct{}
+
+// clientGone reports whether the client of r went away.
+func clientGone(r *http.Request) bool {
+	if c, ok := r.Context().Value(clientContextKey{}).(context.Context); ok {
+		return c.Err() != nil
+	}
+	return r.Context().Err() != nil
+}
+
+// resources returns the resource keys a fenced write touches: its path's, and
+// for a WebDAV COPY or MOVE also its Destination's. ErrBadResource for a path
+// the fence cannot name; ErrUnsupported for S3 writes whose key is in the body.
+func (p *Proxy) resources(r *http.Request) ([]string, error) {
+	if err := checkRawPath(rawPath(r)); err != nil {
+		return nil, err
+	}
+	key, err := ResourceKey(r.URL.Path, p.opts.ResourceDepth)
+	if err != nil {
+		return nil, err
+	}
+	if r.Method == http.MethodPost {
+		if bulkDelete(r.URL.RawQuery) {
+			return []string{key}, ErrUnsupported
+		}
+		if formUpload(r, key) {
+			return []string{key}, ErrFormUpload
+		}
+	}
+	keys := []string{key}
+	for _, dest := range r.Header.Values("Destination") {
+		u, err := url.Parse(dest)
+		if err != nil || u.Path == "" {
+			return keys, fmt.Errorf("%w: Destination %q is not a URL with a path", ErrBadResource, dest)
+		}
+		if err := checkRawPath(u.EscapedPath()); err != nil {
+			return keys, err
+		}
+		dk, err := ResourceKey(u.Path, p.opts.ResourceDepth)
+		if err != nil {
+			return keys, fmt.Errorf("Destination: %w", err)
+		}
+		keys = append(keys, dk)
+	}
+	return keys, nil
+}
+
+// checkRawPath refuses request paths with bytes that backends read as
+// something else than a path byte: "\\" (a slash to WHATWG URL parsers), "#" (a
+// fragment) and control bytes or spaces, raw or percent-encoded. Otherwise a
+// stale write could reach an object under an alias the fence does not know.
+func checkRawPath(raw string) error {
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c <= ' ' || c == 0x7f || c == '\\' || c == '#' {
+			return fmt.Errorf("%w: byte %q is not allowed in a path", ErrBadResource, c)
+		}
+		if c == '%' && i+2 < len(raw) && (raw[i+1] == '0' || raw[i+1] == '1' || strings.EqualFold(raw[i+1:i+3], "7f")) {
+			return fmt.Errorf("%w: encoded control byte %q in the path", ErrBadResource, raw[i:i+3])
+		}
+	}
+	return nil
+}
+
+// formUpload reports an S3 "POST Object" browser upload: a multipart form
+// POSTed to a bucket, naming the object's key in a form field.
+func formUpload(r *http.Request, key string) bool {
+	ct := strings.ToLower(r.Header.Get("Content-Type"))
+	return strings.HasPrefix(ct, "multipart/form-data") && !strings.Contains(strings.TrimSuffix(key, "/"), "/")
 }
 
 // responseWriter keeps the backend's response as it was: it drops the
@@ -164,10 +256,17 @@ func (w responseWriter) WriteHeader(code int) {
 // Unwrap lets http.ResponseController reach Flush and deadlines.
 func (w responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// ErrFormUpload: an S3 browser upload (POST Object: a multipart form POSTed to
+// a bucket) names its key in the body; it is refused like a bulk delete (400).
+var ErrFormUpload = fmt.Errorf("%w: S3 POST Object (form upload) names its key in the body; upload with PUT", errUnsupported)
+
 // ErrUnsupported: S3 multi-object delete (POST /{bucket}?delete) names its keys
 // in the body, where the fence cannot see them; it is refused, whatever the
 // token, rather than forwarded unfenced (400). Delete objects one by one.
-var ErrUnsupported = errors.New("S3 multi-object delete (POST ?delete) is not fenced; delete the objects one by one")
+var ErrUnsupported = fmt.Errorf("%w: S3 multi-object delete (POST ?delete) names its keys in the body; delete the objects one by one", errUnsupported)
+
+// errUnsupported is the class of writes the fence cannot see the target of.
+var errUnsupported = errors.New("write cannot be fenced")
 
 // bulkDelete reports whether a raw query has a "delete" parameter, splitting
 // on both "&" and ";" since backends disagree on the latter.
@@ -245,7 +344,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	status := http.StatusBadGateway
 	var ne net.Error
 	switch {
-	case r.Context().Err() != nil:
+	case clientGone(r):
 		status = 499 // client closed the request; nobody reads a response
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
 		status = http.StatusGatewayTimeout

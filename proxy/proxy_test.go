@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -57,5 +58,77 @@ func TestNoContentTypeAdded(t *testing.T) {
 		if v, ok := r.header["Content-Type"]; ok {
 			t.Errorf("%s: Content-Type %q added", method, v)
 		}
+	}
+}
+
+func TestCheckRawPath(t *testing.T) {
+	for raw, ok := range map[string]bool{
+		"/bkt/obj": true, "/bkt/a%20b": true, "/bkt/a{b}": true, "/bkt/%E2%82%AC": true, "/bkt/a;v=1": true,
+		"/bkt/a%7Bb": true, "/bkt/%41": true,
+		"/bkt\\obj": false, "/bkt/x/..\\obj": false, "/bkt/obj#x": false, "/bkt/a b": false, "/bkt/a\tb": false,
+		"/bkt/obj%00": false, "/bkt/obj%0a": false, "/bkt/obj%1F": false, "/bkt/obj%7f": false, "/bkt/\x7f": false,
+	} {
+		if err := checkRawPath(raw); (err == nil) != ok {
+			t.Errorf("checkRawPath(%q) = %v, want ok=%v", raw, err, ok)
+		}
+	}
+}
+
+// A COPY or MOVE writes its Destination: the write is fenced on the
+// destination's resource too, and refused when stale there.
+func TestDestinationFenced(t *testing.T) {
+	store := newMemStore()
+	store.max["dav/report"] = 10
+	backend := newGateBackend(t)
+	srv := newTestProxy(t, store, backend.URL, nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		method, dest, token string
+		status              int
+		resource            string // in the 409 body
+	}{
+		{"COPY", srv.URL + "/dav/report", "5", 409, "dav/report"},
+		{"MOVE", "/dav/report", "5", 409, "dav/report"},
+		{"COPY", "http://elsewhere.example/dav/report", "9", 409, "dav/report"},
+		{"COPY", "/dav/%2e%2e/report", "11", 400, ""},
+		{"COPY", srv.URL + "/dav/report", "10", 204, ""},
+		{"MOVE", srv.URL + "/dav/new", "12", 204, ""},
+	} {
+		r := send(ctx, tc.method, srv.URL+"/dav/scratch", tc.token, tc.method+tc.token, "Destination", tc.dest)
+		if r.status != tc.status {
+			t.Fatalf("%s to %s with %s: %d %s", tc.method, tc.dest, tc.token, r.status, r.body)
+		}
+		if tc.status == 409 && !strings.Contains(r.body, `"resource":"`+tc.resource+`"`) {
+			t.Errorf("409 body %s does not name %s", r.body, tc.resource)
+		}
+	}
+	if got := strings.Join(backend.got(), ","); got != "COPY10,MOVE12" {
+		t.Fatalf("forwarded %s, want COPY10,MOVE12", got)
+	}
+	// Both source and destination were raised by the admitted writes.
+	for res, want := range map[string]uint64{"dav/scratch": 12, "dav/report": 10, "dav/new": 12} {
+		if got := store.get(res); got != want {
+			t.Errorf("%s max %d, want %d", res, got, want)
+		}
+	}
+}
+
+// An S3 browser upload (POST Object) names its key in the form: refused.
+func TestFormUploadRefused(t *testing.T) {
+	backend := newGateBackend(t)
+	srv := newTestProxy(t, newMemStore(), backend.URL, nil)
+	ctx := context.Background()
+	for _, path := range []string{"/bkt", "/bkt/"} {
+		r := send(ctx, "POST", srv.URL+path, "41", "form", "Content-Type", "multipart/form-data; boundary=x")
+		if r.status != 400 || r.header.Get(HeaderRefused) != ReasonUnsupported {
+			t.Errorf("form POST %s: %d %v", path, r.status, r.header)
+		}
+	}
+	if got := backend.got(); len(got) != 0 {
+		t.Fatalf("forwarded: %v", got)
+	}
+	// A form POSTed to a deeper path names its resource in the path.
+	if r := send(ctx, "POST", srv.URL+"/api/items", "41", "form2", "Content-Type", "multipart/form-data; boundary=x"); r.status != 204 {
+		t.Fatalf("form POST to /api/items: %d", r.status)
 	}
 }
