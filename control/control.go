@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
 // Store is what the control API reads (tokenstore.Store provides it).
@@ -46,7 +48,7 @@ func Handler(store Store, log *slog.Logger) http.Handler {
 	r.Get(FencePrefix+"*", func(w http.ResponseWriter, req *http.Request) {
 		// The decoded path, not chi's wildcard (which is raw when RawPath is set).
 		key := strings.TrimPrefix(req.URL.Path, FencePrefix)
-		if key == "" {
+		if key == "" || len(key) > proxy.MaxResourceKey {
 			writeProblem(w, http.StatusNotFound, "Unknown resource", "name a resource key after "+FencePrefix)
 			return
 		}

@@ -60,6 +60,7 @@ func TestControlAPI(t *testing.T) {
 		{"unknown resource", "GET", "/v1/fences/bkt/nope", 404, "application/problem+json", `"status":404`},
 		{"prefix of a resource is not one", "GET", "/v1/fences/bkt", 404, "application/problem+json", `"status":404`},
 		{"empty key", "GET", "/v1/fences/", 404, "application/problem+json", `"status":404`},
+		{"key too long", "GET", "/v1/fences/" + strings.Repeat("k", 4097), 404, "application/problem+json", `"status":404`},
 		{"unknown endpoint", "GET", "/v2/whatever", 404, "application/problem+json", `"status":404`},
 		{"fences are read-only here", "PUT", "/v1/fences/solo", 405, "application/problem+json", `"status":405`},
 	}

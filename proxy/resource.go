@@ -10,12 +10,17 @@ import (
 // backends disagree on (dot segments), so it cannot be fenced (400).
 var ErrBadResource = errors.New("request path names no fenceable resource")
 
+// MaxResourceKey is the longest resource key in bytes (S3 keys are at most
+// 1,024 bytes; the store's keys at most about 64 KiB).
+const MaxResourceKey = 4096
+
 // ResourceKey maps a percent-decoded request path (url.URL.Path) to its
 // resource key: the path without its leading slash, cut to its first depth
 // segments when depth > 0 (depth 0 keeps the whole path). So /bkt/part-0/obj%41
 // is bkt/part-0/objA, or bkt/part-0 with depth 2. Two targets the backend
 // treats as one object map to one key because the key is the decoded path.
-// ErrBadResource for an empty path and for "." or ".." segments.
+// ErrBadResource for an empty path, "." or ".." segments, and keys longer
+// than MaxResourceKey bytes.
 func ResourceKey(path string, depth int) (string, error) {
 	key := strings.TrimPrefix(path, "/")
 	if key == "" {
@@ -39,6 +44,9 @@ func ResourceKey(path string, depth int) (string, error) {
 		if key == "" {
 			return "", fmt.Errorf("%w: the path's first segment is empty", ErrBadResource)
 		}
+	}
+	if len(key) > MaxResourceKey {
+		return "", fmt.Errorf("%w: the resource key is %d bytes, more than %d", ErrBadResource, len(key), MaxResourceKey)
 	}
 	return key, nil
 }

@@ -30,9 +30,12 @@ func TestResourceKey(t *testing.T) {
 		{"/bkt/%2e%2e/other", 0, "", ErrBadResource},
 		{"/bkt/%2E/x", 0, "", ErrBadResource},
 		{"/..", 1, "", ErrBadResource},
+		{"/" + strings.Repeat("k", MaxResourceKey), 0, strings.Repeat("k", MaxResourceKey), nil},
+		{"/" + strings.Repeat("k", MaxResourceKey+1), 0, "", ErrBadResource},
+		{"/bkt/" + strings.Repeat("k", MaxResourceKey), 1, "bkt", nil},
 	}
 	for _, tc := range cases {
-		t.Run(tc.target, func(t *testing.T) {
+		t.Run(tc.target[:min(len(tc.target), 40)], func(t *testing.T) {
 			u, err := url.ParseRequestURI(tc.target)
 			if err != nil {
 				t.Fatal(err)
