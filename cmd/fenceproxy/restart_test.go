@@ -336,11 +336,16 @@ func TestSIGKILLKeepsMaximum(t *testing.T) {
 	backend.checkOrder(t)
 	mu.Lock()
 	defer mu.Unlock()
+	total := 0
 	for w := range 4 {
 		if len(admitted[fmt.Sprintf("bkt/w%d", w)]) == 0 {
 			t.Errorf("writer bkt/w%d got no write through; the concurrent part tested nothing", w)
 		}
 	}
+	for _, toks := range admitted {
+		total += len(toks)
+	}
+	t.Logf("%d SIGKILL cycles, %d writes acknowledged with 2xx, 0 lost (each <= the persisted maximum after restart)", cycles, total)
 }
 
 // heldBackend holds every PUT until release is closed.
