@@ -154,7 +154,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(context.WithoutCancel(client), clientContextKey{}, client))
 	defer func() {
 		if client.Err() != nil {
-			p.log.LogAttrs(client, slog.LevelInfo, "client went away; the write was completed upstream",
+			p.log.LogAttrs(client, slog.LevelInfo, "client went away before the answer",
 				slog.Int("status", 499), slog.String("resource", resource), slog.String("token", token),
 				slog.String("method", r.Method), slog.String("target", r.RequestURI))
 		}
@@ -166,12 +166,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // context, so upstreamError can tell a client gone (499) from a backend failure.
 type clientContextKey struct{}
 
-// clientGone reports whether the client of r went away.
-func clientGone(r *http.Request) bool {
+// clientGone reports whether the client of r went away, and whether r is a
+// forwarded write (whose ServeHTTP logs that itself).
+func clientGone(r *http.Request) (gone, write bool) {
 	if c, ok := r.Context().Value(clientContextKey{}).(context.Context); ok {
-		return c.Err() != nil
+		return c.Err() != nil, true
 	}
-	return r.Context().Err() != nil
+	return r.Context().Err() != nil, false
 }
 
 // resources returns the resource keys a fenced write touches: its path's, and
@@ -342,9 +343,12 @@ func rawPath(r *http.Request) string {
 // have reached the backend.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusBadGateway
+	gone, write := clientGone(r)
 	var ne net.Error
 	switch {
-	case clientGone(r):
+	case gone && write:
+		return // ServeHTTP logs it once, as 499
+	case gone:
 		status = 499 // client closed the request; nobody reads a response
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
 		status = http.StatusGatewayTimeout
