@@ -36,6 +36,9 @@ var (
 	ErrLocked = errors.New("tokenstore: data directory locked")
 	// ErrClosed: the Store was used after Close.
 	ErrClosed = errors.New("tokenstore: store closed")
+	// ErrDirGone: the data directory was removed or replaced under the
+	// running store; raises fail (closed) since they would not survive a restart.
+	ErrDirGone = errors.New("tokenstore: data directory was removed or replaced")
 	// ErrRange: a token above math.MaxInt64 (2^63-1), the largest token
 	// fenceproxy accepts so Java, etcd and Redisson tokens all fit.
 	ErrRange = errors.New("tokenstore: token out of range (max 2^63-1)")
@@ -238,6 +241,9 @@ func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 	if m, ok := s.cacheGet(resource); ok && m >= t {
 		return m, nil
 	}
+	if err := s.checkDir(); err != nil {
+		return 0, err
+	}
 	k := key(resource)
 	for attempt := 1; ; attempt++ {
 		var result uint64
@@ -305,10 +311,26 @@ func (s *Store) wrap(op, resource string, err error) error {
 	return fmt.Errorf("tokenstore: %s %q: %w", op, resource, err)
 }
 
-// Ready reports whether the store can serve: nil while open, ErrClosed after Close.
+// Ready reports whether the store can serve: nil while open; ErrClosed after
+// Close; ErrDirGone when the data directory was removed or replaced.
 func (s *Store) Ready() error {
 	if s.closed.Load() {
 		return ErrClosed
+	}
+	return s.checkDir()
+}
+
+// checkDir verifies that the lock file this store holds is still the one at
+// its path: after `rm -rf DATA_DIR` Badger keeps writing to deleted files, and
+// a second process could lock a new directory at the same path.
+func (s *Store) checkDir() error {
+	held, err := s.lockFile.Stat()
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrDirGone, s.dir, err)
+	}
+	now, err := os.Stat(filepath.Join(s.dir, lockFileName))
+	if err != nil || !os.SameFile(held, now) {
+		return fmt.Errorf("%w: %s no longer holds this process's %s", ErrDirGone, s.dir, lockFileName)
 	}
 	return nil
 }

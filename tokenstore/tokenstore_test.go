@@ -543,3 +543,43 @@ func TestBadgerOptions(t *testing.T) {
 		t.Error("slog logger not wired to Badger")
 	}
 }
+
+// Removing DATA_DIR under a running store makes raises fail closed and the
+// store unready, instead of writing maxima that vanish on restart.
+func TestDirRemovedFailsClosed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Raise("r", 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Raise("r", 20); !errors.Is(err, ErrDirGone) {
+		t.Fatalf("Raise after removal: %v, want ErrDirGone", err)
+	}
+	if err := s.Ready(); !errors.Is(err, ErrDirGone) {
+		t.Fatalf("Ready after removal: %v, want ErrDirGone", err)
+	}
+	// Known maxima still answer (from memory), and a covered raise needs no disk.
+	if m, err := s.Max("r"); err != nil || m != 10 {
+		t.Fatalf("Max = %d, %v; want 10", m, err)
+	}
+	if m, err := s.Raise("r", 10); err != nil || m != 10 {
+		t.Fatalf("covered Raise = %d, %v; want 10", m, err)
+	}
+	// A second store can take the new directory at the same path; the first
+	// still refuses raises.
+	s2, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open of the recreated path: %v", err)
+	}
+	defer s2.Close()
+	if _, err := s.Raise("r", 30); !errors.Is(err, ErrDirGone) {
+		t.Fatalf("Raise by the first store after a second took the path: %v", err)
+	}
+}
