@@ -200,8 +200,10 @@ func (p *Proxy) resources(r *http.Request) ([]string, error) {
 		if err != nil || u.Path == "" {
 			return keys, fmt.Errorf("%w: Destination %q is not a URL with a path", ErrBadResource, dest)
 		}
-		if err := checkRawPath(u.EscapedPath()); err != nil {
-			return keys, err
+		// Check the header as sent: url.Parse re-escapes "\\", which other
+		// parsers read as "/".
+		if err := checkRawPath(dest); err != nil {
+			return keys, fmt.Errorf("Destination: %w", err)
 		}
 		dk, err := ResourceKey(u.Path, p.opts.ResourceDepth)
 		if err != nil {

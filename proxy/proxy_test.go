@@ -91,6 +91,9 @@ func TestDestinationFenced(t *testing.T) {
 		{"MOVE", "/dav/report", "5", 409, "dav/report"},
 		{"COPY", "http://elsewhere.example/dav/report", "9", 409, "dav/report"},
 		{"COPY", "/dav/%2e%2e/report", "11", 400, ""},
+		{"COPY", "/dav\\report", "5", 400, ""},
+		{"COPY", "http://x/dav\\report", "5", 400, ""},
+		{"COPY", "/dav/re%00port", "11", 400, ""},
 		{"COPY", srv.URL + "/dav/report", "10", 204, ""},
 		{"MOVE", srv.URL + "/dav/new", "12", 204, ""},
 	} {
