@@ -62,6 +62,19 @@ type Config struct {
 	// UpstreamResponseTimeout bounds the wait for response headers after the request was sent.
 	UpstreamResponseTimeout time.Duration `env:"UPSTREAM_RESPONSE_TIMEOUT" envDefault:"60s" help:"longest wait for the backend's response headers after the whole request was sent; past it 504"`
 
+	// LeaseToken, when set, is required as a bearer token by lease calls.
+	LeaseToken string `env:"LEASE_TOKEN" help:"bearer token required by lease calls when set (anyone who can acquire can fence out the real holder)"`
+
+	// LeaseGrace is the wait after a lease's expiry before another holder may acquire it.
+	LeaseGrace time.Duration `env:"LEASE_GRACE" help:"wait after a lease expires before another holder may acquire it (its holder may still renew); unset: 2/3 of the lease's TTL"`
+
+	// LeaseRevokeAfter is the silence after which a lease's holder is reported as suspect.
+	LeaseRevokeAfter time.Duration `env:"LEASE_REVOKE_AFTER" help:"time without a renew after which a holder is reported as suspect; unset: half the lease's TTL"`
+
+	// LeaseMinTTL and LeaseMaxTTL bound the TTL an acquire may ask for.
+	LeaseMinTTL time.Duration `env:"LEASE_MIN_TTL" envDefault:"1s" help:"shortest lease TTL an acquire may ask for"`
+	LeaseMaxTTL time.Duration `env:"LEASE_MAX_TTL" envDefault:"1h" help:"longest lease TTL an acquire may ask for"`
+
 	// AdminToken is the bearer token of admin calls; admin calls are refused while it is unset.
 	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls (the admin API is not in this version yet; this reserves its name); admin calls are refused while it is unset"`
 
@@ -70,7 +83,7 @@ type Config struct {
 }
 
 // mayBeEmpty lists variables for which set-but-empty means unset.
-var mayBeEmpty = map[string]bool{Prefix + "ADMIN_TOKEN": true}
+var mayBeEmpty = map[string]bool{Prefix + "ADMIN_TOKEN": true, Prefix + "LEASE_TOKEN": true}
 
 // Parse reads the configuration from environ (name to value) and validates it.
 // The returned error lists every bad variable by name; Config is only usable
@@ -202,9 +215,18 @@ func (c Config) Validate() error {
 	if c.ResourceDepth < 0 {
 		bad("RESOURCE_DEPTH", "%d must be 0 (whole path) or a positive number of segments", c.ResourceDepth)
 	}
+	for name, d := range map[string]time.Duration{"LEASE_GRACE": c.LeaseGrace, "LEASE_REVOKE_AFTER": c.LeaseRevokeAfter} {
+		if d < 0 {
+			bad(name, "%s must not be negative", d)
+		}
+	}
+	if c.LeaseMinTTL > c.LeaseMaxTTL {
+		bad("LEASE_MIN_TTL", "%s is above FENCEPROXY_LEASE_MAX_TTL %s", c.LeaseMinTTL, c.LeaseMaxTTL)
+	}
 	for name, d := range map[string]time.Duration{
 		"DRAIN_TIMEOUT": c.DrainTimeout, "SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
 		"UPSTREAM_DIAL_TIMEOUT": c.UpstreamDialTimeout, "UPSTREAM_RESPONSE_TIMEOUT": c.UpstreamResponseTimeout,
+		"LEASE_MIN_TTL": c.LeaseMinTTL, "LEASE_MAX_TTL": c.LeaseMaxTTL,
 	} {
 		if d <= 0 {
 			bad(name, "%s must be a positive duration such as 30s", d)

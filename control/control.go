@@ -25,15 +25,26 @@ type Store interface {
 // FencePrefix is the URL prefix under which a resource key names its fence.
 const FencePrefix = "/v1/fences/"
 
+// Options adds optional parts to the control API.
+type Options struct {
+	Leases        Leases // serves /v1/leases/* when set
+	LeaseToken    string // bearer token required by lease calls; "" = none
+	ResourceDepth int    // lease names must have exactly this many segments when > 0
+}
+
 // Handler returns the control API router:
 //
 //	GET /healthz          200 while the process serves
 //	GET /readyz           200 while the store is open, else 503
 //	GET /v1/fences/{key}  {"resource": key, "token": "<decimal string>"}; 404 if never raised
+//	POST, PUT, DELETE, GET /v1/leases/{name}  acquire, renew, release, read (with Options.Leases)
 //
-// The key after /v1/fences/ is the percent-decoded resource key and may contain slashes.
-func Handler(store Store, log *slog.Logger) http.Handler {
+// Keys and names after the prefix are percent-decoded resource keys and may contain slashes.
+func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	r := chi.NewRouter()
+	if opts.Leases != nil {
+		(&leaseAPI{leases: opts.Leases, token: opts.LeaseToken, depth: opts.ResourceDepth, log: log}).routes(r)
+	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

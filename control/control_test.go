@@ -42,7 +42,7 @@ func TestControlAPI(t *testing.T) {
 	store := &fakeStore{max: map[string]uint64{
 		"bkt/part-0/objA": 42, "bkt/a b": 7, "solo": 9223372036854775807,
 	}}
-	srv := httptest.NewServer(Handler(store, slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(Handler(store, slog.New(slog.DiscardHandler), Options{}))
 	defer srv.Close()
 
 	cases := []struct {
@@ -85,7 +85,7 @@ func TestControlAPI(t *testing.T) {
 
 func TestControlStoreTrouble(t *testing.T) {
 	store := &fakeStore{max: map[string]uint64{"r": 1}}
-	srv := httptest.NewServer(Handler(store, slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(Handler(store, slog.New(slog.DiscardHandler), Options{}))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)

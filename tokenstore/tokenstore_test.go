@@ -583,3 +583,50 @@ func TestDirRemovedFailsClosed(t *testing.T) {
 		t.Fatalf("Raise by the first store after a second took the path: %v", err)
 	}
 }
+
+// UpdateLease commits the record and the fence raise together, or nothing.
+func TestUpdateLeaseAtomic(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir)
+	boom := errors.New("boom")
+	if err := s.UpdateLease("r", func(rec []byte, m uint64) ([]byte, uint64, error) {
+		return []byte("x"), 9, boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("UpdateLease = %v, want fn's error", err)
+	}
+	if rec, _ := s.Lease("r"); rec != nil {
+		t.Fatalf("record %q written despite the error", rec)
+	}
+	if m, _ := s.Max("r"); m != 0 {
+		t.Fatalf("fence %d raised despite the error", m)
+	}
+	if err := s.UpdateLease("r", func(rec []byte, m uint64) ([]byte, uint64, error) {
+		return []byte("held"), math.MaxInt64 + 1, nil
+	}); !errors.Is(err, ErrRange) {
+		t.Fatalf("raise above 2^63-1: %v", err)
+	}
+	if _, err := s.Raise("r", 5); err != nil {
+		t.Fatal(err)
+	}
+	var sawMax uint64
+	if err := s.UpdateLease("r", func(rec []byte, m uint64) ([]byte, uint64, error) {
+		sawMax = m
+		return []byte("v1"), m + 1, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if sawMax != 5 {
+		t.Fatalf("fn saw fence %d, want 5", sawMax)
+	}
+	if m, _ := s.Max("r"); m != 6 {
+		t.Fatalf("cached fence %d, want 6", m)
+	}
+	s.Close()
+	s2 := openT(t, dir)
+	if rec, _ := s2.Lease("r"); string(rec) != "v1" {
+		t.Fatalf("record after reopen %q", rec)
+	}
+	if m, _ := s2.Max("r"); m != 6 {
+		t.Fatalf("fence after reopen %d, want 6", m)
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
+	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
@@ -127,7 +128,14 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		ErrorLog:          errorLog,
 	}
 	controlSrv := &http.Server{
-		Handler:           control.Handler(ready, log),
+		Handler: control.Handler(ready, log, control.Options{
+			Leases: lease.NewManager(store, lease.Options{
+				MinTTL: cfg.LeaseMinTTL, MaxTTL: cfg.LeaseMaxTTL,
+				Grace: cfg.LeaseGrace, RevokeAfter: cfg.LeaseRevokeAfter, Logger: log,
+			}),
+			LeaseToken:    cfg.LeaseToken,
+			ResourceDepth: cfg.ResourceDepth,
+		}),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          errorLog,

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// leaseBackend records the fencing tokens of the writes that reach it.
+type leaseBackend struct {
+	mu     sync.Mutex
+	tokens []string
+}
+
+func (b *leaseBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	b.mu.Lock()
+	b.tokens = append(b.tokens, r.Header.Get("X-Fencing-Token"))
+	b.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (b *leaseBackend) got() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Join(b.tokens, ",")
+}
+
+// call sends method to url with a JSON body and bearer (both optional) and
+// returns the status and decoded JSON body.
+func call(t *testing.T, method, url, body, bearer string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// write sends a fenced PUT through the proxy with token.
+func write(t *testing.T, in *instance, path, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, in.proxyURL()+path, strings.NewReader("data"))
+	req.Header.Set("X-Fencing-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func startLeaseProxy(t *testing.T, extra map[string]string) (*instance, *leaseBackend) {
+	backend := &leaseBackend{}
+	srv := httptest.NewServer(backend)
+	t.Cleanup(srv.Close)
+	env := map[string]string{
+		"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+		"FENCEPROXY_LEASE_MIN_TTL": "50ms", "FENCEPROXY_LEASE_GRACE": "200ms",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return startFenceproxy(t, env), backend
+}
+
+// The first background document's timelines through the running server:
+// (a) A stalls past its lease, B takes over, A's renew and write are refused;
+// (b) A renews, stalls, B takes over, A's write is refused, before B writes.
+func TestLeaseTakeoverFencesAhead(t *testing.T) {
+	in, backend := startLeaseProxy(t, nil)
+	leases := in.controlURL() + "/v1/leases/bkt/report"
+
+	status, a := call(t, "POST", leases, `{"holder":"A","ttl":"300ms"}`, "")
+	if status != 201 {
+		t.Fatalf("A acquire: %d %v", status, a)
+	}
+	aTok := a["token"].(string)
+	if write(t, in, "/bkt/report", aTok) != 204 {
+		t.Fatal("A's write with its token was refused")
+	}
+	if status, _ := call(t, "PUT", leases, `{"holder":"A","token":"`+aTok+`"}`, ""); status != 200 {
+		t.Fatalf("A renew: %d", status)
+	}
+	// B cannot take over while A holds (or is in its grace).
+	if status, body := call(t, "POST", leases, `{"holder":"B","ttl":"300ms"}`, ""); status != 409 || body["holder"] != "A" {
+		t.Fatalf("B acquire while A holds: %d %v", status, body)
+	}
+	time.Sleep(300*time.Millisecond + 200*time.Millisecond + 50*time.Millisecond) // A stalls past TTL and grace
+	status, b := call(t, "POST", leases, `{"holder":"B","ttl":"300ms"}`, "")
+	if status != 201 {
+		t.Fatalf("B acquire after expiry: %d %v", status, b)
+	}
+	bTok := b["token"].(string)
+	if an, bn := mustUint(t, aTok), mustUint(t, bTok); bn <= an {
+		t.Fatalf("B's token %d not above A's %d", bn, an)
+	}
+	// Fence-ahead: before B writes anything, A is already refused.
+	if got := write(t, in, "/bkt/report", aTok); got != 409 {
+		t.Fatalf("A's late write before B wrote: %d, want 409", got)
+	}
+	if status, _ := call(t, "PUT", leases, `{"holder":"A","token":"`+aTok+`"}`, ""); status != 409 {
+		t.Fatalf("A's late renew: %d, want 409", status)
+	}
+	if write(t, in, "/bkt/report", bTok) != 204 {
+		t.Fatal("B's write refused")
+	}
+	if got, want := backend.got(), aTok+","+bTok; got != want {
+		t.Fatalf("backend applied %s, want %s", got, want)
+	}
+	status, state := call(t, "GET", leases, "", "")
+	if status != 200 || state["holder"] != "B" || state["token"] != bTok {
+		t.Fatalf("GET lease: %d %v", status, state)
+	}
+}
+
+func TestLeaseBearerToken(t *testing.T) {
+	in, _ := startLeaseProxy(t, map[string]string{"FENCEPROXY_LEASE_TOKEN": "s3cret"})
+	leases := in.controlURL() + "/v1/leases/bkt/obj"
+	for _, bearer := range []string{"", "wrong"} {
+		if status, _ := call(t, "POST", leases, `{"holder":"A","ttl":"1s"}`, bearer); status != 401 {
+			t.Fatalf("acquire with bearer %q: %d, want 401", bearer, status)
+		}
+	}
+	if status, _ := call(t, "GET", leases, "", "s3cret"); status != 404 {
+		t.Fatalf("nothing may have changed: GET %d, want 404", status)
+	}
+	if status, _ := call(t, "POST", leases, `{"holder":"A","ttl":"1s"}`, "s3cret"); status != 201 {
+		t.Fatalf("acquire with the token: %d", status)
+	}
+}
+
+func TestLeaseBadRequests(t *testing.T) {
+	in, _ := startLeaseProxy(t, map[string]string{"FENCEPROXY_RESOURCE_DEPTH": "2"})
+	base := in.controlURL() + "/v1/leases/"
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "bkt/part/extra", `{"holder":"A","ttl":"1s"}`}, // 3 segments with depth 2
+		{"POST", "bkt", `{"holder":"A","ttl":"1s"}`},
+		{"POST", "bkt/part", `{"holder":"A","ttl":"10"}`},
+		{"POST", "bkt/part", `{"holder":"","ttl":"1s"}`},
+		{"POST", "bkt/part", `{"holder":"A","ttl":"2h"}`},
+		{"POST", "bkt/part", `{"holder":"A","ttl":"1s","extra":1}`},
+		{"PUT", "bkt/part", `{"holder":"A","token":"007"}`},
+		{"PUT", "bkt/part", `{"holder":"A"}`},
+		{"POST", "bkt/%2e%2e", `{"holder":"A","ttl":"1s"}`},
+	} {
+		if status, body := call(t, tc.method, base+tc.path, tc.body, ""); status != 400 {
+			t.Errorf("%s %s %s: %d %v, want 400", tc.method, tc.path, tc.body, status, body)
+		}
+	}
+	if status, _ := call(t, "GET", base+"bkt/part", "", ""); status != 404 {
+		t.Fatalf("a bad request created a lease: %d", status)
+	}
+	// Tokens are accepted as strings or numbers.
+	status, a := call(t, "POST", base+"bkt/part", `{"holder":"A","ttl":"1s"}`, "")
+	if status != 201 {
+		t.Fatal(status)
+	}
+	if status, _ := call(t, "PUT", base+"bkt/part", `{"holder":"A","token":`+a["token"].(string)+`}`, ""); status != 200 {
+		t.Fatalf("renew with a numeric token: %d", status)
+	}
+}
+
+func mustUint(t *testing.T, s string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("token %q: %v", s, err)
+	}
+	return v
+}

@@ -1,0 +1,239 @@
+package control
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// LeasePrefix is the URL prefix under which a lease name (a resource key) names its lease.
+const LeasePrefix = "/v1/leases/"
+
+// Leases is what the lease API needs (lease.Manager provides it).
+type Leases interface {
+	Acquire(name, holder string, ttl time.Duration) (lease.Lease, error)
+	Renew(name, holder string, token uint64) (lease.Lease, error)
+	Release(name, holder string, token uint64) (lease.Lease, error)
+	Get(name string) (lease.Lease, lease.State, error)
+}
+
+// leaseAPI serves /v1/leases/*.
+type leaseAPI struct {
+	leases Leases
+	token  string // bearer token for lease calls; "" = open
+	depth  int    // RESOURCE_DEPTH: a lease name must have exactly this many segments
+	log    *slog.Logger
+}
+
+func (a *leaseAPI) routes(r chi.Router) {
+	r.Route(LeasePrefix, func(r chi.Router) {
+		r.Use(a.authorize)
+		r.Post("/*", a.acquire)
+		r.Put("/*", a.renew)
+		r.Delete("/*", a.release)
+		r.Get("/*", a.get)
+	})
+}
+
+// authorize requires FENCEPROXY_LEASE_TOKEN as a bearer token when it is set:
+// anyone who can acquire can fence out the real holder.
+func (a *leaseAPI) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.token != "" && !bearer(r, a.token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fenceproxy leases"`)
+			writeProblem(w, http.StatusUnauthorized, "Unauthorized", "lease calls need Authorization: Bearer <FENCEPROXY_LEASE_TOKEN>")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bearer reports whether r carries "Authorization: Bearer want" (constant-time compare).
+func bearer(r *http.Request, want string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// name returns the lease name of r: the percent-decoded path after the prefix,
+// a valid resource key with exactly RESOURCE_DEPTH segments when that is set.
+func (a *leaseAPI) name(r *http.Request) (string, error) {
+	name := strings.TrimPrefix(r.URL.Path, LeasePrefix)
+	key, err := proxy.ResourceKey("/"+name, 0)
+	if err != nil || key != name {
+		return "", fmt.Errorf("%q is not a resource key", name)
+	}
+	if a.depth > 0 && strings.Count(name, "/")+1 != a.depth {
+		return "", fmt.Errorf("lease name %q must have exactly %d segments (FENCEPROXY_RESOURCE_DEPTH), so the lease and the fence cover the same resource", name, a.depth)
+	}
+	return name, nil
+}
+
+// Token is a fencing token in JSON: written as a decimal string (64-bit
+// integers lose precision in JavaScript), read from a string or a number.
+type Token uint64
+
+// MarshalJSON writes the token as a decimal string.
+func (t Token) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + strconv.FormatUint(uint64(t), 10) + `"`), nil
+}
+
+// UnmarshalJSON reads "42" or 42, with the proxy's token rules.
+func (t *Token) UnmarshalJSON(b []byte) error {
+	s := string(bytes.TrimSpace(b))
+	if unq, err := strconv.Unquote(s); err == nil {
+		s = unq
+	}
+	v, err := proxy.ParseToken(s)
+	if err != nil {
+		return err
+	}
+	*t = Token(v)
+	return nil
+}
+
+type leaseRequest struct {
+	Holder string `json:"holder"`
+	TTL    string `json:"ttl"`
+	Token  *Token `json:"token"`
+}
+
+type leaseBody struct {
+	Name       string    `json:"name"`
+	Holder     string    `json:"holder"`
+	Token      Token     `json:"token"`
+	State      string    `json:"state,omitempty"`
+	TTL        string    `json:"ttl"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	RenewedAt  time.Time `json:"renewed_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+func body(l lease.Lease, st lease.State) leaseBody {
+	return leaseBody{Name: l.Name, Holder: l.Holder, Token: Token(l.Token), State: string(st), TTL: l.TTL.String(),
+		AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt}
+}
+
+// decode reads a small JSON body; unknown fields are errors.
+func decodeRequest(r *http.Request) (leaseRequest, error) {
+	var req leaseRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, fmt.Errorf("body: %w", err)
+	}
+	return req, nil
+}
+
+func (a *leaseAPI) acquire(w http.ResponseWriter, r *http.Request) {
+	name, err := a.name(r)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "Bad lease name", err.Error())
+		return
+	}
+	req, err := decodeRequest(r)
+	if err == nil && req.Token != nil {
+		err = errors.New("acquire takes holder and ttl, not a token")
+	}
+	var ttl time.Duration
+	if err == nil {
+		if ttl, err = time.ParseDuration(req.TTL); err != nil {
+			err = fmt.Errorf("ttl %q: want a Go duration such as 10s", req.TTL)
+		}
+	}
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "Bad lease request", err.Error())
+		return
+	}
+	l, err := a.leases.Acquire(name, req.Holder, ttl)
+	if err != nil {
+		a.fail(w, r, name, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, body(l, lease.StateHeld))
+}
+
+func (a *leaseAPI) renew(w http.ResponseWriter, r *http.Request) {
+	a.holderCall(w, r, http.StatusOK, a.leases.Renew)
+}
+
+func (a *leaseAPI) release(w http.ResponseWriter, r *http.Request) {
+	a.holderCall(w, r, http.StatusOK, a.leases.Release)
+}
+
+// holderCall serves renew and release: both name the holder and its token.
+func (a *leaseAPI) holderCall(w http.ResponseWriter, r *http.Request, status int, call func(name, holder string, token uint64) (lease.Lease, error)) {
+	name, err := a.name(r)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "Bad lease name", err.Error())
+		return
+	}
+	req, err := decodeRequest(r)
+	if err == nil && (req.Token == nil || req.Holder == "") {
+		err = errors.New("holder and token are required")
+	}
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "Bad lease request", err.Error())
+		return
+	}
+	l, err := call(name, req.Holder, uint64(*req.Token))
+	if err != nil {
+		a.fail(w, r, name, err)
+		return
+	}
+	st := lease.StateHeld
+	if l.Released {
+		st = lease.StateReleased
+	}
+	writeJSON(w, status, body(l, st))
+}
+
+func (a *leaseAPI) get(w http.ResponseWriter, r *http.Request) {
+	name, err := a.name(r)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "Bad lease name", err.Error())
+		return
+	}
+	l, st, err := a.leases.Get(name)
+	if err != nil {
+		a.fail(w, r, name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, body(l, st))
+}
+
+// fail maps lease errors to HTTP: the one place for the lease API.
+func (a *leaseAPI) fail(w http.ResponseWriter, r *http.Request, name string, err error) {
+	var held *lease.HeldError
+	switch {
+	case errors.As(err, &held):
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusConflict)
+		json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": "Lease held", "status": http.StatusConflict,
+			"detail": held.Error(), "name": name, "holder": held.Holder, "expires_at": held.ExpiresAt, "grace_ends": held.GraceEnds})
+	case errors.Is(err, lease.ErrLost):
+		writeProblem(w, http.StatusConflict, "Lease lost", err.Error())
+	case errors.Is(err, lease.ErrExhausted):
+		writeProblem(w, http.StatusConflict, "Fencing tokens exhausted", err.Error())
+	case errors.Is(err, lease.ErrInvalid):
+		writeProblem(w, http.StatusBadRequest, "Bad lease request", err.Error())
+	case errors.Is(err, lease.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, "Unknown lease", "no lease of this name was ever acquired")
+	default:
+		a.log.LogAttrs(r.Context(), slog.LevelError, "lease call failed", slog.String("lease", name), slog.String("error", err.Error()))
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "Lease store unavailable", "the lease could not be read or written; nothing changed")
+	}
+}

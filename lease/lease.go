@@ -1,0 +1,334 @@
+// Package lease grants time-bounded ownership of a resource to one holder at
+// a time and issues a fencing token with every grant (see the second
+// background document and Kleppmann 2016). Tokens come from the same durable
+// store the proxy checks, and a grant raises the resource's fence in the same
+// synced transaction ("fence-ahead"), so the previous holder's writes are
+// refused from the moment the new holder has its token.
+//
+// Life of a lease: acquire (new token) -> renew within TTL -> release, or
+// expiry. After expiry a grace period (default 2/3 of the TTL, two renew
+// periods) keeps others out, and the holder may still renew and keep its
+// token: a short network blip does not move the lease (anti-flapping). A
+// holder that has not renewed for RevokeAfter (default TTL/2) is reported as
+// suspect before it expires.
+package lease
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// Store is what leases need from durable storage (tokenstore.Store provides it).
+type Store interface {
+	// UpdateLease runs fn over the stored record of name and name's fence
+	// maximum, and durably commits fn's record and fence raise together.
+	UpdateLease(name string, fn func(record []byte, fenceMax uint64) (next []byte, raise uint64, err error)) error
+	// Lease returns the stored record of name, nil when there is none.
+	Lease(name string) ([]byte, error)
+}
+
+var (
+	// ErrHeld: another holder has the lease (or it is in its grace period) (409).
+	ErrHeld = errors.New("lease is held by another holder")
+	// ErrLost: renew or release by a holder that no longer has the lease: wrong
+	// holder or token, expired past its grace, released, or fenced by a larger token (409).
+	ErrLost = errors.New("lease was lost")
+	// ErrNotFound: no lease of that name was ever acquired (404).
+	ErrNotFound = errors.New("no such lease")
+	// ErrInvalid: a bad TTL or holder (400).
+	ErrInvalid = errors.New("invalid lease request")
+	// ErrExhausted: the next token would pass 2^63-1 (409); an operator must
+	// reset the resource's fence with the admin API.
+	ErrExhausted = errors.New("fencing tokens exhausted for this resource: the next token would pass 2^63-1; an operator must reset the fence with the admin API (DELETE /v1/fences/{resource})")
+)
+
+// HeldError is ErrHeld with the current holder and expiry.
+type HeldError struct {
+	Holder    string
+	ExpiresAt time.Time
+	GraceEnds time.Time // nobody else may acquire before this
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("lease is held by %q until %s (others may acquire from %s)", e.Holder,
+		e.ExpiresAt.Format(time.RFC3339Nano), e.GraceEnds.Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrHeld) hold.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// State of a lease at a moment.
+type State string
+
+const (
+	StateHeld     State = "held"     // renewed within RevokeAfter
+	StateSuspect  State = "suspect"  // not renewed for RevokeAfter, not yet expired
+	StateGrace    State = "grace"    // expired; only the holder may renew, nobody else may acquire
+	StateExpired  State = "expired"  // past expiry and grace: anyone may acquire
+	StateReleased State = "released" // released by its holder or an operator
+)
+
+// Lease is one lease's durable record. Token is the fencing token of the
+// current (or last) grant; tokens of one lease only ever increase.
+type Lease struct {
+	Name       string        `json:"-"`
+	Holder     string        `json:"holder"`
+	Token      uint64        `json:"token"`
+	TTL        time.Duration `json:"ttl"`
+	AcquiredAt time.Time     `json:"acquired_at"`
+	RenewedAt  time.Time     `json:"renewed_at"`
+	ExpiresAt  time.Time     `json:"expires_at"`
+	Released   bool          `json:"released"`
+}
+
+// Options configures a Manager. Zero values get the defaults in brackets.
+type Options struct {
+	MinTTL      time.Duration    // shortest TTL accepted [1s]
+	MaxTTL      time.Duration    // longest TTL accepted [1h]
+	Grace       time.Duration    // fixed grace after expiry [0: 2/3 of the lease's TTL]
+	RevokeAfter time.Duration    // silence after which a holder is suspect [0: half the TTL]
+	Now         func() time.Time // clock [time.Now]
+	Logger      *slog.Logger     // nil: discard
+}
+
+// Manager grants, renews and releases leases over a Store. It is safe for
+// concurrent use; the Store's transactions serialise grants of one lease.
+type Manager struct {
+	store Store
+	opts  Options
+}
+
+// NewManager returns a Manager over store.
+func NewManager(store Store, opts Options) *Manager {
+	if opts.MinTTL <= 0 {
+		opts.MinTTL = time.Second
+	}
+	if opts.MaxTTL <= 0 {
+		opts.MaxTTL = time.Hour
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{store: store, opts: opts}
+}
+
+// grace returns the grace period of a lease with ttl.
+func (m *Manager) grace(ttl time.Duration) time.Duration {
+	if m.opts.Grace > 0 {
+		return m.opts.Grace
+	}
+	return ttl * 2 / 3
+}
+
+func (m *Manager) revokeAfter(ttl time.Duration) time.Duration {
+	if m.opts.RevokeAfter > 0 {
+		return m.opts.RevokeAfter
+	}
+	return ttl / 2
+}
+
+// StateAt returns l's state at now.
+func (m *Manager) StateAt(l Lease, now time.Time) State {
+	switch {
+	case l.Released:
+		return StateReleased
+	case now.Before(l.ExpiresAt):
+		if now.Sub(l.RenewedAt) >= m.revokeAfter(l.TTL) {
+			return StateSuspect
+		}
+		return StateHeld
+	case now.Before(l.ExpiresAt.Add(m.grace(l.TTL))):
+		return StateGrace
+	default:
+		return StateExpired
+	}
+}
+
+func decode(name string, rec []byte) (*Lease, error) {
+	if rec == nil {
+		return nil, nil
+	}
+	var l Lease
+	if err := json.Unmarshal(rec, &l); err != nil {
+		return nil, fmt.Errorf("lease %q: corrupt record: %w", name, err)
+	}
+	l.Name = name
+	return &l, nil
+}
+
+// Acquire grants name to holder for ttl and returns the lease with a new
+// fencing token, larger than every token issued for name and than name's
+// fence maximum; the fence is raised to it before Acquire returns. Every
+// successful Acquire issues a new token, also to the holder that had the
+// lease (a restarted process fences its previous incarnation). Errors:
+// *HeldError (ErrHeld) while another holder has it or it is in its grace;
+// ErrInvalid for a TTL outside [MinTTL, MaxTTL] or an empty holder;
+// ErrExhausted; store errors.
+func (m *Manager) Acquire(name, holder string, ttl time.Duration) (Lease, error) {
+	if err := m.check(holder, ttl); err != nil {
+		return Lease{}, err
+	}
+	now := m.opts.Now()
+	var granted, previous Lease
+	err := m.store.UpdateLease(name, func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
+		cur, err := decode(name, rec)
+		if err != nil {
+			return nil, 0, err
+		}
+		last := fenceMax
+		previous = Lease{}
+		if cur != nil {
+			previous = *cur
+			last = max(last, cur.Token)
+			if st := m.StateAt(*cur, now); cur.Holder != holder && (st == StateHeld || st == StateSuspect || st == StateGrace) {
+				return nil, 0, &HeldError{Holder: cur.Holder, ExpiresAt: cur.ExpiresAt, GraceEnds: cur.ExpiresAt.Add(m.grace(cur.TTL))}
+			}
+		}
+		if last >= math.MaxInt64 {
+			return nil, 0, ErrExhausted
+		}
+		granted = Lease{Name: name, Holder: holder, Token: last + 1, TTL: ttl, AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(ttl)}
+		next, err := json.Marshal(granted)
+		return next, granted.Token, err
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	m.opts.Logger.Info("lease acquired", "lease", name, "holder", holder, "token", granted.Token,
+		"ttl", ttl.String(), "previous_holder", previous.Holder, "previous_token", previous.Token)
+	return granted, nil
+}
+
+// Renew extends holder's lease on name by its TTL from now, keeping its
+// token. A renew during the grace period keeps the lease. ErrLost when
+// holder with token no longer has it (another holder acquired, it was
+// released, the grace passed, or the fence was raised past token).
+func (m *Manager) Renew(name, holder string, token uint64) (Lease, error) {
+	now := m.opts.Now()
+	var renewed Lease
+	err := m.store.UpdateLease(name, func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
+		cur, err := m.owned(name, rec, fenceMax, holder, token, now)
+		if err != nil {
+			return nil, 0, err
+		}
+		renewed = *cur
+		renewed.RenewedAt, renewed.ExpiresAt = now, now.Add(cur.TTL)
+		next, err := json.Marshal(renewed)
+		return next, 0, err
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	return renewed, nil
+}
+
+// Release ends holder's lease on name at once: others may acquire without
+// waiting for the grace. ErrLost as for Renew.
+func (m *Manager) Release(name, holder string, token uint64) (Lease, error) {
+	now := m.opts.Now()
+	var released Lease
+	err := m.store.UpdateLease(name, func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
+		cur, err := m.owned(name, rec, fenceMax, holder, token, now)
+		if err != nil {
+			return nil, 0, err
+		}
+		released = *cur
+		released.Released, released.ExpiresAt = true, now
+		next, err := json.Marshal(released)
+		return next, 0, err
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	m.opts.Logger.Info("lease released", "lease", name, "holder", holder, "token", token)
+	return released, nil
+}
+
+// ForceRelease ends name's lease whoever holds it (an operator's call); its
+// token stays spent and the fence stays where it is. ErrNotFound when name
+// never had a lease.
+func (m *Manager) ForceRelease(name string) (Lease, error) {
+	now := m.opts.Now()
+	var released Lease
+	err := m.store.UpdateLease(name, func(rec []byte, _ uint64) ([]byte, uint64, error) {
+		cur, err := decode(name, rec)
+		if err != nil {
+			return nil, 0, err
+		}
+		if cur == nil {
+			return nil, 0, ErrNotFound
+		}
+		released = *cur
+		released.Released, released.ExpiresAt = true, now
+		next, err := json.Marshal(released)
+		return next, 0, err
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	m.opts.Logger.Warn("lease force-released", "lease", name, "holder", released.Holder, "token", released.Token)
+	return released, nil
+}
+
+// Get returns name's lease and its state now. ErrNotFound when name never had one.
+func (m *Manager) Get(name string) (Lease, State, error) {
+	rec, err := m.store.Lease(name)
+	if err != nil {
+		return Lease{}, "", err
+	}
+	cur, err := decode(name, rec)
+	if err != nil {
+		return Lease{}, "", err
+	}
+	if cur == nil {
+		return Lease{}, "", ErrNotFound
+	}
+	st := m.StateAt(*cur, m.opts.Now())
+	if st == StateSuspect {
+		m.opts.Logger.Warn("lease holder is suspect: no renew within the revoke threshold", "lease", name,
+			"holder", cur.Holder, "token", cur.Token, "renewed_at", cur.RenewedAt, "expires_at", cur.ExpiresAt)
+	}
+	return *cur, st, nil
+}
+
+// owned returns the current lease if holder with token still has it at now.
+func (m *Manager) owned(name string, rec []byte, fenceMax uint64, holder string, token uint64, now time.Time) (*Lease, error) {
+	cur, err := decode(name, rec)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cur == nil:
+		return nil, fmt.Errorf("%w: %q was never acquired", ErrLost, name)
+	case cur.Holder != holder || cur.Token != token:
+		return nil, fmt.Errorf("%w: %q is now held by %q with token %d", ErrLost, name, cur.Holder, cur.Token)
+	case fenceMax > token:
+		return nil, fmt.Errorf("%w: the fence of %q was raised to %d", ErrLost, name, fenceMax)
+	}
+	switch m.StateAt(*cur, now) {
+	case StateReleased:
+		return nil, fmt.Errorf("%w: %q was released", ErrLost, name)
+	case StateExpired:
+		return nil, fmt.Errorf("%w: %q expired at %s and its grace has passed", ErrLost, name, cur.ExpiresAt.Format(time.RFC3339Nano))
+	}
+	return cur, nil
+}
+
+func (m *Manager) check(holder string, ttl time.Duration) error {
+	switch {
+	case holder == "":
+		return fmt.Errorf("%w: holder is empty", ErrInvalid)
+	case len(holder) > 256:
+		return fmt.Errorf("%w: holder is longer than 256 bytes", ErrInvalid)
+	case ttl < m.opts.MinTTL || ttl > m.opts.MaxTTL:
+		return fmt.Errorf("%w: ttl %s is outside [%s, %s]", ErrInvalid, ttl, m.opts.MinTTL, m.opts.MaxTTL)
+	}
+	return nil
+}

@@ -1,0 +1,221 @@
+package lease
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/tokenstore"
+)
+
+// clock is a hand-driven clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newTestManager(t *testing.T, dir string) (*Manager, *tokenstore.Store, *clock) {
+	t.Helper()
+	s, err := tokenstore.Open(dir, tokenstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	return NewManager(s, Options{Now: c.Now}), s, c
+}
+
+// The second background document's timeline: w1 holds and renews, w2 cannot
+// acquire; w1 stops renewing; w2 acquires only after TTL plus grace, with a
+// larger token, and the fence already refuses w1's token.
+func TestLeaseTimeline(t *testing.T) {
+	m, store, c := newTestManager(t, t.TempDir())
+	const ttl = 9 * time.Second // grace 6s, revoke threshold 4.5s
+	w1, err := m.Acquire("jobs/shard-1", "w1", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fence, _ := store.Max("jobs/shard-1"); fence != w1.Token {
+		t.Fatalf("fence %d after acquire, want the new token %d", fence, w1.Token)
+	}
+	for range 5 { // w1 renews every TTL/3
+		c.advance(3 * time.Second)
+		if _, err := m.Renew("jobs/shard-1", "w1", w1.Token); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+		var held *HeldError
+		if _, err := m.Acquire("jobs/shard-1", "w2", ttl); !errors.As(err, &held) || held.Holder != "w1" {
+			t.Fatalf("w2 acquired while w1 renews: %v", err)
+		}
+	}
+	// w1 stops renewing.
+	c.advance(5 * time.Second)
+	if _, st, _ := m.Get("jobs/shard-1"); st != StateSuspect {
+		t.Fatalf("state %s after 5s of silence, want suspect", st)
+	}
+	c.advance(4 * time.Second) // expired: grace runs until +6s
+	if _, st, _ := m.Get("jobs/shard-1"); st != StateGrace {
+		t.Fatalf("state %s just after expiry, want grace", st)
+	}
+	if _, err := m.Acquire("jobs/shard-1", "w2", ttl); !errors.Is(err, ErrHeld) {
+		t.Fatalf("w2 acquired during the grace: %v", err)
+	}
+	c.advance(6 * time.Second)
+	w2, err := m.Acquire("jobs/shard-1", "w2", ttl)
+	if err != nil {
+		t.Fatalf("w2 after TTL plus grace: %v", err)
+	}
+	if w2.Token <= w1.Token {
+		t.Fatalf("w2's token %d is not larger than w1's %d", w2.Token, w1.Token)
+	}
+	if fence, _ := store.Max("jobs/shard-1"); fence != w2.Token {
+		t.Fatalf("fence %d, want w2's token %d (fence-ahead)", fence, w2.Token)
+	}
+	if _, err := m.Renew("jobs/shard-1", "w1", w1.Token); !errors.Is(err, ErrLost) {
+		t.Fatalf("w1's late renew: %v, want ErrLost", err)
+	}
+}
+
+func TestRenewDuringGraceKeepsLease(t *testing.T) {
+	m, _, c := newTestManager(t, t.TempDir())
+	l, _ := m.Acquire("r", "w1", 3*time.Second)
+	c.advance(4 * time.Second) // expired, within the 2s grace
+	r, err := m.Renew("r", "w1", l.Token)
+	if err != nil || r.Token != l.Token {
+		t.Fatalf("renew in grace: %+v, %v; want the same token", r, err)
+	}
+	if _, st, _ := m.Get("r"); st != StateHeld {
+		t.Fatalf("state %s after renew, want held", st)
+	}
+	c.advance(3*time.Second + 2*time.Second) // past expiry and grace
+	if _, err := m.Renew("r", "w1", l.Token); !errors.Is(err, ErrLost) {
+		t.Fatalf("renew after grace: %v, want ErrLost", err)
+	}
+}
+
+func TestAcquireRules(t *testing.T) {
+	m, store, _ := newTestManager(t, t.TempDir())
+	a, _ := m.Acquire("r", "w1", 10*time.Second)
+	again, err := m.Acquire("r", "w1", 10*time.Second)
+	if err != nil || again.Token != a.Token+1 {
+		t.Fatalf("re-acquire by the same holder: %+v, %v; want a new token", again, err)
+	}
+	if _, err := m.Renew("r", "w1", a.Token); !errors.Is(err, ErrLost) {
+		t.Fatalf("renew with the previous incarnation's token: %v", err)
+	}
+	if _, err := m.Release("r", "w1", again.Token); err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Acquire("r", "w2", 10*time.Second)
+	if err != nil || b.Token != again.Token+1 {
+		t.Fatalf("acquire after release: %+v, %v", b, err)
+	}
+	// Tokens start above a fence that writes already raised.
+	if _, err := store.Raise("other", 500); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := m.Acquire("other", "w1", 10*time.Second); err != nil || o.Token != 501 {
+		t.Fatalf("acquire over fence 500: %+v, %v; want token 501", o, err)
+	}
+	// A fence raised past the lease's token (a writer or operator) loses it.
+	if _, err := store.Raise("r", b.Token+10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Renew("r", "w2", b.Token); !errors.Is(err, ErrLost) {
+		t.Fatalf("renew below the fence: %v, want ErrLost", err)
+	}
+	for _, tc := range []struct {
+		holder string
+		ttl    time.Duration
+	}{{"", time.Second}, {"w", 999 * time.Millisecond}, {"w", time.Hour + time.Second}} {
+		if _, err := m.Acquire("x", tc.holder, tc.ttl); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Acquire(%q, %s): %v, want ErrInvalid", tc.holder, tc.ttl, err)
+		}
+	}
+	if _, _, err := m.Get("never"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get of an unknown lease: %v", err)
+	}
+}
+
+func TestTokensExhausted(t *testing.T) {
+	m, store, _ := newTestManager(t, t.TempDir())
+	if _, err := store.Raise("r", math.MaxInt64); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Acquire("r", "w1", 10*time.Second); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("acquire at 2^63-1: %v, want ErrExhausted", err)
+	}
+	if _, _, err := m.Get("r"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a failed acquire left a lease behind: %v", err)
+	}
+}
+
+func TestTokensSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	s, err := tokenstore.Open(dir, tokenstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := NewManager(s, Options{}).Acquire("r", "w1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = tokenstore.Open(dir, tokenstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := NewManager(s, Options{Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	next, err := m.Acquire("r", "w2", time.Second)
+	if err != nil || next.Token <= first.Token {
+		t.Fatalf("after restart: %+v, %v; want a token above %d", next, err, first.Token)
+	}
+	if fence, _ := s.Max("r"); fence != next.Token {
+		t.Fatalf("fence %d, want %d", fence, next.Token)
+	}
+}
+
+// 16 holders acquiring one lease at once: exactly one wins.
+func TestConcurrentAcquireOneWinner(t *testing.T) {
+	m, store, _ := newTestManager(t, t.TempDir())
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	var winner atomic.Uint64
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := m.Acquire("hot", string(rune('a'+i)), 10*time.Second)
+			switch {
+			case err == nil:
+				wins.Add(1)
+				winner.Store(l.Token)
+			case !errors.Is(err, ErrHeld):
+				t.Errorf("holder %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d winners, want 1", wins.Load())
+	}
+	if fence, _ := store.Max("hot"); fence != winner.Load() {
+		t.Fatalf("fence %d, winner's token %d", fence, winner.Load())
+	}
+}

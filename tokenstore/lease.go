@@ -1,0 +1,102 @@
+package tokenstore
+
+import (
+	"errors"
+	"math"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// leasePrefix namespaces lease records beside the fences (see keyPrefix).
+const leasePrefix = "lease/"
+
+// UpdateLease runs fn in one transaction over the lease record of name and
+// name's fence maximum, and commits both durably (fsynced) before it
+// returns: a token counter, a lease state and a fence raise can never be
+// torn apart by a crash.
+//
+// fn gets the stored record (nil when there is none) and the fence maximum,
+// and returns the record to store (nil: leave it as is) and a token to raise
+// the fence to (0: no raise). It may run more than once (on transaction
+// conflicts), so it must have no side effects; its error aborts without
+// writing and is returned as is. Other errors: ErrRange when raise is above
+// 2^63-1; ErrClosed after Close; ErrDirGone; Badger errors.
+func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64) (next []byte, raise uint64, err error)) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := s.checkDir(); err != nil {
+		return err
+	}
+	fk, lk := key(name), []byte(leasePrefix+name)
+	for attempt := 1; ; attempt++ {
+		var raised uint64
+		err := s.withDB(func(db *badger.DB) error {
+			return db.Update(func(txn *badger.Txn) error {
+				stored, err := s.read(txn, name)
+				if err != nil {
+					return err
+				}
+				rec, err := readRaw(txn, lk)
+				if err != nil {
+					return err
+				}
+				next, raise, err := fn(rec, stored)
+				if err != nil {
+					return err
+				}
+				if raise > math.MaxInt64 {
+					return ErrRange
+				}
+				if next != nil {
+					if err := txn.Set(lk, next); err != nil {
+						return err
+					}
+				}
+				if raise > stored {
+					raised = raise
+					return txn.Set(fk, encode(raise))
+				}
+				return nil
+			})
+		})
+		if err == nil {
+			if raised > 0 {
+				s.cacheRaise(name, raised)
+			}
+			return nil
+		}
+		if !errors.Is(err, badger.ErrConflict) || attempt >= maxRaiseAttempts {
+			if errors.Is(err, ErrClosed) {
+				return ErrClosed
+			}
+			return err
+		}
+	}
+}
+
+// Lease returns the stored lease record of name, nil when there is none.
+// Errors: ErrClosed after Close; Badger read errors.
+func (s *Store) Lease(name string) ([]byte, error) {
+	var rec []byte
+	err := s.withDB(func(db *badger.DB) error {
+		return db.View(func(txn *badger.Txn) error {
+			var err error
+			rec, err = readRaw(txn, []byte(leasePrefix+name))
+			return err
+		})
+	})
+	return rec, err
+}
+
+// readRaw returns a copy of the value at k, nil when absent.
+func readRaw(txn *badger.Txn, k []byte) ([]byte, error) {
+	item, err := txn.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return item.ValueCopy(nil)
+}
