@@ -76,7 +76,7 @@ type Config struct {
 	LeaseMaxTTL time.Duration `env:"LEASE_MAX_TTL" envDefault:"1h" help:"longest lease TTL an acquire may ask for"`
 
 	// AdminToken is the bearer token of admin calls; admin calls are refused while it is unset.
-	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls (the admin API is not in this version yet; this reserves its name); admin calls are refused while it is unset"`
+	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls (list, raise and reset fences; force-release leases); admin calls are refused while it is unset"`
 
 	// LogLevel is the least severe level logged: debug, info, warn or error.
 	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" help:"least severe log level: debug, info, warn or error (logs are JSON on stderr)"`

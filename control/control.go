@@ -30,6 +30,8 @@ type Options struct {
 	Leases        Leases // serves /v1/leases/* when set
 	LeaseToken    string // bearer token required by lease calls; "" = none
 	ResourceDepth int    // lease names must have exactly this many segments when > 0
+	Admin         AdminStore
+	AdminToken    string // bearer token of admin calls; "" = admin calls refused
 }
 
 // Handler returns the control API router:
@@ -43,7 +45,10 @@ type Options struct {
 func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	r := chi.NewRouter()
 	if opts.Leases != nil {
-		(&leaseAPI{leases: opts.Leases, token: opts.LeaseToken, depth: opts.ResourceDepth, log: log}).routes(r)
+		(&leaseAPI{leases: opts.Leases, token: opts.LeaseToken, adminToken: opts.AdminToken, depth: opts.ResourceDepth, log: log}).routes(r)
+	}
+	if opts.Admin != nil {
+		(&admin{store: opts.Admin, token: opts.AdminToken, log: log}).routes(r)
 	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

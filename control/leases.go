@@ -28,14 +28,16 @@ type Leases interface {
 	Renew(name, holder string, token uint64) (lease.Lease, error)
 	Release(name, holder string, token uint64) (lease.Lease, error)
 	Get(name string) (lease.Lease, lease.State, error)
+	ForceRelease(name string) (lease.Lease, error)
 }
 
 // leaseAPI serves /v1/leases/*.
 type leaseAPI struct {
-	leases Leases
-	token  string // bearer token for lease calls; "" = open
-	depth  int    // RESOURCE_DEPTH: a lease name must have exactly this many segments
-	log    *slog.Logger
+	leases     Leases
+	token      string // bearer token for lease calls; "" = open
+	adminToken string // DELETE ...?force=true needs the admin bearer
+	depth      int    // RESOURCE_DEPTH: a lease name must have exactly this many segments
+	log        *slog.Logger
 }
 
 func (a *leaseAPI) routes(r chi.Router) {
@@ -170,7 +172,29 @@ func (a *leaseAPI) renew(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *leaseAPI) release(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("force") {
+		a.forceRelease(w, r)
+		return
+	}
 	a.holderCall(w, r, http.StatusOK, a.leases.Release)
+}
+
+// forceRelease: DELETE /v1/leases/{name}?force=true with the admin bearer
+// ends a lease whoever holds it; its token stays spent, the fence stays.
+func (a *leaseAPI) forceRelease(w http.ResponseWriter, r *http.Request) {
+	(&admin{token: a.adminToken, log: a.log}).authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, err := a.name(r)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "Bad lease name", err.Error())
+			return
+		}
+		l, err := a.leases.ForceRelease(name)
+		if err != nil {
+			a.fail(w, r, name, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, body(l, lease.StateReleased))
+	})).ServeHTTP(w, r)
 }
 
 // holderCall serves renew and release: both name the holder and its token.

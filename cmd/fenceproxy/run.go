@@ -135,6 +135,8 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 			}),
 			LeaseToken:    cfg.LeaseToken,
 			ResourceDepth: cfg.ResourceDepth,
+			Admin:         store,
+			AdminToken:    cfg.AdminToken,
 		}),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,

@@ -1,0 +1,150 @@
+package control
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/tokenstore"
+)
+
+// AdminStore is what the admin API changes (tokenstore.Store provides it).
+type AdminStore interface {
+	Raise(resource string, t uint64) (uint64, error)
+	List(prefix, after string, limit int) ([]tokenstore.Fence, error)
+	Reset(resource string) (uint64, error)
+}
+
+// admin serves the operator calls, all behind FENCEPROXY_ADMIN_TOKEN.
+type admin struct {
+	store AdminStore
+	token string // "" = admin calls refused
+	log   *slog.Logger
+}
+
+func (a *admin) routes(r chi.Router) {
+	r.With(a.authorize).Get("/v1/fences", a.list)
+	r.With(a.authorize).Put(FencePrefix+"*", a.raise)
+	r.With(a.authorize).Delete(FencePrefix+"*", a.reset)
+}
+
+// authorize requires Authorization: Bearer $FENCEPROXY_ADMIN_TOKEN (constant
+// time); while the token is unset every admin call is refused.
+func (a *admin) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.token == "" {
+			writeProblem(w, http.StatusForbidden, "Admin API disabled", "set FENCEPROXY_ADMIN_TOKEN to enable admin calls")
+			return
+		}
+		if !bearer(r, a.token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fenceproxy admin"`)
+			writeProblem(w, http.StatusUnauthorized, "Unauthorized", "admin calls need Authorization: Bearer <FENCEPROXY_ADMIN_TOKEN>")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type fenceBody struct {
+	Resource string `json:"resource"`
+	Token    Token  `json:"token"`
+}
+
+// list: GET /v1/fences?prefix=P&after=R&limit=N (limit 1..10000, default 1000).
+func (a *admin) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 1000
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 10000 {
+			writeProblem(w, http.StatusBadRequest, "Bad limit", "limit is a number from 1 to 10000")
+			return
+		}
+		limit = n
+	}
+	fences, err := a.store.List(q.Get("prefix"), q.Get("after"), limit)
+	if err != nil {
+		a.storeFailed(w, r, "list", err)
+		return
+	}
+	out := struct {
+		Fences []fenceBody `json:"fences"`
+		Next   string      `json:"next,omitempty"` // pass as after= for the next page
+	}{Fences: make([]fenceBody, 0, len(fences))}
+	for _, f := range fences {
+		out.Fences = append(out.Fences, fenceBody{Resource: f.Resource, Token: Token(f.Token)})
+	}
+	if len(fences) == limit {
+		out.Next = fences[len(fences)-1].Resource
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// raise: PUT /v1/fences/{resource} {"token": N} raises the fence to
+// max(current, N) durably, for operators and external coordinators that fence ahead.
+func (a *admin) raise(w http.ResponseWriter, r *http.Request) {
+	resource, ok := a.resource(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Token *Token `json:"token"`
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Token == nil {
+		writeProblem(w, http.StatusBadRequest, "Bad fence request", `send {"token": N} with N a fencing token`)
+		return
+	}
+	m, err := a.store.Raise(resource, uint64(*req.Token))
+	if err != nil {
+		a.storeFailed(w, r, "raise", err)
+		return
+	}
+	a.log.LogAttrs(r.Context(), slog.LevelInfo, "fence raised by an operator", slog.String("resource", resource),
+		slog.Uint64("requested", uint64(*req.Token)), slog.Uint64("token", m))
+	writeJSON(w, http.StatusOK, fenceBody{Resource: resource, Token: Token(m)})
+}
+
+// reset: DELETE /v1/fences/{resource}?confirm={resource} removes the fence and
+// the lease record: the only way a maximum goes down. Logged.
+func (a *admin) reset(w http.ResponseWriter, r *http.Request) {
+	resource, ok := a.resource(w, r)
+	if !ok {
+		return
+	}
+	if r.URL.Query().Get("confirm") != resource {
+		writeProblem(w, http.StatusBadRequest, "Confirmation required",
+			"lowering a fence lets writes with smaller tokens through again; repeat the resource key as ?confirm=<resource>")
+		return
+	}
+	removed, err := a.store.Reset(resource)
+	if err != nil {
+		a.storeFailed(w, r, "reset", err)
+		return
+	}
+	a.log.LogAttrs(r.Context(), slog.LevelWarn, "fence reset by an operator: smaller tokens are admitted again",
+		slog.String("resource", resource), slog.Uint64("removed_token", removed), slog.String("remote", r.RemoteAddr))
+	writeJSON(w, http.StatusOK, fenceBody{Resource: resource, Token: Token(removed)})
+}
+
+func (a *admin) resource(w http.ResponseWriter, r *http.Request) (string, bool) {
+	resource := strings.TrimPrefix(r.URL.Path, FencePrefix)
+	if key, err := proxy.ResourceKey("/"+resource, 0); err != nil || key != resource {
+		writeProblem(w, http.StatusBadRequest, "Bad resource", "name a resource key after "+FencePrefix)
+		return "", false
+	}
+	return resource, true
+}
+
+func (a *admin) storeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
+	a.log.LogAttrs(r.Context(), slog.LevelError, "admin call failed", slog.String("op", op), slog.String("error", err.Error()))
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, http.StatusServiceUnavailable, "Fencing store unavailable", "nothing changed")
+}

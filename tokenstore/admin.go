@@ -1,0 +1,81 @@
+package tokenstore
+
+import (
+	"bytes"
+	"strings"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Fence is one resource's stored maximum.
+type Fence struct {
+	Resource string
+	Token    uint64
+}
+
+// List returns up to limit fences whose resource starts with prefix and sorts
+// after after ("" = from the start), in resource order, read from disk. A
+// full page means there may be more: call again with after = the last resource.
+// Errors: ErrClosed after Close; Badger read errors.
+func (s *Store) List(prefix, after string, limit int) ([]Fence, error) {
+	var out []Fence
+	err := s.withDB(func(db *badger.DB) error {
+		return db.View(func(txn *badger.Txn) error {
+			opts := badger.DefaultIteratorOptions
+			opts.Prefix = key(prefix)
+			it := txn.NewIterator(opts)
+			defer it.Close()
+			start := key(prefix)
+			if after != "" && strings.HasPrefix(after, prefix) {
+				start = append(key(after), 0) // the smallest key above after
+			}
+			for it.Seek(start); it.Valid() && len(out) < limit; it.Next() {
+				item := it.Item()
+				resource := string(bytes.TrimPrefix(item.Key(), []byte(keyPrefix)))
+				var m uint64
+				if err := item.Value(func(v []byte) error {
+					var err error
+					m, err = decode(resource, v)
+					return err
+				}); err != nil {
+					return err
+				}
+				out = append(out, Fence{Resource: resource, Token: m})
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Reset deletes resource's fence and its lease record in one synced
+// transaction, so the next token may start low again: the one way a maximum
+// goes down, for an operator after a coordinator's counter restarted or
+// tokens ran out. It returns the maximum that was removed (0: none).
+// Errors: ErrClosed after Close; ErrDirGone; Badger errors.
+func (s *Store) Reset(resource string) (uint64, error) {
+	if err := s.checkDir(); err != nil {
+		return 0, err
+	}
+	var removed uint64
+	err := s.withDB(func(db *badger.DB) error {
+		return db.Update(func(txn *badger.Txn) error {
+			var err error
+			if removed, err = s.read(txn, resource); err != nil {
+				return err
+			}
+			if err := txn.Delete(key(resource)); err != nil {
+				return err
+			}
+			return txn.Delete([]byte(leasePrefix + resource))
+		})
+	})
+	if err != nil {
+		return 0, s.wrap("reset", resource, err)
+	}
+	sh := s.shardFor(resource)
+	sh.mu.Lock()
+	sh.m[resource] = 0 // known: no maximum
+	sh.mu.Unlock()
+	return removed, nil
+}
