@@ -43,7 +43,7 @@ var (
 	ErrInvalid = errors.New("invalid lease request")
 	// ErrExhausted: the next token would pass 2^63-1 (409); an operator must
 	// reset the resource's fence with the admin API.
-	ErrExhausted = errors.New("fencing tokens exhausted for this resource: the next token would pass 2^63-1; an operator must reset the fence with the admin API (DELETE /v1/fences/{resource})")
+	ErrExhausted = errors.New("fencing tokens exhausted for this resource: the next token would pass 2^63-1; an operator must reset the fence with the admin API: DELETE /v1/fences/{resource}?confirm={resource}")
 )
 
 // HeldError is ErrHeld with the current holder and expiry.
