@@ -630,3 +630,39 @@ func TestUpdateLeaseAtomic(t *testing.T) {
 		t.Fatalf("fence after reopen %d, want 6", m)
 	}
 }
+
+func TestListAndReset(t *testing.T) {
+	s := openT(t, t.TempDir())
+	for i, r := range []string{"a/1", "a/2", "a/3", "b/1", "a"} {
+		if _, err := s.Raise(r, uint64(10+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := s.List("a/", "", 2)
+	if err != nil || len(page) != 2 || page[0] != (Fence{"a/1", 10}) || page[1] != (Fence{"a/2", 11}) {
+		t.Fatalf("first page %v, %v", page, err)
+	}
+	page, err = s.List("a/", page[1].Resource, 2)
+	if err != nil || len(page) != 1 || page[0] != (Fence{"a/3", 12}) {
+		t.Fatalf("second page %v, %v", page, err)
+	}
+	if all, _ := s.List("", "", 100); len(all) != 5 {
+		t.Fatalf("all: %v", all)
+	}
+	if err := s.UpdateLease("a/2", func([]byte, uint64) ([]byte, uint64, error) { return []byte("rec"), 0, nil }); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := s.Reset("a/2")
+	if err != nil || removed != 11 {
+		t.Fatalf("Reset = %d, %v", removed, err)
+	}
+	if m, _ := s.Max("a/2"); m != 0 {
+		t.Fatalf("max after reset %d", m)
+	}
+	if rec, _ := s.Lease("a/2"); rec != nil {
+		t.Fatalf("lease record after reset %q", rec)
+	}
+	if m, _ := s.Raise("a/2", 3); m != 3 {
+		t.Fatalf("raise after reset: %d, want 3", m)
+	}
+}
