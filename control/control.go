@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fenceproxy/fenceproxy/proxy"
 )
@@ -31,7 +33,8 @@ type Options struct {
 	LeaseToken    string // bearer token required by lease calls; "" = none
 	ResourceDepth int    // lease names must have exactly this many segments when > 0
 	Admin         AdminStore
-	AdminToken    string // bearer token of admin calls; "" = admin calls refused
+	AdminToken    string              // bearer token of admin calls; "" = admin calls refused
+	Metrics       prometheus.Gatherer // serves GET /metrics when set
 }
 
 // Handler returns the control API router:
@@ -40,12 +43,16 @@ type Options struct {
 //	GET /readyz           200 while the store is open, else 503
 //	GET /v1/fences/{key}  {"resource": key, "token": "<decimal string>"}; 404 if never raised
 //	POST, PUT, DELETE, GET /v1/leases/{name}  acquire, renew, release, read (with Options.Leases)
+//	GET /metrics          Prometheus metrics (with Options.Metrics)
 //
 // Keys and names after the prefix are percent-decoded resource keys and may contain slashes.
 func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	r := chi.NewRouter()
 	if opts.Leases != nil {
 		(&leaseAPI{leases: opts.Leases, token: opts.LeaseToken, adminToken: opts.AdminToken, depth: opts.ResourceDepth, log: log}).routes(r)
+	}
+	if opts.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{}))
 	}
 	if opts.Admin != nil {
 		(&admin{store: opts.Admin, token: opts.AdminToken, log: log}).routes(r)

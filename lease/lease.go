@@ -29,6 +29,8 @@ type Store interface {
 	UpdateLease(name string, fn func(record []byte, fenceMax uint64) (next []byte, raise uint64, err error)) error
 	// Lease returns the stored record of name, nil when there is none.
 	Lease(name string) ([]byte, error)
+	// EachLease calls fn with every stored record, in name order.
+	EachLease(fn func(name string, record []byte) error) error
 }
 
 var (

@@ -1,12 +1,18 @@
 package lease
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
@@ -218,4 +224,79 @@ func TestConcurrentAcquireOneWinner(t *testing.T) {
 	if fence, _ := store.Max("hot"); fence != winner.Load() {
 		t.Fatalf("fence %d, winner's token %d", fence, winner.Load())
 	}
+}
+
+// A holder that stops renewing is reported as suspect before expiry: in its
+// state, in the fenceproxy_leases{state="suspect"} gauge, and in one log line.
+func TestSuspectReported(t *testing.T) {
+	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	var logs strings.Builder
+	var mu sync.Mutex
+	m := NewManager(s, Options{Now: c.Now, Logger: slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))})
+	if _, err := m.Acquire("a", "w1", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Acquire("b", "w2", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collector())
+	gauge := func(state string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, metric := range mf.GetMetric() {
+				if metric.GetLabel()[0].GetValue() == state {
+					return metric.GetGauge().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	if gauge("held") != 2 || gauge("suspect") != 0 {
+		t.Fatalf("held %v suspect %v, want 2 and 0", gauge("held"), gauge("suspect"))
+	}
+	c.advance(6 * time.Second) // past TTL/2: a has not renewed, b renews now
+	if _, err := m.Renew("b", "w2", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, st, _ := m.Get("a"); st != StateSuspect {
+		t.Fatalf("a is %s, want suspect", st)
+	}
+	if gauge("suspect") != 1 || gauge("held") != 1 {
+		t.Fatalf("suspect %v held %v, want 1 and 1", gauge("suspect"), gauge("held"))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Watch(ctx, 10*time.Millisecond); close(done) }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	<-done
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if n := strings.Count(out, `"msg":"lease holder is suspect`); n < 2 { // Get logs once, Watch once
+		t.Fatalf("suspect logged %d times:\n%s", n, out)
+	}
+	if strings.Count(out, `"lease":"a"`) == 0 || strings.Contains(out, `"msg":"lease holder is suspect: no renew within the revoke threshold","lease":"b"`) {
+		t.Fatalf("wrong leases reported:\n%s", out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -100,3 +100,27 @@ func readRaw(txn *badger.Txn, k []byte) ([]byte, error) {
 	}
 	return item.ValueCopy(nil)
 }
+
+// EachLease calls fn with every lease record, in name order, from one
+// consistent snapshot; fn's error stops the walk and is returned.
+// Errors: ErrClosed after Close; Badger read errors.
+func (s *Store) EachLease(fn func(name string, record []byte) error) error {
+	return s.withDB(func(db *badger.DB) error {
+		return db.View(func(txn *badger.Txn) error {
+			opts := badger.DefaultIteratorOptions
+			opts.Prefix = []byte(leasePrefix)
+			it := txn.NewIterator(opts)
+			defer it.Close()
+			for it.Rewind(); it.Valid(); it.Next() {
+				rec, err := it.Item().ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				if err := fn(string(it.Item().Key()[len(leasePrefix):]), rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}

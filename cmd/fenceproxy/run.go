@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
@@ -119,6 +121,15 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		return err
 	}
 	ready := &readiness{Store: store}
+	leases := lease.NewManager(store, lease.Options{
+		MinTTL: cfg.LeaseMinTTL, MaxTTL: cfg.LeaseMaxTTL,
+		Grace: cfg.LeaseGrace, RevokeAfter: cfg.LeaseRevokeAfter, Logger: log,
+	})
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	go leases.Watch(watchCtx, time.Second)
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), leases.Collector())
 	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	proxySrv := &http.Server{
 		Handler:           p,
@@ -129,10 +140,8 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	}
 	controlSrv := &http.Server{
 		Handler: control.Handler(ready, log, control.Options{
-			Leases: lease.NewManager(store, lease.Options{
-				MinTTL: cfg.LeaseMinTTL, MaxTTL: cfg.LeaseMaxTTL,
-				Grace: cfg.LeaseGrace, RevokeAfter: cfg.LeaseRevokeAfter, Logger: log,
-			}),
+			Leases:        leases,
+			Metrics:       metrics,
 			LeaseToken:    cfg.LeaseToken,
 			ResourceDepth: cfg.ResourceDepth,
 			Admin:         store,
