@@ -31,7 +31,7 @@ type Config struct {
 	Listen string `env:"LISTEN" envDefault:":8080" help:"address of the proxy listener; it forwards everything and reserves no paths"`
 
 	// ControlListen is the address of health, readiness and the fence API.
-	ControlListen string `env:"CONTROL_LISTEN" envDefault:":9090" help:"address of the control listener: /healthz, /readyz, /v1/fences/*"`
+	ControlListen string `env:"CONTROL_LISTEN" envDefault:":9090" help:"address of the control listener: /healthz, /readyz, /metrics, /v1/fences/*, /v1/leases/*"`
 
 	// DataDir is the Badger directory holding the durable maxima. Required: a
 	// maximum lost to a wrong working directory would let stale writes through.

@@ -1,8 +1,6 @@
 package control
 
 import (
-	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -96,9 +94,7 @@ func (a *admin) raise(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Token *Token `json:"token"`
 	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || req.Token == nil {
+	if err := decodeStrict(r.Body, &req); err != nil || req.Token == nil {
 		writeProblem(w, http.StatusBadRequest, "Bad fence request", `send {"token": N} with N a fencing token`)
 		return
 	}
@@ -127,6 +123,10 @@ func (a *admin) reset(w http.ResponseWriter, r *http.Request) {
 	removed, err := a.store.Reset(resource)
 	if err != nil {
 		a.storeFailed(w, r, "reset", err)
+		return
+	}
+	if removed == 0 {
+		writeProblem(w, http.StatusNotFound, "Unknown resource", "no fence above 0 to reset")
 		return
 	}
 	a.log.LogAttrs(r.Context(), slog.LevelWarn, "fence reset by an operator: smaller tokens are admitted again",

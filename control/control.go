@@ -63,7 +63,7 @@ func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	r.Get("/readyz", func(w http.ResponseWriter, req *http.Request) {
 		if err := store.Ready(); err != nil {
 			log.LogAttrs(req.Context(), slog.LevelWarn, "not ready", slog.String("error", err.Error()))
-			writeProblem(w, http.StatusServiceUnavailable, "Not ready", "the token store is not open")
+			writeProblem(w, http.StatusServiceUnavailable, "Not ready", "shutting down, or the token store is closed or its directory is gone")
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -54,7 +54,8 @@ func (a *leaseAPI) routes(r chi.Router) {
 // anyone who can acquire can fence out the real holder.
 func (a *leaseAPI) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.token != "" && !bearer(r, a.token) {
+		// A force-release is an admin call: forceRelease checks the admin bearer.
+		if a.token != "" && !bearer(r, a.token) && !(r.Method == http.MethodDelete && r.URL.Query().Has("force")) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fenceproxy leases"`)
 			writeProblem(w, http.StatusUnauthorized, "Unauthorized", "lease calls need Authorization: Bearer <FENCEPROXY_LEASE_TOKEN>")
 			return
@@ -131,12 +132,21 @@ func body(l lease.Lease, st lease.State) leaseBody {
 // decode reads a small JSON body; unknown fields are errors.
 func decodeRequest(r *http.Request) (leaseRequest, error) {
 	var req leaseRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	return req, decodeStrict(r.Body, &req)
+}
+
+// decodeStrict reads exactly one small JSON object into v: unknown fields and
+// trailing data are errors.
+func decodeStrict(body io.Reader, v any) error {
+	dec := json.NewDecoder(io.LimitReader(body, 64<<10))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, fmt.Errorf("body: %w", err)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("body: %w", err)
 	}
-	return req, nil
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("body: data after the JSON object")
+	}
+	return nil
 }
 
 func (a *leaseAPI) acquire(w http.ResponseWriter, r *http.Request) {
@@ -173,8 +183,15 @@ func (a *leaseAPI) renew(w http.ResponseWriter, r *http.Request) {
 
 func (a *leaseAPI) release(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("force") {
-		a.forceRelease(w, r)
-		return
+		force, err := strconv.ParseBool(r.URL.Query().Get("force"))
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "Bad force parameter", "force is true or false")
+			return
+		}
+		if force {
+			a.forceRelease(w, r)
+			return
+		}
 	}
 	a.holderCall(w, r, http.StatusOK, a.leases.Release)
 }

@@ -2,7 +2,6 @@ package tokenstore
 
 import (
 	"bytes"
-	"strings"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -26,7 +25,7 @@ func (s *Store) List(prefix, after string, limit int) ([]Fence, error) {
 			it := txn.NewIterator(opts)
 			defer it.Close()
 			start := key(prefix)
-			if after != "" && strings.HasPrefix(after, prefix) {
+			if after >= prefix && after != "" {
 				start = append(key(after), 0) // the smallest key above after
 			}
 			for it.Seek(start); it.Valid() && len(out) < limit; it.Next() {
@@ -51,7 +50,8 @@ func (s *Store) List(prefix, after string, limit int) ([]Fence, error) {
 // Reset deletes resource's fence and its lease record in one synced
 // transaction, so the next token may start low again: the one way a maximum
 // goes down, for an operator after a coordinator's counter restarted or
-// tokens ran out. It returns the maximum that was removed (0: none).
+// tokens ran out. It returns the maximum that was removed (0: there was
+// none, and nothing was written).
 // Errors: ErrClosed after Close; ErrDirGone; Badger errors.
 func (s *Store) Reset(resource string) (uint64, error) {
 	if err := s.checkDir(); err != nil {
@@ -61,8 +61,8 @@ func (s *Store) Reset(resource string) (uint64, error) {
 	err := s.withDB(func(db *badger.DB) error {
 		return db.Update(func(txn *badger.Txn) error {
 			var err error
-			if removed, err = s.read(txn, resource); err != nil {
-				return err
+			if removed, err = s.read(txn, resource); err != nil || removed == 0 {
+				return err // nothing to reset
 			}
 			if err := txn.Delete(key(resource)); err != nil {
 				return err
