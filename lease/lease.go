@@ -213,70 +213,69 @@ func (m *Manager) Acquire(name, holder string, ttl time.Duration) (Lease, error)
 // holder with token no longer has it (another holder acquired, it was
 // released, the grace passed, or the fence was raised past token).
 func (m *Manager) Renew(name, holder string, token uint64) (Lease, error) {
-	now := m.opts.Now()
-	var renewed Lease
-	err := m.store.UpdateLease(name, func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
+	return m.change(name, func(rec []byte, fenceMax uint64, now time.Time) (*Lease, error) {
 		cur, err := m.owned(name, rec, fenceMax, holder, token, now)
-		if err != nil {
-			return nil, 0, err
+		if err == nil {
+			cur.RenewedAt, cur.ExpiresAt = now, now.Add(cur.TTL)
 		}
-		renewed = *cur
-		renewed.RenewedAt, renewed.ExpiresAt = now, now.Add(cur.TTL)
-		next, err := json.Marshal(renewed)
-		return next, 0, err
+		return cur, err
 	})
-	if err != nil {
-		return Lease{}, err
-	}
-	return renewed, nil
 }
 
 // Release ends holder's lease on name at once: others may acquire without
 // waiting for the grace. ErrLost as for Renew.
 func (m *Manager) Release(name, holder string, token uint64) (Lease, error) {
-	now := m.opts.Now()
-	var released Lease
-	err := m.store.UpdateLease(name, func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
+	l, err := m.change(name, func(rec []byte, fenceMax uint64, now time.Time) (*Lease, error) {
 		cur, err := m.owned(name, rec, fenceMax, holder, token, now)
-		if err != nil {
-			return nil, 0, err
+		if err == nil {
+			cur.Released, cur.ExpiresAt = true, now
 		}
-		released = *cur
-		released.Released, released.ExpiresAt = true, now
-		next, err := json.Marshal(released)
-		return next, 0, err
+		return cur, err
 	})
-	if err != nil {
-		return Lease{}, err
+	if err == nil {
+		m.opts.Logger.Info("lease released", "lease", name, "holder", holder, "token", token)
 	}
-	m.opts.Logger.Info("lease released", "lease", name, "holder", holder, "token", token)
-	return released, nil
+	return l, err
 }
 
 // ForceRelease ends name's lease whoever holds it (an operator's call); its
 // token stays spent and the fence stays where it is. ErrNotFound when name
 // never had a lease.
 func (m *Manager) ForceRelease(name string) (Lease, error) {
-	now := m.opts.Now()
-	var released Lease
-	err := m.store.UpdateLease(name, func(rec []byte, _ uint64) ([]byte, uint64, error) {
+	l, err := m.change(name, func(rec []byte, _ uint64, now time.Time) (*Lease, error) {
 		cur, err := decode(name, rec)
+		if err == nil && cur == nil {
+			err = ErrNotFound
+		}
+		if err == nil {
+			cur.Released, cur.ExpiresAt = true, now
+		}
+		return cur, err
+	})
+	if err == nil {
+		m.opts.Logger.Warn("lease force-released", "lease", name, "holder", l.Holder, "token", l.Token)
+	}
+	return l, err
+}
+
+// change stores the lease that edit makes of name's record, without raising
+// the fence, and returns it.
+func (m *Manager) change(name string, edit func(rec []byte, fenceMax uint64, now time.Time) (*Lease, error)) (Lease, error) {
+	now := m.opts.Now()
+	var changed Lease
+	err := m.store.UpdateLease(name, func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
+		l, err := edit(rec, fenceMax, now)
 		if err != nil {
 			return nil, 0, err
 		}
-		if cur == nil {
-			return nil, 0, ErrNotFound
-		}
-		released = *cur
-		released.Released, released.ExpiresAt = true, now
-		next, err := json.Marshal(released)
+		changed = *l
+		next, err := json.Marshal(changed)
 		return next, 0, err
 	})
 	if err != nil {
 		return Lease{}, err
 	}
-	m.opts.Logger.Warn("lease force-released", "lease", name, "holder", released.Holder, "token", released.Token)
-	return released, nil
+	return changed, nil
 }
 
 // Get returns name's lease and its state now. ErrNotFound when name never had one.
