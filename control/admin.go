@@ -136,7 +136,7 @@ func (a *admin) reset(w http.ResponseWriter, r *http.Request) {
 
 func (a *admin) resource(w http.ResponseWriter, r *http.Request) (string, bool) {
 	resource := strings.TrimPrefix(r.URL.Path, FencePrefix)
-	if key, err := proxy.ResourceKey("/"+resource, 0); err != nil || key != resource {
+	if key, err := proxy.ResourceKey("/"+resource, 0); err != nil || key != resource || proxy.CheckRawPath(r.URL.EscapedPath()) != nil {
 		writeProblem(w, http.StatusBadRequest, "Bad resource", "name a resource key after "+FencePrefix)
 		return "", false
 	}

@@ -75,8 +75,11 @@ func bearer(r *http.Request, want string) bool {
 func (a *leaseAPI) name(r *http.Request) (string, error) {
 	name := strings.TrimPrefix(r.URL.Path, LeasePrefix)
 	key, err := proxy.ResourceKey("/"+name, 0)
+	if err == nil {
+		err = proxy.CheckRawPath(r.URL.EscapedPath()) // the bytes the proxy would refuse in a write
+	}
 	if err != nil || key != name {
-		return "", fmt.Errorf("%q is not a resource key", name)
+		return "", fmt.Errorf("%q is not a resource key the proxy would fence", name)
 	}
 	if a.depth > 0 && strings.Count(name, "/")+1 != a.depth {
 		return "", fmt.Errorf("lease name %q must have exactly %d segments (FENCEPROXY_RESOURCE_DEPTH), so the lease and the fence cover the same resource", name, a.depth)
@@ -224,6 +227,9 @@ func (a *leaseAPI) holderCall(w http.ResponseWriter, r *http.Request, status int
 	req, err := decodeRequest(r)
 	if err == nil && (req.Token == nil || req.Holder == "") {
 		err = errors.New("holder and token are required")
+	}
+	if err == nil && req.TTL != "" {
+		err = errors.New("ttl is fixed at acquire; renew and release take holder and token")
 	}
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, "Bad lease request", err.Error())

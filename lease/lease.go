@@ -19,7 +19,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // Store is what leases need from durable storage (tokenstore.Store provides it).
@@ -189,7 +191,9 @@ func (m *Manager) Acquire(name, holder string, ttl time.Duration) (Lease, error)
 		if cur != nil {
 			previous = *cur
 			last = max(last, cur.Token)
-			if st := m.StateAt(*cur, now); cur.Holder != holder && (st == StateHeld || st == StateSuspect || st == StateGrace) {
+			// A fence raised past the lease's token (an operator, another
+			// coordinator) has cut its holder off: the lease is free.
+			if st := m.StateAt(*cur, now); cur.Holder != holder && fenceMax <= cur.Token && (st == StateHeld || st == StateSuspect || st == StateGrace) {
 				return nil, 0, &HeldError{Holder: cur.Holder, ExpiresAt: cur.ExpiresAt, GraceEnds: cur.ExpiresAt.Add(m.grace(cur.TTL))}
 			}
 		}
@@ -328,6 +332,8 @@ func (m *Manager) check(holder string, ttl time.Duration) error {
 		return fmt.Errorf("%w: holder is empty", ErrInvalid)
 	case len(holder) > 256:
 		return fmt.Errorf("%w: holder is longer than 256 bytes", ErrInvalid)
+	case strings.TrimSpace(holder) == "" || strings.IndexFunc(holder, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: holder is blank or has control characters", ErrInvalid)
 	case ttl < m.opts.MinTTL || ttl > m.opts.MaxTTL:
 		return fmt.Errorf("%w: ttl %s is outside [%s, %s]", ErrInvalid, ttl, m.opts.MinTTL, m.opts.MaxTTL)
 	}

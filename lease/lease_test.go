@@ -145,10 +145,15 @@ func TestAcquireRules(t *testing.T) {
 	if _, err := m.Renew("r", "w2", b.Token); !errors.Is(err, ErrLost) {
 		t.Fatalf("renew below the fence: %v, want ErrLost", err)
 	}
+	// With the fence past its token the holder is cut off: another may acquire at once.
+	c, err := m.Acquire("r", "w3", 10*time.Second)
+	if err != nil || c.Token != b.Token+11 {
+		t.Fatalf("acquire of a fenced-out lease: %+v, %v; want token %d", c, err, b.Token+11)
+	}
 	for _, tc := range []struct {
 		holder string
 		ttl    time.Duration
-	}{{"", time.Second}, {"w", 999 * time.Millisecond}, {"w", time.Hour + time.Second}} {
+	}{{"", time.Second}, {"  ", time.Second}, {"w\x00", time.Second}, {"w", 999 * time.Millisecond}, {"w", time.Hour + time.Second}} {
 		if _, err := m.Acquire("x", tc.holder, tc.ttl); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Acquire(%q, %s): %v, want ErrInvalid", tc.holder, tc.ttl, err)
 		}

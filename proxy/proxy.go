@@ -179,7 +179,7 @@ func clientGone(r *http.Request) (gone, write bool) {
 // for a WebDAV COPY or MOVE also its Destination's. ErrBadResource for a path
 // the fence cannot name; ErrUnsupported for S3 writes whose key is in the body.
 func (p *Proxy) resources(r *http.Request) ([]string, error) {
-	if err := checkRawPath(rawPath(r)); err != nil {
+	if err := CheckRawPath(rawPath(r)); err != nil {
 		return nil, err
 	}
 	key, err := ResourceKey(r.URL.Path, p.opts.ResourceDepth)
@@ -202,7 +202,7 @@ func (p *Proxy) resources(r *http.Request) ([]string, error) {
 		}
 		// Check the header as sent: url.Parse re-escapes "\\", which other
 		// parsers read as "/".
-		if err := checkRawPath(dest); err != nil {
+		if err := CheckRawPath(dest); err != nil {
 			return keys, fmt.Errorf("Destination: %w", err)
 		}
 		dk, err := ResourceKey(u.Path, p.opts.ResourceDepth)
@@ -214,11 +214,13 @@ func (p *Proxy) resources(r *http.Request) ([]string, error) {
 	return keys, nil
 }
 
-// checkRawPath refuses request paths with bytes that backends read as
-// something else than a path byte: "\\" (a slash to WHATWG URL parsers), "#" (a
-// fragment) and control bytes or spaces, raw or percent-encoded. Otherwise a
-// stale write could reach an object under an alias the fence does not know.
-func checkRawPath(raw string) error {
+// CheckRawPath refuses a raw (still percent-encoded) path with bytes that
+// backends read as something else than a path byte: raw "\\" (a slash to
+// WHATWG URL parsers), raw "#" (a fragment), raw spaces, and control bytes raw
+// or percent-encoded. Otherwise a stale write could reach an object under an
+// alias the fence does not know. Encoded "%5C", "%23" and "%20" are ordinary
+// key bytes (S3 keys may hold them) and pass. ErrBadResource.
+func CheckRawPath(raw string) error {
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		if c <= ' ' || c == 0x7f || c == '\\' || c == '#' {

@@ -68,8 +68,8 @@ func TestCheckRawPath(t *testing.T) {
 		"/bkt\\obj": false, "/bkt/x/..\\obj": false, "/bkt/obj#x": false, "/bkt/a b": false, "/bkt/a\tb": false,
 		"/bkt/obj%00": false, "/bkt/obj%0a": false, "/bkt/obj%1F": false, "/bkt/obj%7f": false, "/bkt/\x7f": false,
 	} {
-		if err := checkRawPath(raw); (err == nil) != ok {
-			t.Errorf("checkRawPath(%q) = %v, want ok=%v", raw, err, ok)
+		if err := CheckRawPath(raw); (err == nil) != ok {
+			t.Errorf("CheckRawPath(%q) = %v, want ok=%v", raw, err, ok)
 		}
 	}
 }

@@ -159,6 +159,8 @@ func TestLeaseBadRequests(t *testing.T) {
 		{"PUT", "bkt/part", `{"holder":"A","token":"007"}`},
 		{"PUT", "bkt/part", `{"holder":"A"}`},
 		{"POST", "bkt/%2e%2e", `{"holder":"A","ttl":"1s"}`},
+		{"POST", "bkt/a%00", `{"holder":"A","ttl":"1s"}`},
+		{"PUT", "bkt/part", `{"holder":"A","token":"1","ttl":"30s"}`},
 	} {
 		if status, body := call(t, tc.method, base+tc.path, tc.body, ""); status != 400 {
 			t.Errorf("%s %s %s: %d %v, want 400", tc.method, tc.path, tc.body, status, body)
