@@ -78,6 +78,10 @@ type Config struct {
 	// AdminToken is the bearer token of admin calls; admin calls are refused while it is unset.
 	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls (list, raise and reset fences; force-release leases); admin calls are refused while it is unset"`
 
+	// Mode is enforce (refuse stale writes) or observe (log and count what
+	// would be refused, forward everything; for rolling fenceproxy out).
+	Mode string `env:"MODE" envDefault:"enforce" help:"enforce: refuse what the fence forbids; observe: log and count what would be refused but forward everything (for rolling out)"`
+
 	// LogLevel is the least severe level logged: debug, info, warn or error.
 	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" help:"least severe log level: debug, info, warn or error (logs are JSON on stderr)"`
 }
@@ -211,6 +215,9 @@ func (c Config) Validate() error {
 			// Methods are case-sensitive: "get" would leave GET fenced.
 			bad("UNFENCED_METHODS", "%q is not upper case; methods are case-sensitive (did you mean %q?)", m, strings.ToUpper(m))
 		}
+	}
+	if c.Mode != "enforce" && c.Mode != "observe" {
+		bad("MODE", "%q must be enforce or observe", c.Mode)
 	}
 	if c.ResourceDepth < 0 {
 		bad("RESOURCE_DEPTH", "%d must be 0 (whole path) or a positive number of segments", c.ResourceDepth)

@@ -35,6 +35,7 @@ type Options struct {
 	Admin         AdminStore
 	AdminToken    string              // bearer token of admin calls; "" = admin calls refused
 	Metrics       prometheus.Gatherer // serves GET /metrics when set
+	Warning       string              // shown on /readyz while ready (observe mode)
 }
 
 // Handler returns the control API router:
@@ -66,7 +67,11 @@ func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 			writeProblem(w, http.StatusServiceUnavailable, "Not ready", "shutting down, or the token store is closed or its directory is gone")
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		body := map[string]string{"status": "ready"}
+		if opts.Warning != "" {
+			body["warning"] = opts.Warning
+		}
+		writeJSON(w, http.StatusOK, body)
 	})
 	r.Get(FencePrefix+"*", func(w http.ResponseWriter, req *http.Request) {
 		// The decoded path, not chi's wildcard (which is raw when RawPath is set).

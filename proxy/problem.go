@@ -58,7 +58,27 @@ func writeProblem(w http.ResponseWriter, pb problem) {
 // refuse is the one place where the proxy's own errors become HTTP responses.
 // It logs once; internal causes (store errors) stay out of the body.
 func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, resource, token string, err error) {
-	pb := problem{Resource: resource, Token: token, Detail: err.Error()}
+	pb, level := p.problemFor(err)
+	pb.Token = token
+	if pb.Resource == "" {
+		pb.Resource = resource
+	}
+	if pb.CurrentToken != "" {
+		w.Header().Set(HeaderCurrentToken, pb.CurrentToken)
+	}
+	if pb.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.Header().Set(HeaderRefused, pb.Reason)
+	p.opts.Metrics.decision(pb.Reason)
+	p.logRefusal(r, level, pb.Status, pb.Reason, pb.Resource, token, pb.CurrentToken, err)
+	writeProblem(w, pb)
+}
+
+// problemFor maps one of the proxy's errors to its problem (status, reason,
+// title, detail) and log level.
+func (p *Proxy) problemFor(err error) (problem, slog.Level) {
+	pb := problem{Detail: err.Error()}
 	level := slog.LevelInfo
 	var stale *StaleError
 	switch {
@@ -66,7 +86,6 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, resource, token s
 		pb.Status, pb.Reason, pb.Title = http.StatusConflict, ReasonStale, "Stale fencing token"
 		pb.Resource = stale.Resource // a COPY or MOVE may be stale on its Destination
 		pb.CurrentToken = strconv.FormatUint(stale.Current, 10)
-		w.Header().Set(HeaderCurrentToken, pb.CurrentToken)
 	case errors.Is(err, ErrTokenMissing):
 		pb.Status, pb.Reason, pb.Title = http.StatusPreconditionRequired, ReasonMissing, "Fencing token required"
 		pb.Detail = "this method is a fenced write; send the fencing token in the " + http.CanonicalHeaderKey(p.opts.TokenHeader) + " header"
@@ -81,12 +100,10 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, resource, token s
 	case errors.Is(err, ErrDrainTimeout):
 		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, ReasonDrainTimeout, "Smaller-token writes still in flight"
 		pb.Detail = "writes with smaller tokens on this resource did not finish within the drain timeout; nothing was forwarded, retry later"
-		w.Header().Set("Retry-After", "1")
 		level = slog.LevelWarn
 	case errors.Is(err, ErrStore):
 		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, ReasonStoreError, "Fencing store unavailable"
 		pb.Detail = "the maximum could not be read or made durable; nothing was forwarded"
-		w.Header().Set("Retry-After", "1")
 		level = slog.LevelError
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		// The client went away while waiting at the barrier; 499 is for the log,
@@ -97,9 +114,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, resource, token s
 		pb.Detail = ""
 		level = slog.LevelError
 	}
-	w.Header().Set(HeaderRefused, pb.Reason)
-	p.logRefusal(r, level, pb.Status, pb.Reason, resource, token, pb.CurrentToken, err)
-	writeProblem(w, pb)
+	return pb, level
 }
 
 func (p *Proxy) logRefusal(r *http.Request, level slog.Level, status int, reason, resource, token, current string, err error) {

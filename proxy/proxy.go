@@ -30,6 +30,10 @@ type Options struct {
 	DialTimeout     time.Duration // upstream connect [5s]
 	ResponseTimeout time.Duration // upstream response headers after the request was sent [60s]
 	Logger          *slog.Logger  // nil: discard
+	Metrics         *Metrics      // nil: none
+	// Observe logs and counts what would be refused but forwards everything,
+	// for rolling fenceproxy out (FENCEPROXY_MODE=observe). Maxima are still raised.
+	Observe bool
 	// Transport replaces the upstream client (tests); nil builds one from the timeouts.
 	Transport http.RoundTripper
 }
@@ -39,6 +43,7 @@ type Options struct {
 // as the client sent them (S3 SigV4 signatures stay valid).
 type Proxy struct {
 	opts     Options
+	store    Store
 	fence    *Fence
 	unfenced map[string]bool
 	rp       *httputil.ReverseProxy
@@ -69,8 +74,12 @@ func New(store Store, opts Options) (*Proxy, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Metrics != nil {
+		store = timedStore{Store: store, hist: opts.Metrics.RaiseDuration}
+	}
 	p := &Proxy{
 		opts:     opts,
+		store:    store,
 		fence:    NewFence(store, opts.DrainTimeout),
 		unfenced: make(map[string]bool),
 		log:      opts.Logger,
@@ -118,6 +127,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.unfenced[r.Method] || (errors.Is(err, ErrTokenMissing) && p.opts.AllowMissing) {
+		p.opts.Metrics.decision("unfenced")
+		defer p.opts.Metrics.forwarding(false)()
 		p.rp.ServeHTTP(w, r)
 		return
 	}
@@ -128,6 +139,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resource := ""
 	if len(resources) > 0 {
 		resource = resources[0]
+	}
+	if p.opts.Observe {
+		p.observe(w, r, resources, t, token, err)
+		return
 	}
 	if err != nil {
 		p.refuse(w, r, resource, token, err)
@@ -146,6 +161,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	p.opts.Metrics.decision("forwarded")
+	defer p.opts.Metrics.forwarding(true)()
 	// Once forwarded, a write runs to the backend's answer even if its client
 	// hangs up: the backend may already be applying it, and the barrier must
 	// not open for a larger token before it is done. A client gone mid-upload
@@ -346,16 +363,18 @@ func rawPath(r *http.Request) string {
 // only), timeout -> 504, anything else -> 502. Nothing is retried: a write may
 // have reached the backend.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	status := http.StatusBadGateway
+	status, kind := http.StatusBadGateway, "other"
 	gone, write := clientGone(r)
 	var ne net.Error
 	switch {
-	case gone && write:
-		return // ServeHTTP logs it once, as 499
 	case gone:
-		status = 499 // client closed the request; nobody reads a response
+		status, kind = 499, "client_gone" // nobody reads a response
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
-		status = http.StatusGatewayTimeout
+		status, kind = http.StatusGatewayTimeout, "timeout"
+	}
+	p.opts.Metrics.upstreamError(kind)
+	if gone && write {
+		return // ServeHTTP logs a gone client of a forwarded write once, as 499
 	}
 	p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed",
 		slog.String("method", r.Method), slog.String("target", r.RequestURI),

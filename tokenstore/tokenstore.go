@@ -357,6 +357,23 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
+// Resources returns how many resources with a maximum above 0 this process
+// has loaded or raised since it started (maxima are loaded lazily).
+func (s *Store) Resources() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		for _, m := range sh.m {
+			if m > 0 {
+				n++
+			}
+		}
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
 func (s *Store) shardFor(resource string) *shard {
 	return &s.shards[maphash.String(s.seed, resource)%numShards]
 }

@@ -106,6 +106,19 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		}
 	}()
 
+	metrics := prometheus.NewRegistry()
+	proxyMetrics := proxy.NewMetrics(metrics)
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fenceproxy_fenced_resources",
+			Help: "Resources with a maximum above 0 loaded or raised by this process since it started.",
+		}, func() float64 { return float64(store.Resources()) }))
+	warning := ""
+	if cfg.Mode == "observe" {
+		warning = "OBSERVE MODE: stale and invalid writes are logged and counted but FORWARDED; nothing is fenced"
+		log.Warn(warning)
+	}
+
 	p, err := proxy.New(store, proxy.Options{
 		Upstream:        cfg.Upstream,
 		TokenHeader:     cfg.TokenHeader,
@@ -116,6 +129,8 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		DialTimeout:     cfg.UpstreamDialTimeout,
 		ResponseTimeout: cfg.UpstreamResponseTimeout,
 		Logger:          log,
+		Metrics:         proxyMetrics,
+		Observe:         cfg.Mode == "observe",
 	})
 	if err != nil {
 		return err
@@ -128,8 +143,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	go leases.Watch(watchCtx, time.Second)
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), leases.Collector())
+	metrics.MustRegister(leases.Collector())
 	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	proxySrv := &http.Server{
 		Handler:           p,
@@ -142,6 +156,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		Handler: control.Handler(ready, log, control.Options{
 			Leases:        leases,
 			Metrics:       metrics,
+			Warning:       warning,
 			LeaseToken:    cfg.LeaseToken,
 			ResourceDepth: cfg.ResourceDepth,
 			Admin:         store,
@@ -162,7 +177,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		"drain_timeout", cfg.DrainTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
 		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
 		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(),
-		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "")
+		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode)
 	if onReady != nil {
 		onReady(addrs{Proxy: proxyLn.Addr().String(), Control: controlLn.Addr().String()})
 	}
