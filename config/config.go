@@ -3,11 +3,14 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -77,6 +80,13 @@ type Config struct {
 
 	// AdminToken is the bearer token of admin calls; admin calls are refused while it is unset.
 	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls (list, raise and reset fences; force-release leases); admin calls are refused while it is unset"`
+
+	// TLS for the listeners (PEM files) and trust for an HTTPS upstream.
+	TLSCertFile        string `env:"TLS_CERT_FILE" help:"PEM certificate for TLS on the proxy listener (with TLS_KEY_FILE); unset: plain HTTP"`
+	TLSKeyFile         string `env:"TLS_KEY_FILE" help:"PEM private key for TLS on the proxy listener"`
+	ControlTLSCertFile string `env:"CONTROL_TLS_CERT_FILE" help:"PEM certificate for TLS on the control listener (with CONTROL_TLS_KEY_FILE); unset: plain HTTP"`
+	ControlTLSKeyFile  string `env:"CONTROL_TLS_KEY_FILE" help:"PEM private key for TLS on the control listener"`
+	UpstreamCAFile     string `env:"UPSTREAM_CA_FILE" help:"PEM CA bundle trusted for an https:// upstream instead of the system roots"`
 
 	// Mode is enforce (refuse stale writes) or observe (log and count what
 	// would be refused, forward everything; for rolling fenceproxy out).
@@ -216,6 +226,24 @@ func (c Config) Validate() error {
 			bad("UNFENCED_METHODS", "%q is not upper case; methods are case-sensitive (did you mean %q?)", m, strings.ToUpper(m))
 		}
 	}
+	for _, pair := range [][4]string{
+		{"TLS_CERT_FILE", c.TLSCertFile, "TLS_KEY_FILE", c.TLSKeyFile},
+		{"CONTROL_TLS_CERT_FILE", c.ControlTLSCertFile, "CONTROL_TLS_KEY_FILE", c.ControlTLSKeyFile},
+	} {
+		switch {
+		case (pair[1] == "") != (pair[3] == ""):
+			bad(pair[0], "set it together with %s%s, or neither", Prefix, pair[2])
+		case pair[1] != "":
+			if _, err := tls.LoadX509KeyPair(pair[1], pair[3]); err != nil {
+				bad(pair[0], "cannot load the certificate and key: %v", err)
+			}
+		}
+	}
+	if c.UpstreamCAFile != "" {
+		if _, err := c.UpstreamCAs(); err != nil {
+			bad("UPSTREAM_CA_FILE", "%v", err)
+		}
+	}
 	if c.Mode != "enforce" && c.Mode != "observe" {
 		bad("MODE", "%q must be enforce or observe", c.Mode)
 	}
@@ -241,6 +269,23 @@ func (c Config) Validate() error {
 	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)
+}
+
+// UpstreamCAs returns the pool of UpstreamCAFile, nil when it is unset (the
+// system roots apply). Errors name the file.
+func (c Config) UpstreamCAs() (*x509.CertPool, error) {
+	if c.UpstreamCAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(c.UpstreamCAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", c.UpstreamCAFile)
+	}
+	return pool, nil
 }
 
 // validToken reports whether s is a non-empty RFC 9110 token (header names, methods).

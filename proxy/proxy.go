@@ -7,6 +7,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,16 +23,17 @@ import (
 
 // Options configures a Proxy. Zero durations get the defaults in brackets.
 type Options struct {
-	Upstream        *url.URL      // backend base URL; a path in it is joined in front of the inbound path
-	TokenHeader     string        // header carrying the token [X-Fencing-Token]
-	UnfencedMethods []string      // methods passed unchecked, case-sensitive [GET, HEAD, OPTIONS]
-	ResourceDepth   int           // 0: whole path is the resource; N: first N segments
-	AllowMissing    bool          // true: fenced methods without a token are forwarded unchecked (REQUIRE_TOKEN=false)
-	DrainTimeout    time.Duration // longest barrier wait [30s]
-	DialTimeout     time.Duration // upstream connect [5s]
-	ResponseTimeout time.Duration // upstream response headers after the request was sent [60s]
-	Logger          *slog.Logger  // nil: discard
-	Metrics         *Metrics      // nil: none
+	Upstream        *url.URL       // backend base URL; a path in it is joined in front of the inbound path
+	TokenHeader     string         // header carrying the token [X-Fencing-Token]
+	UnfencedMethods []string       // methods passed unchecked, case-sensitive [GET, HEAD, OPTIONS]
+	ResourceDepth   int            // 0: whole path is the resource; N: first N segments
+	AllowMissing    bool           // true: fenced methods without a token are forwarded unchecked (REQUIRE_TOKEN=false)
+	DrainTimeout    time.Duration  // longest barrier wait [30s]
+	DialTimeout     time.Duration  // upstream connect [5s]
+	ResponseTimeout time.Duration  // upstream response headers after the request was sent [60s]
+	Logger          *slog.Logger   // nil: discard
+	Metrics         *Metrics       // nil: none
+	UpstreamCAs     *x509.CertPool // roots for an https upstream; nil: the system roots
 	// Observe logs and counts what would be refused but forwards everything,
 	// for rolling fenceproxy out (FENCEPROXY_MODE=observe). Maxima are still raised.
 	Observe bool
@@ -99,6 +102,7 @@ func New(store Store, opts Options) (*Proxy, error) {
 			ExpectContinueTimeout: time.Second,
 			ResponseHeaderTimeout: opts.ResponseTimeout,
 			DisableCompression:    true, // would add Accept-Encoding and change the signed request
+			TLSClientConfig:       &tls.Config{RootCAs: opts.UpstreamCAs, MinVersion: tls.VersionTLS12},
 		}
 	}
 	p.rp = &httputil.ReverseProxy{

@@ -119,6 +119,10 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		log.Warn(warning)
 	}
 
+	upstreamCAs, err := cfg.UpstreamCAs()
+	if err != nil {
+		return fmt.Errorf("FENCEPROXY_UPSTREAM_CA_FILE: %w", err)
+	}
 	p, err := proxy.New(store, proxy.Options{
 		Upstream:        cfg.Upstream,
 		TokenHeader:     cfg.TokenHeader,
@@ -130,6 +134,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		ResponseTimeout: cfg.UpstreamResponseTimeout,
 		Logger:          log,
 		Metrics:         proxyMetrics,
+		UpstreamCAs:     upstreamCAs,
 		Observe:         cfg.Mode == "observe",
 	})
 	if err != nil {
@@ -167,8 +172,12 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		ErrorLog:          errorLog,
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- fmt.Errorf("proxy listener: %w", proxySrv.Serve(proxyLn)) }()
-	go func() { errc <- fmt.Errorf("control listener: %w", controlSrv.Serve(controlLn)) }()
+	go func() {
+		errc <- fmt.Errorf("proxy listener: %w", serveMaybeTLS(proxySrv, proxyLn, cfg.TLSCertFile, cfg.TLSKeyFile))
+	}()
+	go func() {
+		errc <- fmt.Errorf("control listener: %w", serveMaybeTLS(controlSrv, controlLn, cfg.ControlTLSCertFile, cfg.ControlTLSKeyFile))
+	}()
 	log.Info("fenceproxy started",
 		"listen", proxyLn.Addr().String(), "control_listen", controlLn.Addr().String(),
 		"upstream", cfg.Upstream.Redacted(), "data_dir", cfg.DataDir,
@@ -202,6 +211,14 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	}
 	log.Info("fenceproxy stopped")
 	return serveErr
+}
+
+// serveMaybeTLS serves srv on ln, with TLS when cert and key are set.
+func serveMaybeTLS(srv *http.Server, ln net.Listener, cert, key string) error {
+	if cert != "" {
+		return srv.ServeTLS(ln, cert, key)
+	}
+	return srv.Serve(ln)
 }
 
 // readiness is the store as seen by /readyz: not ready once draining starts.
