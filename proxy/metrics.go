@@ -54,6 +54,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.Requests, m.UpstreamErrors, m.UpstreamDuration, m.RaiseDuration, m.InFlight)
+	// Known series start at 0, so rates and dashboards work before the first event.
+	for _, d := range []string{"forwarded", "unfenced", ReasonStale, ReasonMissing, ReasonMalformed, ReasonBadResource,
+		ReasonHopByHop, ReasonUnsupported, ReasonDrainTimeout, ReasonStoreError, ReasonClientGone} {
+		m.Requests.WithLabelValues(d)
+	}
+	for _, k := range []string{"timeout", "client_gone", "other"} {
+		m.UpstreamErrors.WithLabelValues(k)
+	}
 	return m
 }
 

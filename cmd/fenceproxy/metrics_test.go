@@ -1,9 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,5 +134,47 @@ func TestObserveMode(t *testing.T) {
 	// The maxima were still raised: enforcing later keeps them.
 	if m := scrape(t, in, "fenceproxy_fenced_resources"); m != 1 {
 		t.Errorf("fenced resources %v, want 1", m)
+	}
+}
+
+// Every metric the Grafana dashboard queries exists on /metrics.
+func TestDashboardMetricsExist(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/grafana/fenceproxy.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard is not JSON: %v", err)
+	}
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+	defer backend.Close()
+	in := startFenceproxy(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
+	metricsPut(t, in, "/bkt/a", "1") // so that the histograms and labelled counters have samples
+	resp, err := http.Get(in.controlURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposed, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	name := regexp.MustCompile(`fenceproxy_[a-z_]+`)
+	seen := 0
+	for _, p := range dash.Panels {
+		for _, target := range p.Targets {
+			for _, m := range name.FindAllString(target.Expr, -1) {
+				seen++
+				if !strings.Contains(string(exposed), "\n"+m) && !strings.HasPrefix(string(exposed), m) {
+					t.Errorf("panel %q queries %s, which /metrics does not expose", p.Title, m)
+				}
+			}
+		}
+	}
+	if seen < 8 {
+		t.Fatalf("only %d metric references found in the dashboard", seen)
 	}
 }

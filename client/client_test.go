@@ -1,0 +1,116 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestCheckResponse(t *testing.T) {
+	mk := func(status int, h map[string]string, body string) *http.Response {
+		r := &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body))}
+		for k, v := range h {
+			r.Header.Set(k, v)
+		}
+		return r
+	}
+	// The backend's own 409: nil, body untouched.
+	r := mk(409, nil, "mine")
+	if err := CheckResponse(r); err != nil {
+		t.Fatalf("backend 409: %v", err)
+	}
+	if b, _ := io.ReadAll(r.Body); string(b) != "mine" {
+		t.Errorf("backend 409 body %q", b)
+	}
+	// A stale refusal: the header wins for Current, the body gives the rest, and the body stays readable.
+	body := `{"title":"Stale fencing token","status":409,"reason":"stale","resource":"b/k","token":"7","current_token":"9"}`
+	r = mk(409, map[string]string{HeaderRefused: "stale", HeaderCurrentToken: "9"}, body)
+	var se *StaleError
+	if err := CheckResponse(r); !errors.As(err, &se) || *se != (StaleError{"b/k", 7, 9}) {
+		t.Fatalf("stale: %v", err)
+	}
+	if b, _ := io.ReadAll(r.Body); string(b) != body {
+		t.Errorf("stale body after CheckResponse: %q", b)
+	}
+	// Headers alone suffice.
+	r = mk(409, map[string]string{HeaderRefused: "stale", HeaderCurrentToken: "3"}, "not json")
+	if err := CheckResponse(r); !errors.As(err, &se) || se.Current != 3 {
+		t.Fatalf("stale without problem body: %v", err)
+	}
+	// Other refusals.
+	r = mk(503, map[string]string{HeaderRefused: "drain_timeout"}, `{"title":"t","detail":"d"}`)
+	var re *RefusedError
+	if err := CheckResponse(r); !errors.As(err, &re) || *re != (RefusedError{503, "drain_timeout", "d"}) || errors.Is(err, ErrStale) {
+		t.Fatalf("drain timeout: %v", err)
+	}
+	if CheckResponse(nil) != nil || CheckResponse(mk(200, nil, "")) != nil {
+		t.Error("nil/200 not nil")
+	}
+	if _, ok := AsStale(errors.New("x")); ok {
+		t.Error("AsStale of a plain error")
+	}
+}
+
+func TestTransport(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("X-Fencing-Token")+"|"+r.Header.Get("X-Epoch"))
+	}))
+	defer srv.Close()
+	hc := &http.Client{Transport: &Transport{}}
+	req, _ := http.NewRequestWithContext(WithToken(context.Background(), 42), http.MethodPut, srv.URL, nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if req.Header.Get(DefaultHeader) != "" {
+		t.Error("the caller's request was modified")
+	}
+	req, _ = http.NewRequest(http.MethodGet, srv.URL, nil) // no token: sent unchanged
+	if resp, err = hc.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	custom := &http.Client{Transport: &Transport{Header: "X-Epoch", Token: func(*http.Request) (uint64, error) { return 0, nil }}}
+	if resp, err = custom.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	tooBig := &http.Client{Transport: &Transport{Token: func(*http.Request) (uint64, error) { return MaxToken + 1, nil }}}
+	if _, err := tooBig.Do(req); err == nil {
+		t.Error("token above 2^63-1 was sent")
+	}
+	if want := []string{"42|", "|", "|0"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("server saw %q, want %q", got, want)
+	}
+}
+
+func TestLeasesErrors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.EscapedPath() {
+		case "/v1/leases/a%20b/c":
+			w.WriteHeader(404) // a 404 that is not the API's "Unknown lease"
+		default:
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(409)
+			io.WriteString(w, `{"title":"Fencing tokens exhausted","status":409,"detail":"reset"}`)
+		}
+	}))
+	defer srv.Close()
+	l := &Leases{BaseURL: srv.URL + "/"}
+	var ae *APIError
+	if _, err := l.Get(context.Background(), "a b/c"); errors.Is(err, ErrNotFound) || !errors.As(err, &ae) || ae.Status != 404 {
+		t.Errorf("plain 404: %v", err)
+	}
+	if _, err := l.Renew(context.Background(), "x", "h", 1); !errors.Is(err, ErrExhausted) {
+		t.Errorf("exhausted: %v", err)
+	}
+	if _, err := l.Acquire(context.Background(), "x", "h", 0); err == nil {
+		t.Error("zero ttl accepted")
+	}
+}

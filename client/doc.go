@@ -1,0 +1,8 @@
+// Package client is the worker side of fenceproxy: it puts fencing tokens on
+// writes (an http.RoundTripper, and a middleware for aws-sdk-go-v2 clients),
+// recognises the proxy's own refusals (a stale token above all) apart from
+// the backend's answers, and calls the lease API of the control listener.
+//
+// Tokens are unsigned decimal integers of at most 2^63-1, as the proxy
+// requires. The package does not depend on the proxy's own packages.
+package client

@@ -1,0 +1,227 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Lease API errors. Renew and Release fail with ErrLost once the lease is no
+// longer the caller's (taken over, released, past its grace, or fenced past
+// its token): the caller must stop writing. Acquire fails with a *HeldError
+// (errors.Is ErrHeld) while another holder has the lease.
+var (
+	ErrHeld      = errors.New("fenceproxy: lease held by another holder")
+	ErrLost      = errors.New("fenceproxy: lease lost")
+	ErrNotFound  = errors.New("fenceproxy: unknown lease")
+	ErrExhausted = errors.New("fenceproxy: fencing tokens exhausted")
+)
+
+// HeldError is ErrHeld with the current holder: nobody else may acquire the
+// lease before GraceEnds (its expiry plus the grace period).
+type HeldError struct {
+	Name      string
+	Holder    string
+	ExpiresAt time.Time
+	GraceEnds time.Time
+	Detail    string // the server's message
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("fenceproxy: lease %q is held by %q until %s (others may acquire from %s)", e.Name, e.Holder,
+		e.ExpiresAt.Format(time.RFC3339Nano), e.GraceEnds.Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrHeld) hold.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// APIError is any other failed lease call: the problem+json of the control
+// API (400 bad request, 401 unauthorized, 503 store unavailable, ...). The
+// lease errors above wrap one, so errors.As finds the status and detail.
+type APIError struct {
+	Status int
+	Title  string
+	Detail string
+}
+
+func (e *APIError) Error() string {
+	msg := fmt.Sprintf("fenceproxy: lease API: %d %s", e.Status, e.Title)
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
+}
+
+// Lease is a lease as the control API reports it.
+type Lease struct {
+	Name       string
+	Holder     string
+	Token      uint64        // the fencing token of the current (or last) grant
+	TTL        time.Duration // fixed at acquire
+	AcquiredAt time.Time
+	RenewedAt  time.Time
+	ExpiresAt  time.Time
+	State      string // held, suspect, grace, expired or released
+}
+
+// Leases calls the lease API of a fenceproxy control listener.
+type Leases struct {
+	// BaseURL is the control listener's base URL, e.g. http://127.0.0.1:9090.
+	BaseURL string
+	// HTTP sends the calls; nil means http.DefaultClient.
+	HTTP *http.Client
+	// Bearer, when set, is sent as "Authorization: Bearer <it>" (FENCEPROXY_LEASE_TOKEN).
+	Bearer string
+}
+
+// Acquire takes the lease name (a resource key) for holder for ttl and
+// returns it with a new fencing token; the proxy's fence for the resource is
+// raised to that token at once. It fails with a *HeldError (ErrHeld) while
+// another holder has the lease or it is in its grace period, and with an
+// *APIError for a TTL outside the server's bounds.
+func (l *Leases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
+	if ttl <= 0 {
+		return Lease{}, fmt.Errorf("fenceproxy: acquire %q: ttl %v must be positive", name, ttl)
+	}
+	return l.call(ctx, http.MethodPost, name, map[string]string{"holder": holder, "ttl": ttl.String()})
+}
+
+// Renew extends holder's lease by its TTL, keeping the token. ErrLost means
+// the holder must stop writing.
+func (l *Leases) Renew(ctx context.Context, name, holder string, token uint64) (Lease, error) {
+	return l.holderCall(ctx, http.MethodPut, name, holder, token)
+}
+
+// Release ends holder's lease so that others may acquire it at once; the
+// returned lease has State "released". ErrLost as for Renew (also when
+// released twice).
+func (l *Leases) Release(ctx context.Context, name, holder string, token uint64) (Lease, error) {
+	return l.holderCall(ctx, http.MethodDelete, name, holder, token)
+}
+
+// Get returns the lease with its state; ErrNotFound if it was never acquired.
+func (l *Leases) Get(ctx context.Context, name string) (Lease, error) {
+	return l.call(ctx, http.MethodGet, name, nil)
+}
+
+func (l *Leases) holderCall(ctx context.Context, method, name, holder string, token uint64) (Lease, error) {
+	s, err := formatToken(token)
+	if err != nil {
+		return Lease{}, err
+	}
+	return l.call(ctx, method, name, map[string]string{"holder": holder, "token": s})
+}
+
+// leaseURL is BaseURL/v1/leases/ followed by the name's segments, each escaped.
+func (l *Leases) leaseURL(name string) string {
+	segs := strings.Split(name, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return strings.TrimRight(l.BaseURL, "/") + "/v1/leases/" + strings.Join(segs, "/")
+}
+
+// jsonToken reads a token written as a decimal string or a number.
+type jsonToken uint64
+
+func (t *jsonToken) UnmarshalJSON(b []byte) error {
+	s := string(bytes.TrimSpace(b))
+	if unq, err := strconv.Unquote(s); err == nil {
+		s = unq
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("token %s: %w", b, err)
+	}
+	*t = jsonToken(v)
+	return nil
+}
+
+type leaseJSON struct {
+	Name       string    `json:"name"`
+	Holder     string    `json:"holder"`
+	Token      jsonToken `json:"token"`
+	State      string    `json:"state"`
+	TTL        string    `json:"ttl"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	RenewedAt  time.Time `json:"renewed_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+type problemJSON struct {
+	Title     string    `json:"title"`
+	Status    int       `json:"status"`
+	Detail    string    `json:"detail"`
+	Holder    string    `json:"holder"`
+	ExpiresAt time.Time `json:"expires_at"`
+	GraceEnds time.Time `json:"grace_ends"`
+}
+
+func (l *Leases) call(ctx context.Context, method, name string, body any) (Lease, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return Lease{}, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, l.leaseURL(name), rd)
+	if err != nil {
+		return Lease{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	if l.Bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+l.Bearer)
+	}
+	hc := l.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return Lease{}, fmt.Errorf("fenceproxy: lease %s %q: %w", method, name, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return Lease{}, fmt.Errorf("fenceproxy: lease %s %q: reading the answer: %w", method, name, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		var lj leaseJSON
+		if err := json.Unmarshal(data, &lj); err != nil {
+			return Lease{}, fmt.Errorf("fenceproxy: lease %s %q: decoding the answer: %w", method, name, err)
+		}
+		ttl, _ := time.ParseDuration(lj.TTL)
+		return Lease{Name: lj.Name, Holder: lj.Holder, Token: uint64(lj.Token), TTL: ttl, AcquiredAt: lj.AcquiredAt,
+			RenewedAt: lj.RenewedAt, ExpiresAt: lj.ExpiresAt, State: lj.State}, nil
+	}
+	var pb problemJSON
+	_ = json.Unmarshal(data, &pb) // a body that is not a problem leaves the status to speak
+	apiErr := &APIError{Status: resp.StatusCode, Title: pb.Title, Detail: pb.Detail}
+	if apiErr.Title == "" {
+		apiErr.Title = http.StatusText(resp.StatusCode)
+	}
+	switch {
+	case resp.StatusCode == http.StatusConflict && pb.Title == "Lease held":
+		return Lease{}, &HeldError{Name: name, Holder: pb.Holder, ExpiresAt: pb.ExpiresAt, GraceEnds: pb.GraceEnds, Detail: pb.Detail}
+	case resp.StatusCode == http.StatusConflict && pb.Title == "Lease lost":
+		return Lease{}, fmt.Errorf("%w: %q: %w", ErrLost, name, apiErr)
+	case resp.StatusCode == http.StatusConflict && pb.Title == "Fencing tokens exhausted":
+		return Lease{}, fmt.Errorf("%w: %q: %w", ErrExhausted, name, apiErr)
+	case resp.StatusCode == http.StatusNotFound && pb.Title == "Unknown lease":
+		return Lease{}, fmt.Errorf("%w: %q: %w", ErrNotFound, name, apiErr)
+	}
+	return Lease{}, apiErr
+}

@@ -1,0 +1,156 @@
+package client
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// Response headers that mark a refusal made by the proxy itself.
+const (
+	HeaderRefused      = "Fencing-Refused"       // the refusal reason, e.g. "stale"
+	HeaderCurrentToken = "Fencing-Current-Token" // on a stale 409: the resource's maximum
+)
+
+// ReasonStale is the Fencing-Refused value of a stale-token refusal.
+const ReasonStale = "stale"
+
+// maxProblemBody bounds how much of a refusal's problem+json body is read.
+const maxProblemBody = 64 << 10
+
+// ErrStale and ErrRefused match, with errors.Is, a *StaleError and any proxy
+// refusal (a *StaleError or a *RefusedError).
+var (
+	ErrStale   = errors.New("fenceproxy: stale fencing token")
+	ErrRefused = errors.New("fenceproxy: write refused by the proxy")
+)
+
+// StaleError is the proxy's 409 for a write whose token is below the
+// resource's maximum: a newer holder has taken over, and this writer must
+// stop. Nothing was forwarded to the backend.
+type StaleError struct {
+	Resource string // the resource key ("" when not known, see AsStale)
+	Token    uint64 // the refused token (0 when not known)
+	Current  uint64 // the resource's maximum: the token of the newer holder
+}
+
+func (e *StaleError) Error() string {
+	res := ""
+	if e.Resource != "" {
+		res = fmt.Sprintf(" on %q", e.Resource)
+	}
+	tok := "token"
+	if e.Token != 0 {
+		tok = "token " + strconv.FormatUint(e.Token, 10)
+	}
+	return fmt.Sprintf("fenceproxy: stale fencing %s%s: the current token is %d", tok, res, e.Current)
+}
+
+// Is makes errors.Is(err, ErrStale) and errors.Is(err, ErrRefused) hold.
+func (e *StaleError) Is(target error) bool { return target == ErrStale || target == ErrRefused }
+
+// RefusedError is any other refusal made by the proxy itself (missing or
+// malformed token, bad resource, drain timeout, store error, ...): the
+// request was not forwarded.
+type RefusedError struct {
+	Status int    // HTTP status (400, 428, 503, ...)
+	Reason string // the Fencing-Refused value, e.g. "missing", "drain_timeout"
+	Detail string // the problem's detail, or its title when it has none
+}
+
+func (e *RefusedError) Error() string {
+	msg := fmt.Sprintf("fenceproxy: write refused (%d %s)", e.Status, e.Reason)
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrRefused) hold.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+// problem is the proxy's problem+json body; tokens are decimal strings.
+type problem struct {
+	Title        string `json:"title"`
+	Status       int    `json:"status"`
+	Detail       string `json:"detail"`
+	Reason       string `json:"reason"`
+	Resource     string `json:"resource"`
+	Token        string `json:"token"`
+	CurrentToken string `json:"current_token"`
+}
+
+// CheckResponse tells a refusal made by the proxy from the backend's own
+// answers. It returns nil when resp carries no Fencing-Refused header (a
+// backend's own 409 included), without touching the body. For a refusal it
+// reads the problem+json body (at most 64 KiB), closes it and puts the bytes
+// read back in resp.Body, and returns a *StaleError for a 409 with
+// "Fencing-Refused: stale", a *RefusedError otherwise.
+func CheckResponse(resp *http.Response) error {
+	if resp == nil || len(resp.Header.Values(HeaderRefused)) == 0 {
+		return nil
+	}
+	var pb problem
+	if resp.Body != nil && resp.Body != http.NoBody {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxProblemBody))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(data))
+		_ = json.Unmarshal(data, &pb) // a body that is not a problem leaves the headers to speak
+	}
+	return refusal(resp, pb)
+}
+
+// refusal builds the error of a response that carries Fencing-Refused, from
+// its headers and (possibly empty) problem body.
+func refusal(resp *http.Response, pb problem) error {
+	reason := resp.Header.Get(HeaderRefused)
+	if resp.StatusCode == http.StatusConflict && reason == ReasonStale {
+		e := &StaleError{Resource: pb.Resource}
+		e.Token, _ = strconv.ParseUint(pb.Token, 10, 64)
+		cur := resp.Header.Get(HeaderCurrentToken)
+		if cur == "" {
+			cur = pb.CurrentToken
+		}
+		e.Current, _ = strconv.ParseUint(cur, 10, 64)
+		return e
+	}
+	detail := pb.Detail
+	if detail == "" {
+		detail = pb.Title
+	}
+	return &RefusedError{Status: resp.StatusCode, Reason: reason, Detail: detail}
+}
+
+// AsStale reports whether err is, or wraps, a stale-token refusal. It finds a
+// *StaleError (as returned by CheckResponse, or put in the error chain of an
+// SDK call by S3Fencing/StackFencing), and otherwise digs through
+// aws-sdk-go-v2/smithy-go response errors (*smithyhttp.ResponseError, which
+// *awshttp.ResponseError wraps) for a 409 with "Fencing-Refused: stale": the
+// SDK has consumed that body, so Current comes from Fencing-Current-Token,
+// Token from the request's X-Fencing-Token header when it is known, and
+// Resource stays empty.
+func AsStale(err error) (*StaleError, bool) {
+	var se *StaleError
+	if errors.As(err, &se) {
+		return se, true
+	}
+	var re *smithyhttp.ResponseError
+	if !errors.As(err, &re) || re.Response == nil || re.Response.Response == nil {
+		return nil, false
+	}
+	resp := re.Response.Response
+	if resp.StatusCode != http.StatusConflict || resp.Header.Get(HeaderRefused) != ReasonStale {
+		return nil, false
+	}
+	se = refusal(resp, problem{}).(*StaleError)
+	if resp.Request != nil {
+		se.Token, _ = strconv.ParseUint(resp.Request.Header.Get(DefaultHeader), 10, 64)
+	}
+	return se, true
+}

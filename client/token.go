@@ -1,0 +1,104 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+)
+
+// DefaultHeader is the request header that carries the fencing token unless
+// the proxy was started with another FENCEPROXY_TOKEN_HEADER.
+const DefaultHeader = "X-Fencing-Token"
+
+// MaxToken is the largest token the proxy accepts (2^63-1).
+const MaxToken = math.MaxInt64
+
+// ErrNoToken, returned by a token function, sends the request without a token
+// header (for unfenced methods such as GET, or callers that hold no lease).
+// ContextToken returns it when the context carries no token.
+var ErrNoToken = errors.New("fenceproxy: no fencing token")
+
+type tokenKey struct{}
+
+// WithToken returns a context whose requests carry token (see ContextToken,
+// RequestToken and the nil Token of Transport).
+func WithToken(ctx context.Context, token uint64) context.Context {
+	return context.WithValue(ctx, tokenKey{}, token)
+}
+
+// TokenFromContext returns the token set by WithToken, if any.
+func TokenFromContext(ctx context.Context) (uint64, bool) {
+	t, ok := ctx.Value(tokenKey{}).(uint64)
+	return t, ok
+}
+
+// ContextToken is a token function for S3Fencing and StackFencing: the token
+// set by WithToken, or ErrNoToken when there is none.
+func ContextToken(ctx context.Context) (uint64, error) {
+	if t, ok := TokenFromContext(ctx); ok {
+		return t, nil
+	}
+	return 0, ErrNoToken
+}
+
+// RequestToken is a token function for Transport: ContextToken of the
+// request's context. It is what a Transport with a nil Token uses.
+func RequestToken(r *http.Request) (uint64, error) { return ContextToken(r.Context()) }
+
+// formatToken renders a token as the proxy reads it, refusing values above MaxToken.
+func formatToken(t uint64) (string, error) {
+	if t > MaxToken {
+		return "", fmt.Errorf("fenceproxy: token %d is above the largest accepted token 2^63-1", t)
+	}
+	return strconv.FormatUint(t, 10), nil
+}
+
+// Transport is an http.RoundTripper that sets the fencing token header on
+// every request for which Token returns a token. It clones the request
+// first: the caller's request is never modified.
+type Transport struct {
+	// Base sends the requests; nil means http.DefaultTransport.
+	Base http.RoundTripper
+	// Token returns the request's fencing token. An error wrapping ErrNoToken
+	// sends the request unchanged; any other error fails the request without
+	// sending it. Nil means RequestToken (the token set with WithToken).
+	Token func(*http.Request) (uint64, error)
+	// Header is the token header; "" means DefaultHeader.
+	Header string
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	tokenOf := t.Token
+	if tokenOf == nil {
+		tokenOf = RequestToken
+	}
+	tok, err := tokenOf(req)
+	if errors.Is(err, ErrNoToken) {
+		return base.RoundTrip(req)
+	}
+	if err == nil {
+		var s string
+		if s, err = formatToken(tok); err == nil {
+			header := t.Header
+			if header == "" {
+				header = DefaultHeader
+			}
+			r2 := req.Clone(req.Context())
+			r2.Header.Set(header, s)
+			return base.RoundTrip(r2)
+		}
+	}
+	// A RoundTripper must close the body, also on errors.
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	return nil, fmt.Errorf("fenceproxy: fencing token for %s %s: %w", req.Method, req.URL.Redacted(), err)
+}
