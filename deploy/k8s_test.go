@@ -1,0 +1,670 @@
+// Package deploy holds deployment files. Its test builds the Kubernetes manifests
+// in deploy/k8s with kustomize and checks them against fenceproxy's configuration.
+package deploy
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fenceproxy/fenceproxy/config"
+)
+
+// The image's user (distroless nonroot) and the name of the proxy's container.
+const (
+	imageUID           = 65532
+	proxyContainerName = "fenceproxy"
+)
+
+// manifests are the objects of one kustomize build, decoded strictly.
+type manifests struct {
+	deployments  []*appsv1.Deployment
+	statefulSets []*appsv1.StatefulSet
+	services     []*corev1.Service
+	pvcs         []*corev1.PersistentVolumeClaim
+}
+
+// build runs kustomize in-process on dir (relative to this package) and decodes
+// every resulting object into its k8s.io/api type, refusing unknown fields and
+// kinds this test does not check.
+func build(t *testing.T, dir string) *manifests {
+	t.Helper()
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), abs)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	m := &manifests{}
+	for _, r := range rm.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatalf("%s: %v", r.CurId(), err)
+		}
+		var obj any
+		var apiVersion string
+		switch r.GetKind() {
+		case "Deployment":
+			d := &appsv1.Deployment{}
+			m.deployments, obj, apiVersion = append(m.deployments, d), d, "apps/v1"
+		case "StatefulSet":
+			s := &appsv1.StatefulSet{}
+			m.statefulSets, obj, apiVersion = append(m.statefulSets, s), s, "apps/v1"
+		case "Service":
+			s := &corev1.Service{}
+			m.services, obj, apiVersion = append(m.services, s), s, "v1"
+		case "PersistentVolumeClaim":
+			p := &corev1.PersistentVolumeClaim{}
+			m.pvcs, obj, apiVersion = append(m.pvcs, p), p, "v1"
+		default:
+			t.Fatalf("%s: kind %s is not checked by this test; add it here", r.CurId(), r.GetKind())
+		}
+		if got := r.GetApiVersion(); got != apiVersion {
+			t.Fatalf("%s: apiVersion %q, want %q", r.CurId(), got, apiVersion)
+		}
+		if err := yaml.UnmarshalStrict(y, obj); err != nil {
+			t.Fatalf("%s does not decode strictly into %T: %v\n%s", r.CurId(), obj, err, y)
+		}
+	}
+	return m
+}
+
+// knownVariables lists the FENCEPROXY_* variables from config.Config's env tags.
+func knownVariables(t *testing.T) map[string]bool {
+	t.Helper()
+	known := map[string]bool{}
+	typ := reflect.TypeFor[config.Config]()
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("env"), ",")
+		if name != "" {
+			known[config.Prefix+name] = true
+		}
+	}
+	if len(known) < 10 || !known[config.Prefix+"DATA_DIR"] || !known[config.Prefix+"UPSTREAM"] {
+		t.Fatalf("reading config.Config's env tags found only %v", known)
+	}
+	return known
+}
+
+// workload is a Deployment or StatefulSet seen through what this test checks.
+type workload struct {
+	id       string
+	replicas *int32
+	tmpl     *corev1.PodTemplateSpec
+	// claim returns the spec of the claim behind a pod volume, or nil when the
+	// volume is not a claim of this build.
+	claim func(volume string) *corev1.PersistentVolumeClaimSpec
+	extra func() []string // kind-specific problems
+}
+
+func (m *manifests) workloads() []workload {
+	var ws []workload
+	for _, d := range m.deployments {
+		ws = append(ws, workload{
+			id: "Deployment/" + d.Name, replicas: d.Spec.Replicas, tmpl: &d.Spec.Template,
+			claim: func(volume string) *corev1.PersistentVolumeClaimSpec {
+				return m.podVolumeClaim(&d.Spec.Template, volume)
+			},
+			extra: func() []string {
+				if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+					return []string{fmt.Sprintf("strategy %q: must be Recreate (a rolling update runs two writers on one DATA_DIR)", d.Spec.Strategy.Type)}
+				}
+				return nil
+			},
+		})
+	}
+	for _, s := range m.statefulSets {
+		ws = append(ws, workload{
+			id: "StatefulSet/" + s.Name, replicas: s.Spec.Replicas, tmpl: &s.Spec.Template,
+			claim: func(volume string) *corev1.PersistentVolumeClaimSpec {
+				for i := range s.Spec.VolumeClaimTemplates {
+					if s.Spec.VolumeClaimTemplates[i].Name == volume {
+						return &s.Spec.VolumeClaimTemplates[i].Spec
+					}
+				}
+				return m.podVolumeClaim(&s.Spec.Template, volume)
+			},
+			extra: func() []string {
+				var p []string
+				for _, vct := range s.Spec.VolumeClaimTemplates {
+					if !slices.Equal(vct.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}) {
+						p = append(p, fmt.Sprintf("volumeClaimTemplate %s: accessModes %v, want [ReadWriteOncePod]", vct.Name, vct.Spec.AccessModes))
+					}
+				}
+				if rp := s.Spec.PersistentVolumeClaimRetentionPolicy; rp != nil && rp.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
+					p = append(p, "persistentVolumeClaimRetentionPolicy.whenDeleted Delete would reset every maximum to 0")
+				}
+				if svc := m.service(s.Spec.ServiceName); svc == nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+					p = append(p, fmt.Sprintf("serviceName %q must name a headless Service of this build", s.Spec.ServiceName))
+				}
+				return p
+			},
+		})
+	}
+	return ws
+}
+
+func (m *manifests) podVolumeClaim(tmpl *corev1.PodTemplateSpec, volume string) *corev1.PersistentVolumeClaimSpec {
+	for _, v := range tmpl.Spec.Volumes {
+		if v.Name != volume || v.PersistentVolumeClaim == nil {
+			continue
+		}
+		for _, pvc := range m.pvcs {
+			if pvc.Name == v.PersistentVolumeClaim.ClaimName {
+				return &pvc.Spec
+			}
+		}
+	}
+	return nil
+}
+
+func (m *manifests) service(name string) *corev1.Service {
+	for _, s := range m.services {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// proxyConfig is the proxy container of a workload with its parsed configuration.
+type proxyConfig struct {
+	c                      *corev1.Container
+	cfg                    config.Config
+	listenPort, ctrlPort   int32
+	upstreamHost, dataDir  string
+	shutdown               time.Duration
+	otherContainersInPod   []*corev1.Container
+	allContainers          []*corev1.Container
+	configurationProblems  []string
+	containerLookupProblem string
+}
+
+func proxyOf(w workload, known map[string]bool) proxyConfig {
+	var pc proxyConfig
+	spec := &w.tmpl.Spec
+	for i := range spec.InitContainers {
+		pc.allContainers = append(pc.allContainers, &spec.InitContainers[i])
+	}
+	for i := range spec.Containers {
+		pc.allContainers = append(pc.allContainers, &spec.Containers[i])
+	}
+	for _, c := range pc.allContainers {
+		if c.Name == proxyContainerName && slices.ContainsFunc(spec.Containers, func(x corev1.Container) bool { return x.Name == c.Name }) {
+			pc.c = c
+		} else {
+			pc.otherContainersInPod = append(pc.otherContainersInPod, c)
+		}
+	}
+	if pc.c == nil {
+		pc.containerLookupProblem = fmt.Sprintf("no container named %q in spec.containers", proxyContainerName)
+		return pc
+	}
+	// Every FENCEPROXY_* name in any container must be a real variable.
+	for _, c := range pc.allContainers {
+		if len(c.EnvFrom) > 0 {
+			pc.configurationProblems = append(pc.configurationProblems, fmt.Sprintf("container %s: envFrom hides variable names from this check; list them under env", c.Name))
+		}
+		for _, e := range c.Env {
+			if strings.HasPrefix(e.Name, config.Prefix) && !known[e.Name] {
+				pc.configurationProblems = append(pc.configurationProblems, fmt.Sprintf("container %s: unknown variable %s", c.Name, e.Name))
+			}
+		}
+	}
+	// The literal values must pass fenceproxy's own parsing (valueFrom ones are
+	// optional secrets, unknown here).
+	environ := map[string]string{}
+	for _, e := range pc.c.Env {
+		if e.ValueFrom == nil {
+			environ[e.Name] = e.Value
+		}
+	}
+	cfg, warnings, err := config.Parse(environ)
+	if err != nil {
+		pc.configurationProblems = append(pc.configurationProblems, "configuration: "+err.Error())
+		return pc
+	}
+	for _, w := range warnings {
+		pc.configurationProblems = append(pc.configurationProblems, "configuration warning: "+w)
+	}
+	pc.cfg = cfg
+	pc.listenPort = portOf(cfg.Listen)
+	pc.ctrlPort = portOf(cfg.ControlListen)
+	pc.upstreamHost = cfg.Upstream.Hostname()
+	pc.dataDir = filepath.Clean(cfg.DataDir)
+	pc.shutdown = cfg.ShutdownTimeout
+	return pc
+}
+
+func portOf(addr string) int32 {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.ParseInt(p, 10, 32)
+	if err != nil || n <= 0 {
+		return -1
+	}
+	return int32(n)
+}
+
+// containerPort resolves a probe's or Service's target port (a number or a
+// port name) against a container.
+func containerPort(c *corev1.Container, p intstr.IntOrString) int32 {
+	if p.Type == intstr.Int {
+		return p.IntVal
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return cp.ContainerPort
+		}
+	}
+	return -1
+}
+
+// problems lists everything wrong with the build; empty when it is fine.
+func (m *manifests) problems(known map[string]bool) []string {
+	var out []string
+	add := func(id, format string, args ...any) { out = append(out, id+": "+fmt.Sprintf(format, args...)) }
+
+	for _, pvc := range m.pvcs {
+		if !slices.Equal(pvc.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}) {
+			add("PersistentVolumeClaim/"+pvc.Name, "accessModes %v, want [ReadWriteOncePod]", pvc.Spec.AccessModes)
+		}
+	}
+	ws := m.workloads()
+	if len(ws) == 0 {
+		add("build", "no Deployment or StatefulSet")
+	}
+	proxies := map[string]proxyConfig{}
+	claimUsers := map[string][]string{}
+	for _, w := range ws {
+		for _, p := range w.extra() {
+			add(w.id, "%s", p)
+		}
+		if w.replicas == nil || *w.replicas != 1 {
+			add(w.id, "replicas must be set to exactly 1 (one DATA_DIR, one writer)")
+		}
+		pc := proxyOf(w, known)
+		proxies[w.id] = pc
+		if pc.containerLookupProblem != "" {
+			add(w.id, "%s", pc.containerLookupProblem)
+			continue
+		}
+		for _, p := range pc.configurationProblems {
+			add(w.id, "%s", p)
+		}
+		if pc.listenPort == 0 { // configuration did not parse
+			continue
+		}
+		spec := &w.tmpl.Spec
+		c := pc.c
+
+		// Ports: the proxy declares its two listeners; nothing else is exposed.
+		for _, want := range []int32{pc.listenPort, pc.ctrlPort} {
+			if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == want && p.Name != "" }) {
+				add(w.id, "container %s declares no named port %d (from FENCEPROXY_LISTEN / FENCEPROXY_CONTROL_LISTEN)", c.Name, want)
+			}
+		}
+		if spec.HostNetwork {
+			add(w.id, "hostNetwork would expose the backend's localhost port")
+		}
+		for _, x := range pc.allContainers {
+			for _, p := range x.Ports {
+				if p.HostPort != 0 {
+					add(w.id, "container %s: hostPort %d", x.Name, p.HostPort)
+				}
+			}
+		}
+		loopback := pc.upstreamHost == "localhost" || net.ParseIP(pc.upstreamHost).IsLoopback()
+		switch {
+		case len(pc.otherContainersInPod) > 0 && !loopback:
+			add(w.id, "the pod has a backend container, but FENCEPROXY_UPSTREAM %s is not a loopback address", pc.cfg.Upstream)
+		case len(pc.otherContainersInPod) == 0 && loopback:
+			add(w.id, "FENCEPROXY_UPSTREAM %s is loopback, but the pod has no backend container", pc.cfg.Upstream)
+		}
+		for _, x := range pc.otherContainersInPod {
+			if len(x.Ports) > 0 {
+				add(w.id, "container %s declares ports: only fenceproxy may be reachable", x.Name)
+			}
+			if x.RestartPolicy != nil && *x.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+				add(w.id, "init container %s must be a native sidecar (restartPolicy Always) that outlives fenceproxy", x.Name)
+			}
+		}
+
+		// Probes on the control listener.
+		for _, pr := range []struct {
+			kind, path string
+			probe      *corev1.Probe
+		}{{"livenessProbe", "/healthz", c.LivenessProbe}, {"readinessProbe", "/readyz", c.ReadinessProbe}} {
+			switch {
+			case pr.probe == nil || pr.probe.HTTPGet == nil:
+				add(w.id, "%s must be an httpGet of %s", pr.kind, pr.path)
+			case pr.probe.HTTPGet.Path != pr.path:
+				add(w.id, "%s path %q, want %s", pr.kind, pr.probe.HTTPGet.Path, pr.path)
+			case containerPort(c, pr.probe.HTTPGet.Port) != pc.ctrlPort:
+				add(w.id, "%s %s port %s is not the control port %d", pr.kind, pr.path, pr.probe.HTTPGet.Port.String(), pc.ctrlPort)
+			case pr.probe.HTTPGet.Scheme != "" && pr.probe.HTTPGet.Scheme != corev1.URISchemeHTTP:
+				add(w.id, "%s scheme %s: the control listener speaks plain HTTP", pr.kind, pr.probe.HTTPGet.Scheme)
+			}
+		}
+
+		// DATA_DIR on a writable mount of a ReadWriteOncePod claim of this build.
+		var mount *corev1.VolumeMount
+		for i, vm := range c.VolumeMounts {
+			if rel, err := filepath.Rel(filepath.Clean(vm.MountPath), pc.dataDir); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				mount = &c.VolumeMounts[i]
+			}
+		}
+		switch {
+		case mount == nil:
+			add(w.id, "FENCEPROXY_DATA_DIR %s is not on a mounted volume (the root filesystem is read-only and not durable)", pc.dataDir)
+		case mount.ReadOnly:
+			add(w.id, "the volume of FENCEPROXY_DATA_DIR is mounted read-only")
+		default:
+			claim := w.claim(mount.Name)
+			if claim == nil {
+				add(w.id, "FENCEPROXY_DATA_DIR's volume %s is not a PersistentVolumeClaim of this build", mount.Name)
+			} else if !slices.Equal(claim.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}) {
+				add(w.id, "FENCEPROXY_DATA_DIR's claim has accessModes %v, want [ReadWriteOncePod]", claim.AccessModes)
+			}
+			for _, v := range spec.Volumes {
+				if v.Name == mount.Name && v.PersistentVolumeClaim != nil {
+					claimUsers[v.PersistentVolumeClaim.ClaimName] = append(claimUsers[v.PersistentVolumeClaim.ClaimName], w.id)
+				}
+			}
+		}
+
+		// Security context, effective per container.
+		psc := spec.SecurityContext
+		if psc == nil {
+			psc = &corev1.PodSecurityContext{}
+		}
+		if psc.FSGroup == nil || *psc.FSGroup != imageUID {
+			add(w.id, "securityContext.fsGroup must be %d so that the volume is writable", imageUID)
+		}
+		for _, x := range pc.allContainers {
+			sc := x.SecurityContext
+			if sc == nil {
+				sc = &corev1.SecurityContext{}
+			}
+			nonRoot, uid, seccomp := psc.RunAsNonRoot, psc.RunAsUser, psc.SeccompProfile
+			if sc.RunAsNonRoot != nil {
+				nonRoot = sc.RunAsNonRoot
+			}
+			if sc.RunAsUser != nil {
+				uid = sc.RunAsUser
+			}
+			if sc.SeccompProfile != nil {
+				seccomp = sc.SeccompProfile
+			}
+			if nonRoot == nil || !*nonRoot {
+				add(w.id, "container %s: runAsNonRoot must be true", x.Name)
+			}
+			if uid == nil || *uid != imageUID {
+				add(w.id, "container %s: runAsUser must be %d", x.Name, imageUID)
+			}
+			if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				add(w.id, "container %s: seccompProfile must be RuntimeDefault", x.Name)
+			}
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				add(w.id, "container %s: allowPrivilegeEscalation must be false", x.Name)
+			}
+			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				add(w.id, "container %s: readOnlyRootFilesystem must be true", x.Name)
+			}
+			if sc.Privileged != nil && *sc.Privileged {
+				add(w.id, "container %s: privileged", x.Name)
+			}
+			if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
+				add(w.id, "container %s: capabilities must drop ALL and add none", x.Name)
+			}
+			// Resources: requests and limits for CPU and memory.
+			for _, rn := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				req, okReq := x.Resources.Requests[rn]
+				lim, okLim := x.Resources.Limits[rn]
+				switch {
+				case !okReq || !okLim:
+					add(w.id, "container %s: %s needs a request and a limit", x.Name, rn)
+				case req.Cmp(lim) > 0:
+					add(w.id, "container %s: %s request %s above its limit %s", x.Name, rn, req.String(), lim.String())
+				}
+			}
+		}
+
+		// Graceful stop: preStop sleep, then SIGTERM and up to SHUTDOWN_TIMEOUT of drain.
+		var preStop time.Duration
+		switch lc := c.Lifecycle; {
+		case lc == nil || lc.PreStop == nil || lc.PreStop.Sleep == nil:
+			add(w.id, "container %s needs a preStop sleep handler (the image has no shell for an exec sleep)", c.Name)
+		default:
+			preStop = time.Duration(lc.PreStop.Sleep.Seconds) * time.Second
+			if preStop <= 0 {
+				add(w.id, "preStop sleep must be positive")
+			}
+		}
+		if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= preStop+pc.shutdown {
+			add(w.id, "terminationGracePeriodSeconds must exceed the preStop sleep (%s) + FENCEPROXY_SHUTDOWN_TIMEOUT (%s)", preStop, pc.shutdown)
+		}
+	}
+	for claim, users := range claimUsers {
+		if len(users) > 1 {
+			add("PersistentVolumeClaim/"+claim, "used as DATA_DIR by %v: one DATA_DIR, one writer", users)
+		}
+	}
+
+	// Services: each selects one workload and targets only its proxy or its
+	// control listener; every workload has both, on separate Services.
+	exposed := map[string]map[string]bool{} // workload -> "proxy"/"control"
+	for _, s := range m.services {
+		id := "Service/" + s.Name
+		var matched []workload
+		for _, w := range ws {
+			if len(s.Spec.Selector) > 0 && labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(w.tmpl.Labels)) {
+				matched = append(matched, w)
+			}
+		}
+		if len(matched) != 1 {
+			add(id, "selects %d workloads, want exactly one", len(matched))
+			continue
+		}
+		w := matched[0]
+		pc := proxies[w.id]
+		if pc.c == nil || pc.listenPort == 0 {
+			continue
+		}
+		roles := map[string]bool{}
+		for _, p := range s.Spec.Ports {
+			if p.Name == "" {
+				add(id, "port %d must be named", p.Port)
+			}
+			target := p.TargetPort
+			if target.Type == intstr.Int && target.IntVal == 0 {
+				target = intstr.FromInt32(p.Port)
+			}
+			switch containerPort(pc.c, target) {
+			case pc.listenPort:
+				roles["proxy"] = true
+			case pc.ctrlPort:
+				roles["control"] = true
+			default:
+				add(id, "port %s targets %s, which is neither FENCEPROXY_LISTEN (%d) nor FENCEPROXY_CONTROL_LISTEN (%d) of %s", p.Name, target.String(), pc.listenPort, pc.ctrlPort, w.id)
+			}
+		}
+		if roles["proxy"] && roles["control"] {
+			add(id, "exposes the proxy and the control listener together; the control port belongs on its own Service")
+		}
+		if roles["control"] && ((s.Spec.Type != "" && s.Spec.Type != corev1.ServiceTypeClusterIP) || len(s.Spec.ExternalIPs) > 0) {
+			add(id, "the control listener must stay cluster-internal (type ClusterIP, no externalIPs)")
+		}
+		if exposed[w.id] == nil {
+			exposed[w.id] = map[string]bool{}
+		}
+		for r := range roles {
+			exposed[w.id][r] = true
+		}
+	}
+	for _, w := range ws {
+		for _, r := range []string{"proxy", "control"} {
+			if !exposed[w.id][r] {
+				add(w.id, "no Service exposes its %s listener", r)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestKustomizationsBuildAndPass(t *testing.T) {
+	known := knownVariables(t)
+	for _, tc := range []struct {
+		dir                      string
+		deployments, statefulSet int
+	}{
+		{"k8s", 1, 1},
+		{"k8s/sidecar", 1, 0},
+		{"k8s/gateway", 0, 1},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			m := build(t, tc.dir)
+			if len(m.deployments) != tc.deployments || len(m.statefulSets) != tc.statefulSet {
+				t.Fatalf("%d Deployments and %d StatefulSets, want %d and %d", len(m.deployments), len(m.statefulSets), tc.deployments, tc.statefulSet)
+			}
+			for _, p := range m.problems(known) {
+				t.Error(p)
+			}
+			t.Logf("%d Deployment(s), %d StatefulSet(s), %d Service(s), %d PersistentVolumeClaim(s)",
+				len(m.deployments), len(m.statefulSets), len(m.services), len(m.pvcs))
+		})
+	}
+}
+
+// TestChecksCatchMistakes breaks the manifests one way at a time and expects
+// the checks above to name the mistake: they are not vacuous.
+func TestChecksCatchMistakes(t *testing.T) {
+	known := knownVariables(t)
+	proxy := func(m *manifests, sts bool) *corev1.Container {
+		tmpl := &m.deployments[0].Spec.Template
+		if sts {
+			tmpl = &m.statefulSets[0].Spec.Template
+		}
+		for i := range tmpl.Spec.Containers {
+			if tmpl.Spec.Containers[i].Name == proxyContainerName {
+				return &tmpl.Spec.Containers[i]
+			}
+		}
+		t.Fatal("no proxy container")
+		return nil
+	}
+	setEnv := func(c *corev1.Container, name, value string) {
+		for i := range c.Env {
+			if c.Env[i].Name == name {
+				c.Env[i].Value = value
+				return
+			}
+		}
+		c.Env = append(c.Env, corev1.EnvVar{Name: name, Value: value})
+	}
+	for _, tc := range []struct {
+		name, want string
+		breakIt    func(m *manifests)
+	}{
+		{"rolling update", "must be Recreate", func(m *manifests) {
+			m.deployments[0].Spec.Strategy.Type = appsv1.RollingUpdateDeploymentStrategyType
+		}},
+		{"two replicas", "replicas must be set to exactly 1", func(m *manifests) {
+			two := int32(2)
+			m.statefulSets[0].Spec.Replicas = &two
+		}},
+		{"ReadWriteOnce claim", "want [ReadWriteOncePod]", func(m *manifests) {
+			m.pvcs[0].Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+		}},
+		{"ReadWriteOnce claim template", "want [ReadWriteOncePod]", func(m *manifests) {
+			m.statefulSets[0].Spec.VolumeClaimTemplates[0].Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+		}},
+		{"misspelt variable", "unknown variable FENCEPROXY_SHUTDOWN_TIMOUT", func(m *manifests) {
+			c := proxy(m, false)
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "FENCEPROXY_SHUTDOWN_TIMEOUT" })
+			setEnv(c, "FENCEPROXY_SHUTDOWN_TIMOUT", "30s")
+		}},
+		{"liveness on the proxy port", "is not the control port", func(m *manifests) {
+			proxy(m, true).LivenessProbe.HTTPGet.Port = intstr.FromString("http")
+		}},
+		{"readiness on /healthz", `readinessProbe path "/healthz"`, func(m *manifests) {
+			proxy(m, false).ReadinessProbe.HTTPGet.Path = "/healthz"
+		}},
+		{"control listener moved", "is not the control port 9191", func(m *manifests) {
+			setEnv(proxy(m, false), "FENCEPROXY_CONTROL_LISTEN", ":9191")
+		}},
+		{"service on the backend port", "neither FENCEPROXY_LISTEN", func(m *manifests) {
+			m.service("fenced-backend").Spec.Ports[0].TargetPort = intstr.FromInt32(9000)
+		}},
+		{"backend declares a port", "only fenceproxy may be reachable", func(m *manifests) {
+			b := &m.deployments[0].Spec.Template.Spec.InitContainers[0]
+			b.Ports = append(b.Ports, corev1.ContainerPort{Name: "s3", ContainerPort: 9000})
+		}},
+		{"control port on a LoadBalancer", "must stay cluster-internal", func(m *manifests) {
+			s := m.service("fenceproxy-gateway")
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "control", Port: 9090, TargetPort: intstr.FromString("control")})
+		}},
+		{"data dir off the volume", "is not on a mounted volume", func(m *manifests) {
+			setEnv(proxy(m, true), "FENCEPROXY_DATA_DIR", "/data")
+		}},
+		{"short grace period", "terminationGracePeriodSeconds must exceed", func(m *manifests) {
+			g := int64(35)
+			m.statefulSets[0].Spec.Template.Spec.TerminationGracePeriodSeconds = &g
+		}},
+		{"longer shutdown timeout", "terminationGracePeriodSeconds must exceed", func(m *manifests) {
+			setEnv(proxy(m, false), "FENCEPROXY_SHUTDOWN_TIMEOUT", "2m")
+		}},
+		{"writable root", "readOnlyRootFilesystem must be true", func(m *manifests) {
+			f := false
+			proxy(m, true).SecurityContext.ReadOnlyRootFilesystem = &f
+		}},
+		{"root user", "runAsUser must be 65532", func(m *manifests) {
+			root := int64(0)
+			m.deployments[0].Spec.Template.Spec.SecurityContext.RunAsUser = &root
+		}},
+		{"no fsGroup", "fsGroup must be 65532", func(m *manifests) {
+			m.statefulSets[0].Spec.Template.Spec.SecurityContext.FSGroup = nil
+		}},
+		{"capabilities kept", "capabilities must drop ALL", func(m *manifests) {
+			m.deployments[0].Spec.Template.Spec.InitContainers[0].SecurityContext.Capabilities = nil
+		}},
+		{"no memory limit", "memory needs a request and a limit", func(m *manifests) {
+			delete(proxy(m, true).Resources.Limits, corev1.ResourceMemory)
+		}},
+		{"bad upstream", "FENCEPROXY_UPSTREAM", func(m *manifests) {
+			setEnv(proxy(m, true), "FENCEPROXY_UPSTREAM", "objectstore.example.com")
+		}},
+		{"sidecar upstream off the pod", "is not a loopback address", func(m *manifests) {
+			setEnv(proxy(m, false), "FENCEPROXY_UPSTREAM", "http://backend.example:9000")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := build(t, "k8s")
+			tc.breakIt(m)
+			problems := m.problems(known)
+			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.want) }) {
+				t.Errorf("no problem mentioning %q; got %q", tc.want, problems)
+			}
+		})
+	}
+}
