@@ -118,6 +118,8 @@ func Parse(environ map[string]string) (Config, []string, error) {
 		if v, ok := environ[f.Var]; ok && v == "" && !mayBeEmpty[f.Var] {
 			if f.Required {
 				report(f.Var, fmt.Errorf("%s is required but empty", f.Var))
+			} else if f.Default == "" {
+				report(f.Var, fmt.Errorf("%s is set but empty; give it a value or unset it", f.Var))
 			} else {
 				report(f.Var, fmt.Errorf("%s is set but empty; unset it to use the default %q", f.Var, f.Default))
 			}
@@ -231,8 +233,10 @@ func (c Config) Validate() error {
 		{"CONTROL_TLS_CERT_FILE", c.ControlTLSCertFile, "CONTROL_TLS_KEY_FILE", c.ControlTLSKeyFile},
 	} {
 		switch {
-		case (pair[1] == "") != (pair[3] == ""):
-			bad(pair[0], "set it together with %s%s, or neither", Prefix, pair[2])
+		case pair[1] != "" && pair[3] == "":
+			bad(pair[2], "is unset but %s%s is set; set both or neither", Prefix, pair[0])
+		case pair[1] == "" && pair[3] != "":
+			bad(pair[0], "is unset but %s%s is set; set both or neither", Prefix, pair[2])
 		case pair[1] != "":
 			if _, err := tls.LoadX509KeyPair(pair[1], pair[3]); err != nil {
 				bad(pair[0], "cannot load the certificate and key: %v", err)

@@ -186,7 +186,8 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		"drain_timeout", cfg.DrainTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
 		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
 		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(),
-		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode)
+		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
+		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile)
 	if onReady != nil {
 		onReady(addrs{Proxy: proxyLn.Addr().String(), Control: controlLn.Addr().String()})
 	}
