@@ -14,7 +14,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -177,16 +176,8 @@ func TestClientTransportAndCheckResponse(t *testing.T) {
 
 // clS3Client is an S3 client pointed at the proxy; opts add the fencing.
 func clS3Client(endpoint string, opts ...func(*s3.Options)) *s3.Client {
-	return s3.New(s3.Options{
-		Region:                     s3TestRegion,
-		BaseEndpoint:               aws.String(endpoint),
-		UsePathStyle:               true,
-		Credentials:                credentials.NewStaticCredentialsProvider(s3TestAccessKey, s3TestSecretKey, ""),
-		Retryer:                    aws.NopRetryer{},
-		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
-		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
-		HTTPClient:                 &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true}},
-	}, opts...)
+	hc := &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true}}
+	return s3.New(s3TestOptions(endpoint, hc), opts...)
 }
 
 // clHeaderOnly sets X-Fencing-Token from client.WithToken without the

@@ -98,11 +98,11 @@ func (rc *s3RecordingClient) requests() []s3SentRequest {
 	return slices.Clone(rc.sent)
 }
 
-// newS3Client returns a path-style S3 client for endpoint that signs with the
-// test credentials, adds X-Fencing-Token from the call context, computes no
-// optional checksums and never retries (so a 409 is seen exactly once).
-func newS3Client(endpoint string, hc *s3RecordingClient) *s3.Client {
-	return s3.New(s3.Options{
+// s3TestOptions are the options of a path-style S3 client for endpoint that
+// signs with the test credentials, computes no optional checksums and never
+// retries (so a 409 is seen exactly once).
+func s3TestOptions(endpoint string, hc s3.HTTPClient) s3.Options {
+	return s3.Options{
 		Region:                     s3TestRegion,
 		BaseEndpoint:               aws.String(endpoint),
 		UsePathStyle:               true,
@@ -111,8 +111,15 @@ func newS3Client(endpoint string, hc *s3RecordingClient) *s3.Client {
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
 		HTTPClient:                 hc,
-		APIOptions:                 []func(*middleware.Stack) error{s3AddFencingTokenHeader},
-	})
+	}
+}
+
+// newS3Client returns a test S3 client (s3TestOptions) that adds
+// X-Fencing-Token from the call context.
+func newS3Client(endpoint string, hc *s3RecordingClient) *s3.Client {
+	o := s3TestOptions(endpoint, hc)
+	o.APIOptions = []func(*middleware.Stack) error{s3AddFencingTokenHeader}
+	return s3.New(o)
 }
 
 // s3SigV4Auth is a parsed "AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., Signature=..." header.
