@@ -5,6 +5,7 @@ package config
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/dustin/go-humanize"
 )
 
 // Prefix starts the name of every configuration variable.
@@ -64,6 +66,27 @@ type Config struct {
 
 	// UpstreamResponseTimeout bounds the wait for response headers after the request was sent.
 	UpstreamResponseTimeout time.Duration `env:"UPSTREAM_RESPONSE_TIMEOUT" envDefault:"60s" help:"longest wait for the backend's response headers after the whole request was sent; past it 504"`
+
+	// UploadIdleTimeout bounds the pause between bytes of a request body.
+	UploadIdleTimeout time.Duration `env:"UPLOAD_IDLE_TIMEOUT" envDefault:"30s" help:"longest pause between bytes of a request body; past it the upload is cut off before its end (the backend never gets the whole body), so a stalled client cannot hold a resource's barrier longer"`
+
+	// AbandonGrace keeps a resource's barrier closed after the proxy gave up on
+	// a write it had sent upstream whole (response timeout, backend failure): a
+	// slow backend may still apply it. Start-up waits it too, for writes
+	// forwarded by the previous process. Like Chubby's lock-delay.
+	AbandonGrace time.Duration `env:"ABANDON_GRACE" help:"how long a write the proxy gave up on after sending it whole (timeout, backend failure) still holds back larger tokens on its resource; larger tokens also wait this long after start-up; must be below DRAIN_TIMEOUT; unset: 5s, or half of DRAIN_TIMEOUT if that is shorter; 0s: off"`
+
+	// MinFreeSpace is the free space DATA_DIR's file system must keep; below it
+	// raises fail with 503 (Badger writes through mmap and can die with SIGBUS
+	// on a full tmpfs instead of returning an error).
+	MinFreeSpace ByteSize `env:"MIN_FREE_SPACE" envDefault:"128MiB" help:"free space DATA_DIR's file system must keep (checked with statfs); below it raises fail with 503 and nothing is forwarded, until space returns"`
+
+	// TokenKeys turns on signed-token mode: base64 HMAC-SHA256 keys of at
+	// least 32 bytes; the first signs, every one verifies (so keys can rotate).
+	TokenKeys []string `env:"TOKEN_KEY" envSeparator:"," help:"signed-token mode: comma-separated base64 keys (32+ bytes each); the first signs lease tokens, all verify; fenced writes then need X-Fencing-Token-Signature (403 without a valid one)"`
+
+	// MaxTokenJump refuses a token more than this above the resource's maximum.
+	MaxTokenJump uint64 `env:"MAX_TOKEN_JUMP" envDefault:"0" help:"0: off; N: a token more than N above its resource's maximum is refused (403); unsuitable for etcd revisions or ZooKeeper zxids, which jump"`
 
 	// LeaseToken, when set, is required as a bearer token by lease calls.
 	LeaseToken string `env:"LEASE_TOKEN" help:"bearer token required by lease calls when set (anyone who can acquire can fence out the real holder)"`
@@ -113,6 +136,7 @@ func Parse(environ map[string]string) (Config, []string, error) {
 		}
 	}
 	known := map[string]string{} // variable -> Go field name
+	var warnings []string
 	for _, f := range fields() {
 		known[f.Var] = f.Field
 		if v, ok := environ[f.Var]; ok && v == "" && !mayBeEmpty[f.Var] {
@@ -137,6 +161,11 @@ func Parse(environ map[string]string) (Config, []string, error) {
 	for i, m := range cfg.UnfencedMethods {
 		cfg.UnfencedMethods[i] = strings.TrimSpace(m)
 	}
+	if _, set := environ[Prefix+"ABANDON_GRACE"]; !set {
+		cfg.AbandonGrace = min(DefaultAbandonGrace, cfg.DrainTimeout/2)
+	} else if cfg.AbandonGrace == 0 {
+		warnings = append(warnings, Prefix+"ABANDON_GRACE is 0s: a write abandoned after a timeout may be applied after its successor's")
+	}
 	// Validate the rest too, so that one run reports every bad variable.
 	if verr := cfg.Validate(); verr != nil {
 		for _, e := range verr.(interface{ Unwrap() []error }).Unwrap() {
@@ -144,7 +173,6 @@ func Parse(environ map[string]string) (Config, []string, error) {
 			report(name, e)
 		}
 	}
-	var warnings []string
 	for name := range environ {
 		if strings.HasPrefix(name, Prefix) && known[name] == "" && !kubernetesServiceLink(name) {
 			warnings = append(warnings, fmt.Sprintf("unknown variable %s is ignored", name))
@@ -259,13 +287,22 @@ func (c Config) Validate() error {
 			bad(name, "%s must not be negative", d)
 		}
 	}
+	if c.AbandonGrace < 0 {
+		bad("ABANDON_GRACE", "%s must not be negative", c.AbandonGrace)
+	} else if c.DrainTimeout > 0 && c.AbandonGrace >= c.DrainTimeout {
+		// Otherwise every takeover after an abandoned write would time out.
+		bad("ABANDON_GRACE", "%s must be below FENCEPROXY_DRAIN_TIMEOUT %s", c.AbandonGrace, c.DrainTimeout)
+	}
+	if _, err := c.TokenKeyBytes(); err != nil {
+		bad("TOKEN_KEY", "%v", err)
+	}
 	if c.LeaseMinTTL > c.LeaseMaxTTL {
 		bad("LEASE_MIN_TTL", "%s is above FENCEPROXY_LEASE_MAX_TTL %s", c.LeaseMinTTL, c.LeaseMaxTTL)
 	}
 	for name, d := range map[string]time.Duration{
 		"DRAIN_TIMEOUT": c.DrainTimeout, "SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
 		"UPSTREAM_DIAL_TIMEOUT": c.UpstreamDialTimeout, "UPSTREAM_RESPONSE_TIMEOUT": c.UpstreamResponseTimeout,
-		"LEASE_MIN_TTL": c.LeaseMinTTL, "LEASE_MAX_TTL": c.LeaseMaxTTL,
+		"LEASE_MIN_TTL": c.LeaseMinTTL, "LEASE_MAX_TTL": c.LeaseMaxTTL, "UPLOAD_IDLE_TIMEOUT": c.UploadIdleTimeout,
 	} {
 		if d <= 0 {
 			bad(name, "%s must be a positive duration such as 30s", d)
@@ -274,6 +311,55 @@ func (c Config) Validate() error {
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)
 }
+
+// DefaultAbandonGrace is ABANDON_GRACE when unset (capped at half of DRAIN_TIMEOUT).
+const DefaultAbandonGrace = 5 * time.Second
+
+// MinTokenKeyBytes is the shortest signing key accepted (HMAC-SHA256's block
+// of security; RFC 2104 advises keys at least as long as the hash).
+const MinTokenKeyBytes = 32
+
+// TokenKeyBytes decodes TokenKeys (standard or URL-safe base64, padded or
+// not); nil when signed-token mode is off. Errors name the key's position,
+// never its value.
+func (c Config) TokenKeyBytes() ([][]byte, error) {
+	var keys [][]byte
+	for i, k := range c.TokenKeys {
+		k = strings.TrimSpace(k)
+		var b []byte
+		var err error
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+			if b, err = enc.DecodeString(k); err == nil {
+				break
+			}
+		}
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("key %d is not base64", i+1)
+		case len(b) < MinTokenKeyBytes:
+			return nil, fmt.Errorf("key %d has %d bytes; give at least %d (head -c 32 /dev/urandom | base64)", i+1, len(b), MinTokenKeyBytes)
+		}
+		keys = append(keys, b)
+	}
+	return keys, nil
+}
+
+// ByteSize is a size in bytes read from "128MiB", "1GB" or "4096"
+// (github.com/dustin/go-humanize's ParseBytes: SI and IEC units).
+type ByteSize uint64
+
+// UnmarshalText parses a size such as 128MiB.
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	n, err := humanize.ParseBytes(string(text))
+	if err != nil {
+		return fmt.Errorf("%q is not a size such as 128MiB", text)
+	}
+	*b = ByteSize(n)
+	return nil
+}
+
+// String formats the size in IEC units (128 MiB).
+func (b ByteSize) String() string { return humanize.IBytes(uint64(b)) }
 
 // UpstreamCAs returns the pool of UpstreamCAFile, nil when it is unset (the
 // system roots apply). Errors name the file.

@@ -27,6 +27,9 @@ var (
 	// ErrDrainTimeout: smaller-token writes were still in flight when the drain
 	// timeout passed (503 with Retry-After).
 	ErrDrainTimeout = errors.New("timed out waiting for in-flight writes with smaller tokens")
+	// ErrJump: the token is more than MaxTokenJump above the resource's
+	// maximum (403), so a wild token cannot fence a resource off for good.
+	ErrJump = errors.New("fencing token jumps too far above the maximum")
 	// ErrStore: the maximum could not be read or made durable (503, fail closed).
 	ErrStore = errors.New("token store unavailable")
 )

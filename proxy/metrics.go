@@ -12,7 +12,8 @@ type Metrics struct {
 	// fenceproxy_requests_total{decision}: every request by what the proxy
 	// did: forwarded (a fenced write admitted), unfenced (passed unchecked),
 	// or the refusal reason (stale, missing, malformed, bad_resource,
-	// hop_by_hop, unsupported, drain_timeout, store_error, client_gone).
+	// hop_by_hop, unsupported, drain_timeout, store_error, client_gone,
+	// signature, jump).
 	// In observe mode a would-be refusal counts as observe_<reason>.
 	Requests *prometheus.CounterVec
 	// fenceproxy_upstream_errors_total{kind}: failed upstream exchanges by
@@ -56,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Requests, m.UpstreamErrors, m.UpstreamDuration, m.RaiseDuration, m.InFlight)
 	// Known series start at 0, so rates and dashboards work before the first event.
 	for _, d := range []string{"forwarded", "unfenced", ReasonStale, ReasonMissing, ReasonMalformed, ReasonBadResource,
-		ReasonHopByHop, ReasonUnsupported, ReasonDrainTimeout, ReasonStoreError, ReasonClientGone} {
+		ReasonHopByHop, ReasonUnsupported, ReasonDrainTimeout, ReasonStoreError, ReasonClientGone, ReasonSignature, ReasonJump} {
 		m.Requests.WithLabelValues(d)
 	}
 	for _, k := range []string{"timeout", "client_gone", "other"} {

@@ -27,6 +27,8 @@ const (
 	ReasonStoreError   = "store_error"
 	ReasonClientGone   = "client_gone"
 	ReasonUnsupported  = "unsupported"
+	ReasonSignature    = "signature"
+	ReasonJump         = "jump"
 )
 
 // problem is an RFC 9457 problem details body. Tokens are decimal strings:
@@ -91,6 +93,12 @@ func (p *Proxy) problemFor(err error) (problem, slog.Level) {
 		pb.Detail = "this method is a fenced write; send the fencing token in the " + http.CanonicalHeaderKey(p.opts.TokenHeader) + " header"
 	case errors.Is(err, ErrTokenMalformed):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, ReasonMalformed, "Malformed fencing token"
+	case errors.Is(err, ErrSignature):
+		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, ReasonSignature, "Fencing token signature refused"
+		level = slog.LevelWarn
+	case errors.Is(err, ErrJump):
+		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, ReasonJump, "Fencing token jumps too far"
+		level = slog.LevelWarn
 	case errors.Is(err, ErrBadResource):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, ReasonBadResource, "No fenceable resource"
 	case errors.Is(err, errUnsupported):

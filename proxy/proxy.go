@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +40,18 @@ type Options struct {
 	Observe bool
 	// Transport replaces the upstream client (tests); nil builds one from the timeouts.
 	Transport http.RoundTripper
+	// Verifier turns on signed-token mode: fenced writes need a valid
+	// X-Fencing-Token-Signature (403 otherwise). nil: off.
+	Verifier TokenVerifier
+	// MaxTokenJump refuses (403) a token more than this above its resource's
+	// maximum. 0: off.
+	MaxTokenJump uint64
+	// AbandonGrace keeps a resource's barrier closed this long after the proxy
+	// gave up on a write it had sent whole; larger tokens also wait this long
+	// after New (writes of the previous process may be in flight). 0: off.
+	AbandonGrace time.Duration
+	// UploadIdleTimeout cuts off a request body that pauses longer [30s].
+	UploadIdleTimeout time.Duration
 }
 
 // Proxy is an http.Handler that fences writes and forwards requests to the
@@ -130,7 +143,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, "", token, herr)
 		return
 	}
-	if p.unfenced[r.Method] || (errors.Is(err, ErrTokenMissing) && p.opts.AllowMissing) {
+	if p.unfencedRequest(r) || (errors.Is(err, ErrTokenMissing) && p.opts.AllowMissing) {
 		p.opts.Metrics.decision("unfenced")
 		defer p.opts.Metrics.forwarding(false)()
 		p.rp.ServeHTTP(w, r)
@@ -147,6 +160,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.opts.Observe {
 		p.observe(w, r, resources, t, token, err)
 		return
+	}
+	if err == nil {
+		err = p.checkSignature(r, resources, t)
 	}
 	if err != nil {
 		p.refuse(w, r, resource, token, err)
@@ -183,6 +199,40 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.rp.ServeHTTP(w, r)
 }
 
+// methodOverrideHeaders ask some backends (Rails, Express's method-override,
+// Google APIs) to run another method than the request line's.
+var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+func isMethodOverride(name string) bool {
+	return slices.Contains(methodOverrideHeaders, http.CanonicalHeaderKey(name))
+}
+
+// methods returns the request line's method and every method an override
+// header asks for (upper-cased: frameworks compare them so).
+func methods(r *http.Request) []string {
+	ms := []string{r.Method}
+	for _, h := range methodOverrideHeaders {
+		for _, v := range r.Header[h] {
+			for m := range strings.SplitSeq(v, ",") {
+				ms = append(ms, strings.ToUpper(strings.TrimSpace(m)))
+			}
+		}
+	}
+	return ms
+}
+
+// unfencedRequest reports whether every method the request may run as (its
+// own and any override header's) is unfenced: a GET asking the backend to
+// DELETE is fenced like the DELETE.
+func (p *Proxy) unfencedRequest(r *http.Request) bool {
+	for _, m := range methods(r) {
+		if !p.unfenced[m] {
+			return false
+		}
+	}
+	return true
+}
+
 // clientContextKey keeps the client's own context in a forwarded write's
 // context, so upstreamError can tell a client gone (499) from a backend failure.
 type clientContextKey struct{}
@@ -207,7 +257,7 @@ func (p *Proxy) resources(r *http.Request) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.Method == http.MethodPost {
+	if slices.Contains(methods(r), http.MethodPost) {
 		if bulkDelete(r.URL.RawQuery) {
 			return []string{key}, ErrUnsupported
 		}
@@ -320,7 +370,8 @@ func (p *Proxy) checkHopByHop(r *http.Request) error {
 	for _, v := range r.Header.Values("Connection") {
 		for name := range strings.SplitSeq(v, ",") {
 			name = strings.TrimSpace(name)
-			if strings.EqualFold(name, p.opts.TokenHeader) || strings.EqualFold(name, "Host") {
+			if strings.EqualFold(name, p.opts.TokenHeader) || strings.EqualFold(name, HeaderSignature) ||
+				strings.EqualFold(name, "Host") || strings.EqualFold(name, "Destination") || isMethodOverride(name) {
 				return fmt.Errorf("%w: Connection names %s", ErrHopByHop, name)
 			}
 		}
