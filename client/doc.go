@@ -4,5 +4,8 @@
 // the backend's answers, and calls the lease API of the control listener.
 //
 // Tokens are unsigned decimal integers of at most 2^63-1, as the proxy
-// requires. The package does not depend on the proxy's own packages.
+// requires. In signed-token mode (FENCEPROXY_TOKEN_KEY) a write also needs the
+// token's signature, which the lease API returns in Lease.TokenSignature:
+// WithLease puts both in a context, and Transport and S3Fencing send both. The
+// package does not depend on the proxy's own packages.
 package client

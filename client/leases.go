@@ -70,6 +70,12 @@ type Lease struct {
 	RenewedAt  time.Time
 	ExpiresAt  time.Time
 	State      string // held, suspect, grace, expired or released
+	// TokenSignature is the signature of Token for the lease's resource when
+	// the proxy runs in signed-token mode (FENCEPROXY_TOKEN_KEY): writes must
+	// send it in X-Fencing-Token-Signature (WithLease does). Acquire and Renew
+	// fill it (a renew after a key rotation signs with the new key: use the
+	// latest); Get and Release leave it empty, as does a proxy without keys.
+	TokenSignature string
 }
 
 // Leases calls the lease API of a fenceproxy control listener.
@@ -154,6 +160,7 @@ type leaseJSON struct {
 	AcquiredAt time.Time `json:"acquired_at"`
 	RenewedAt  time.Time `json:"renewed_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
+	Signature  string    `json:"token_signature"`
 }
 
 type problemJSON struct {
@@ -204,8 +211,12 @@ func (l *Leases) call(ctx context.Context, method, name string, body any) (Lease
 			return Lease{}, fmt.Errorf("fenceproxy: lease %s %q: decoding the answer: %w", method, name, err)
 		}
 		ttl, _ := time.ParseDuration(lj.TTL)
+		sig := lj.Signature
+		if sig == "" {
+			sig = resp.Header.Get(HeaderSignature)
+		}
 		return Lease{Name: lj.Name, Holder: lj.Holder, Token: uint64(lj.Token), TTL: ttl, AcquiredAt: lj.AcquiredAt,
-			RenewedAt: lj.RenewedAt, ExpiresAt: lj.ExpiresAt, State: lj.State}, nil
+			RenewedAt: lj.RenewedAt, ExpiresAt: lj.ExpiresAt, State: lj.State, TokenSignature: sig}, nil
 	}
 	var pb problemJSON
 	_ = json.Unmarshal(data, &pb) // a body that is not a problem leaves the status to speak

@@ -18,8 +18,18 @@ const (
 	HeaderCurrentToken = "Fencing-Current-Token" // on a stale 409: the resource's maximum
 )
 
-// ReasonStale is the Fencing-Refused value of a stale-token refusal.
-const ReasonStale = "stale"
+// Fencing-Refused values. ReasonStale comes as a *StaleError; the others as
+// a *RefusedError with that Reason.
+const (
+	ReasonStale = "stale" // 409: a newer holder took over; stop writing
+	// ReasonSignature: 403 in signed-token mode, the write carried no valid
+	// X-Fencing-Token-Signature for its token and resource. Not a takeover:
+	// retrying with the same headers will not help.
+	ReasonSignature = "signature"
+	// ReasonJump: 403, the token is more than FENCEPROXY_MAX_TOKEN_JUMP above
+	// the resource's maximum.
+	ReasonJump = "jump"
+)
 
 // maxProblemBody bounds how much of a refusal's problem+json body is read.
 const maxProblemBody = 64 << 10
@@ -56,11 +66,11 @@ func (e *StaleError) Error() string {
 func (e *StaleError) Is(target error) bool { return target == ErrStale || target == ErrRefused }
 
 // RefusedError is any other refusal made by the proxy itself (missing or
-// malformed token, bad resource, drain timeout, store error, ...): the
-// request was not forwarded.
+// malformed token, bad resource, bad signature, token jump, drain timeout,
+// store error, ...): the request was not forwarded.
 type RefusedError struct {
-	Status int    // HTTP status (400, 428, 503, ...)
-	Reason string // the Fencing-Refused value, e.g. "missing", "drain_timeout"
+	Status int    // HTTP status (400, 403, 428, 503, ...)
+	Reason string // the Fencing-Refused value, e.g. "missing", "signature", "drain_timeout"
 	Detail string // the problem's detail, or its title when it has none
 }
 

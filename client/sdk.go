@@ -30,9 +30,11 @@ func S3Fencing(token func(context.Context) (uint64, error)) func(*s3.Options) {
 // client. It adds two middlewares:
 //
 //   - in the Build step, one that sets header ("" = DefaultHeader) to the
-//     token returned by token(ctx) (nil = ContextToken). Build runs before
-//     Finalize, where the SDK signs, so SigV4 covers the header. ErrNoToken
-//     sends the call without the header; another error fails the call unsent.
+//     token returned by token(ctx) (nil = ContextToken), and
+//     X-Fencing-Token-Signature to its signature when ctx carries one for
+//     that token (WithSignedToken, WithLease). Build runs before Finalize,
+//     where the SDK signs, so SigV4 covers both. ErrNoToken sends the call
+//     without them; another error fails the call unsent.
 //   - innermost in the Deserialize step, one that reads the problem body of a
 //     refusal made by the proxy (CheckResponse) before the SDK's deserializer
 //     sees it, and fails the call with that *StaleError or *RefusedError. The
@@ -63,6 +65,9 @@ func StackFencing(header string, token func(context.Context) (uint64, error)) fu
 				return middleware.BuildOutput{}, middleware.Metadata{}, fmt.Errorf("fenceproxy: unexpected transport request type %T", in.Request)
 			}
 			req.Header.Set(header, s)
+			if sig, ok := SignatureFromContext(ctx, tok); ok {
+				req.Header.Set(HeaderSignature, sig)
+			}
 			return next.HandleBuild(ctx, in)
 		})
 	deserialize := middleware.DeserializeMiddlewareFunc(RefusalMiddlewareID,

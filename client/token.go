@@ -13,6 +13,11 @@ import (
 // the proxy was started with another FENCEPROXY_TOKEN_HEADER.
 const DefaultHeader = "X-Fencing-Token"
 
+// HeaderSignature carries the token's signature when the proxy runs in
+// signed-token mode (FENCEPROXY_TOKEN_KEY); the lease API issues it with
+// the token (Lease.TokenSignature).
+const HeaderSignature = "X-Fencing-Token-Signature"
+
 // MaxToken is the largest token the proxy accepts (2^63-1).
 const MaxToken = math.MaxInt64
 
@@ -27,6 +32,37 @@ type tokenKey struct{}
 // RequestToken and the nil Token of Transport).
 func WithToken(ctx context.Context, token uint64) context.Context {
 	return context.WithValue(ctx, tokenKey{}, token)
+}
+
+// WithSignedToken is WithToken that also carries the token's signature
+// (signed-token mode): Transport and StackFencing send it in
+// X-Fencing-Token-Signature with that token.
+func WithSignedToken(ctx context.Context, token uint64, signature string) context.Context {
+	return context.WithValue(WithToken(ctx, token), signatureKey{}, signedToken{token, signature})
+}
+
+// WithLease is WithSignedToken with the lease's token and signature (the
+// signature is empty when the proxy runs without signing keys).
+func WithLease(ctx context.Context, l Lease) context.Context {
+	return WithSignedToken(ctx, l.Token, l.TokenSignature)
+}
+
+type signatureKey struct{}
+
+type signedToken struct {
+	token     uint64
+	signature string
+}
+
+// SignatureFromContext returns the signature set by WithSignedToken or
+// WithLease if it signs token (a signature belongs to one token); false
+// otherwise, or when it is empty.
+func SignatureFromContext(ctx context.Context, token uint64) (string, bool) {
+	s, ok := ctx.Value(signatureKey{}).(signedToken)
+	if !ok || s.token != token || s.signature == "" {
+		return "", false
+	}
+	return s.signature, true
 }
 
 // TokenFromContext returns the token set by WithToken, if any.
@@ -57,8 +93,9 @@ func formatToken(t uint64) (string, error) {
 }
 
 // Transport is an http.RoundTripper that sets the fencing token header on
-// every request for which Token returns a token. It clones the request
-// first: the caller's request is never modified.
+// every request for which Token returns a token, and X-Fencing-Token-Signature
+// when it has a signature for that token (signed-token mode). It clones the
+// request first: the caller's request is never modified.
 type Transport struct {
 	// Base sends the requests; nil means http.DefaultTransport.
 	Base http.RoundTripper
@@ -68,6 +105,18 @@ type Transport struct {
 	Token func(*http.Request) (uint64, error)
 	// Header is the token header; "" means DefaultHeader.
 	Header string
+	// Signature returns the signature of the request's token, "" for none.
+	// Nil means the one set with WithSignedToken or WithLease for that token.
+	Signature func(r *http.Request, token uint64) string
+}
+
+// signature is the X-Fencing-Token-Signature value for req's token tok.
+func (t *Transport) signature(req *http.Request, tok uint64) string {
+	if t.Signature != nil {
+		return t.Signature(req, tok)
+	}
+	s, _ := SignatureFromContext(req.Context(), tok)
+	return s
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -93,6 +142,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			r2 := req.Clone(req.Context())
 			r2.Header.Set(header, s)
+			if sig := t.signature(req, tok); sig != "" {
+				r2.Header.Set(HeaderSignature, sig)
+			}
 			return base.RoundTrip(r2)
 		}
 	}

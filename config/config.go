@@ -20,6 +20,8 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/dustin/go-humanize"
+
+	"github.com/fenceproxy/fenceproxy/tokensig"
 )
 
 // Prefix starts the name of every configuration variable.
@@ -315,10 +317,6 @@ func (c Config) Validate() error {
 // DefaultAbandonGrace is ABANDON_GRACE when unset (capped at half of DRAIN_TIMEOUT).
 const DefaultAbandonGrace = 5 * time.Second
 
-// MinTokenKeyBytes is the shortest signing key accepted (HMAC-SHA256's block
-// of security; RFC 2104 advises keys at least as long as the hash).
-const MinTokenKeyBytes = 32
-
 // TokenKeyBytes decodes TokenKeys (standard or URL-safe base64, padded or
 // not); nil when signed-token mode is off. Errors name the key's position,
 // never its value.
@@ -336,8 +334,8 @@ func (c Config) TokenKeyBytes() ([][]byte, error) {
 		switch {
 		case err != nil:
 			return nil, fmt.Errorf("key %d is not base64", i+1)
-		case len(b) < MinTokenKeyBytes:
-			return nil, fmt.Errorf("key %d has %d bytes; give at least %d (head -c 32 /dev/urandom | base64)", i+1, len(b), MinTokenKeyBytes)
+		case len(b) < tokensig.MinKeyBytes:
+			return nil, fmt.Errorf("key %d has %d bytes; give at least %d (head -c 32 /dev/urandom | base64)", i+1, len(b), tokensig.MinKeyBytes)
 		}
 		keys = append(keys, b)
 	}

@@ -36,6 +36,10 @@ type Options struct {
 	AdminToken    string              // bearer token of admin calls; "" = admin calls refused
 	Metrics       prometheus.Gatherer // serves GET /metrics when set
 	Warning       string              // shown on /readyz while ready (observe mode)
+	// Signer turns on signed-token mode for the lease API: acquire and renew
+	// answers carry the token's signature (X-Fencing-Token-Signature and
+	// "token_signature"). nil: off.
+	Signer Signer
 }
 
 // Handler returns the control API router:
@@ -50,7 +54,7 @@ type Options struct {
 func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	r := chi.NewRouter()
 	if opts.Leases != nil {
-		(&leaseAPI{leases: opts.Leases, token: opts.LeaseToken, adminToken: opts.AdminToken, depth: opts.ResourceDepth, log: log}).routes(r)
+		(&leaseAPI{leases: opts.Leases, token: opts.LeaseToken, adminToken: opts.AdminToken, depth: opts.ResourceDepth, signer: opts.Signer, log: log}).routes(r)
 	}
 	if opts.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{}))
@@ -64,7 +68,7 @@ func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	r.Get("/readyz", func(w http.ResponseWriter, req *http.Request) {
 		if err := store.Ready(); err != nil {
 			log.LogAttrs(req.Context(), slog.LevelWarn, "not ready", slog.String("error", err.Error()))
-			writeProblem(w, http.StatusServiceUnavailable, "Not ready", "shutting down, or the token store is closed or its directory is gone")
+			writeProblem(w, http.StatusServiceUnavailable, "Not ready", "shutting down, or the token store is closed, its directory is gone or its disk is below FENCEPROXY_MIN_FREE_SPACE")
 			return
 		}
 		body := map[string]string{"status": "ready"}

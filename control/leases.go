@@ -31,12 +31,21 @@ type Leases interface {
 	ForceRelease(name string) (lease.Lease, error)
 }
 
+// Signer signs a fencing token for a resource in signed-token mode
+// (tokensig.Keys provides it): the proxy then forwards a write only with the
+// signature of its token and resource in X-Fencing-Token-Signature.
+type Signer interface {
+	// Sign returns the signature of token for resource (a header-safe string).
+	Sign(resource string, token uint64) string
+}
+
 // leaseAPI serves /v1/leases/*.
 type leaseAPI struct {
 	leases     Leases
 	token      string // bearer token for lease calls; "" = open
 	adminToken string // DELETE ...?force=true needs the admin bearer
 	depth      int    // RESOURCE_DEPTH: a lease name must have exactly this many segments
+	signer     Signer // signed-token mode: acquire and renew answers carry the signature; nil = off
 	log        *slog.Logger
 }
 
@@ -125,6 +134,20 @@ type leaseBody struct {
 	AcquiredAt time.Time `json:"acquired_at"`
 	RenewedAt  time.Time `json:"renewed_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
+	// TokenSignature is the token's signature in signed-token mode, on
+	// acquire and renew answers only (the holder's proof, not for readers).
+	TokenSignature string `json:"token_signature,omitempty"`
+}
+
+// signed adds the signature of the lease's token to an acquire or renew
+// answer, in the X-Fencing-Token-Signature header and the body, when
+// signed-token mode is on. The lease name is the resource key it fences.
+func (a *leaseAPI) signed(w http.ResponseWriter, b leaseBody) leaseBody {
+	if a.signer != nil {
+		b.TokenSignature = a.signer.Sign(b.Name, uint64(b.Token))
+		w.Header().Set(proxy.HeaderSignature, b.TokenSignature)
+	}
+	return b
 }
 
 func body(l lease.Lease, st lease.State) leaseBody {
@@ -177,11 +200,11 @@ func (a *leaseAPI) acquire(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, name, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, body(l, lease.StateHeld))
+	writeJSON(w, http.StatusCreated, a.signed(w, body(l, lease.StateHeld)))
 }
 
 func (a *leaseAPI) renew(w http.ResponseWriter, r *http.Request) {
-	a.holderCall(w, r, http.StatusOK, a.leases.Renew)
+	a.holderCall(w, r, a.leases.Renew, true)
 }
 
 func (a *leaseAPI) release(w http.ResponseWriter, r *http.Request) {
@@ -196,7 +219,7 @@ func (a *leaseAPI) release(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	a.holderCall(w, r, http.StatusOK, a.leases.Release)
+	a.holderCall(w, r, a.leases.Release, false)
 }
 
 // forceRelease: DELETE /v1/leases/{name}?force=true with the admin bearer
@@ -218,7 +241,9 @@ func (a *leaseAPI) forceRelease(w http.ResponseWriter, r *http.Request) {
 }
 
 // holderCall serves renew and release: both name the holder and its token.
-func (a *leaseAPI) holderCall(w http.ResponseWriter, r *http.Request, status int, call func(name, holder string, token uint64) (lease.Lease, error)) {
+// sign: the answer carries the token's signature (renew; a released token
+// needs none).
+func (a *leaseAPI) holderCall(w http.ResponseWriter, r *http.Request, call func(name, holder string, token uint64) (lease.Lease, error), sign bool) {
 	name, err := a.name(r)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, "Bad lease name", err.Error())
@@ -244,7 +269,11 @@ func (a *leaseAPI) holderCall(w http.ResponseWriter, r *http.Request, status int
 	if l.Released {
 		st = lease.StateReleased
 	}
-	writeJSON(w, status, body(l, st))
+	b := body(l, st)
+	if sign && !l.Released {
+		b = a.signed(w, b)
+	}
+	writeJSON(w, http.StatusOK, b)
 }
 
 func (a *leaseAPI) get(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -36,6 +38,7 @@ type manifests struct {
 	statefulSets []*appsv1.StatefulSet
 	services     []*corev1.Service
 	pvcs         []*corev1.PersistentVolumeClaim
+	policies     []*networkingv1.NetworkPolicy
 }
 
 // build runs kustomize in-process on dir (relative to this package) and decodes
@@ -72,6 +75,9 @@ func build(t *testing.T, dir string) *manifests {
 		case "PersistentVolumeClaim":
 			p := &corev1.PersistentVolumeClaim{}
 			m.pvcs, obj, apiVersion = append(m.pvcs, p), p, "v1"
+		case "NetworkPolicy":
+			p := &networkingv1.NetworkPolicy{}
+			m.policies, obj, apiVersion = append(m.policies, p), p, "networking.k8s.io/v1"
 		default:
 			t.Fatalf("%s: kind %s is not checked by this test; add it here", r.CurId(), r.GetKind())
 		}
@@ -527,30 +533,198 @@ func (m *manifests) problems(known map[string]bool) []string {
 			}
 		}
 	}
+	out = append(out, m.policyProblems(ws, proxies)...)
 	slices.Sort(out)
+	return out
+}
+
+// Labels of the NetworkPolicies' peers (deploy/k8s/README.md, "NetworkPolicy").
+const (
+	clientLabel        = "fenceproxy.io/client"         // may reach the proxy port
+	controlClientLabel = "fenceproxy.io/control-client" // may reach the control port
+	metricsNamespace   = "monitoring"                   // Prometheus's namespace
+)
+
+// source is a pod that may try to connect to fenceproxy, and what the
+// NetworkPolicies must let it reach.
+type source struct {
+	name           string
+	sameNamespace  bool              // in the namespace of fenceproxy's pod
+	namespace      map[string]string // its namespace's labels
+	labels         map[string]string
+	proxy, control bool // must reach the proxy port; the control port
+}
+
+// sources covers each kind of peer the policies admit and the ones they must not.
+var sources = []source{
+	{name: "a " + clientLabel + " pod", sameNamespace: true, namespace: nsLabels("storage"),
+		labels: map[string]string{clientLabel: "true"}, proxy: true},
+	{name: "a " + controlClientLabel + " pod", sameNamespace: true, namespace: nsLabels("storage"),
+		labels: map[string]string{controlClientLabel: "true"}, control: true},
+	{name: "Prometheus in namespace " + metricsNamespace, namespace: nsLabels(metricsNamespace),
+		labels: map[string]string{"app.kubernetes.io/name": "prometheus"}, control: true},
+	{name: "an unlabelled pod of the namespace", sameNamespace: true, namespace: nsLabels("storage"),
+		labels: map[string]string{"app.kubernetes.io/name": "something-else"}},
+	{name: "a pod of another namespace with both client labels", namespace: nsLabels("elsewhere"),
+		labels: map[string]string{clientLabel: "true", controlClientLabel: "true"}},
+	{name: "a pod of namespace " + metricsNamespace + " that is not Prometheus", namespace: nsLabels(metricsNamespace),
+		labels: map[string]string{"app.kubernetes.io/name": "grafana"}},
+}
+
+func nsLabels(name string) map[string]string {
+	return map[string]string{"kubernetes.io/metadata.name": name}
+}
+
+// selects reports whether a label selector matches set; a nil or invalid
+// selector matches nothing.
+func selects(sel *metav1.LabelSelector, set map[string]string) bool {
+	if sel == nil {
+		return false
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	return err == nil && s.Matches(labels.Set(set))
+}
+
+// isolatesIngress reports whether a policy restricts ingress (policyTypes
+// defaults to Ingress when empty).
+func isolatesIngress(np *networkingv1.NetworkPolicy) bool {
+	return len(np.Spec.PolicyTypes) == 0 || slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress)
+}
+
+// peerAdmits reports whether a peer admits src. An ipBlock is taken to admit
+// any pod (pod IPs are not known here), the safe side for these checks.
+func peerAdmits(p networkingv1.NetworkPolicyPeer, src source) bool {
+	switch {
+	case p.IPBlock != nil:
+		return true
+	case p.NamespaceSelector == nil:
+		return src.sameNamespace && selects(p.PodSelector, src.labels)
+	default:
+		return selects(p.NamespaceSelector, src.namespace) && (p.PodSelector == nil || selects(p.PodSelector, src.labels))
+	}
+}
+
+// rulePorts resolves a rule's ports against the proxy container; nil with
+// all=true when the rule admits every port.
+func rulePorts(c *corev1.Container, rule networkingv1.NetworkPolicyIngressRule) (ports []int32, all bool) {
+	if len(rule.Ports) == 0 {
+		return nil, true
+	}
+	for _, p := range rule.Ports {
+		if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP {
+			continue // HTTP is TCP
+		}
+		if p.Port == nil {
+			return nil, true
+		}
+		n := containerPort(c, *p.Port)
+		if p.EndPort != nil && p.Port.Type == intstr.Int {
+			for q := n; q <= *p.EndPort; q++ {
+				ports = append(ports, q)
+			}
+			continue
+		}
+		ports = append(ports, n)
+	}
+	return ports, false
+}
+
+// policyProblems checks the NetworkPolicies: each selects a workload of the
+// build; each workload's pods are isolated for ingress; rules name ports, and
+// only the proxy and control ports; and each kind of source reaches exactly
+// what it should (the control port never from an unlabelled pod).
+func (m *manifests) policyProblems(ws []workload, proxies map[string]proxyConfig) []string {
+	var out []string
+	add := func(id, format string, args ...any) { out = append(out, id+": "+fmt.Sprintf(format, args...)) }
+	for _, np := range m.policies {
+		if !slices.ContainsFunc(ws, func(w workload) bool { return selects(&np.Spec.PodSelector, w.tmpl.Labels) }) {
+			add("NetworkPolicy/"+np.Name, "selects no workload of this build (its pods would stay open)")
+		}
+	}
+	for _, w := range ws {
+		pc := proxies[w.id]
+		if pc.c == nil || pc.listenPort == 0 {
+			continue
+		}
+		var policies []*networkingv1.NetworkPolicy
+		for _, np := range m.policies {
+			if isolatesIngress(np) && selects(&np.Spec.PodSelector, w.tmpl.Labels) {
+				policies = append(policies, np)
+			}
+		}
+		if len(policies) == 0 {
+			add(w.id, "no NetworkPolicy isolates its pods for ingress: every pod, and with a LoadBalancer anyone, reaches the control port")
+			continue
+		}
+		// reach[source][port]: some rule admits the source on the port.
+		reach := map[string]map[int32]bool{}
+		for _, np := range policies {
+			id := "NetworkPolicy/" + np.Name
+			for i, rule := range np.Spec.Ingress {
+				ports, all := rulePorts(pc.c, rule)
+				if all {
+					add(id, "ingress rule %d admits every port; name the proxy or control port", i)
+				}
+				for _, p := range ports {
+					if p != pc.listenPort && p != pc.ctrlPort {
+						add(id, "ingress rule %d admits port %d, which is neither FENCEPROXY_LISTEN (%d) nor FENCEPROXY_CONTROL_LISTEN (%d) of %s", i, p, pc.listenPort, pc.ctrlPort, w.id)
+					}
+				}
+				if all {
+					ports = []int32{pc.listenPort, pc.ctrlPort}
+				}
+				for _, src := range sources {
+					if len(rule.From) > 0 && !slices.ContainsFunc(rule.From, func(p networkingv1.NetworkPolicyPeer) bool { return peerAdmits(p, src) }) {
+						continue
+					}
+					if reach[src.name] == nil {
+						reach[src.name] = map[int32]bool{}
+					}
+					for _, p := range ports {
+						reach[src.name][p] = true
+					}
+				}
+			}
+		}
+		for _, src := range sources {
+			for _, port := range []struct {
+				name string
+				n    int32
+				want bool
+			}{{"proxy", pc.listenPort, src.proxy}, {"control", pc.ctrlPort, src.control}} {
+				switch got := reach[src.name][port.n]; {
+				case got && !port.want:
+					add(w.id, "%s can reach the %s port %d; it must not", src.name, port.name, port.n)
+				case !got && port.want:
+					add(w.id, "%s cannot reach the %s port %d", src.name, port.name, port.n)
+				}
+			}
+		}
+	}
 	return out
 }
 
 func TestKustomizationsBuildAndPass(t *testing.T) {
 	known := knownVariables(t)
 	for _, tc := range []struct {
-		dir                      string
-		deployments, statefulSet int
+		dir                                string
+		deployments, statefulSet, policies int
 	}{
-		{"k8s", 1, 1},
-		{"k8s/sidecar", 1, 0},
-		{"k8s/gateway", 0, 1},
+		{"k8s", 1, 1, 2},
+		{"k8s/sidecar", 1, 0, 1},
+		{"k8s/gateway", 0, 1, 1},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			m := build(t, tc.dir)
-			if len(m.deployments) != tc.deployments || len(m.statefulSets) != tc.statefulSet {
-				t.Fatalf("%d Deployments and %d StatefulSets, want %d and %d", len(m.deployments), len(m.statefulSets), tc.deployments, tc.statefulSet)
+			if len(m.deployments) != tc.deployments || len(m.statefulSets) != tc.statefulSet || len(m.policies) != tc.policies {
+				t.Fatalf("%d Deployments, %d StatefulSets and %d NetworkPolicies, want %d, %d and %d",
+					len(m.deployments), len(m.statefulSets), len(m.policies), tc.deployments, tc.statefulSet, tc.policies)
 			}
 			for _, p := range m.problems(known) {
 				t.Error(p)
 			}
-			t.Logf("%d Deployment(s), %d StatefulSet(s), %d Service(s), %d PersistentVolumeClaim(s)",
-				len(m.deployments), len(m.statefulSets), len(m.services), len(m.pvcs))
+			t.Logf("%d Deployment(s), %d StatefulSet(s), %d Service(s), %d PersistentVolumeClaim(s), %d NetworkPolicy(ies)",
+				len(m.deployments), len(m.statefulSets), len(m.services), len(m.pvcs), len(m.policies))
 		})
 	}
 }
@@ -570,6 +744,29 @@ func TestChecksCatchMistakes(t *testing.T) {
 			}
 		}
 		t.Fatal("no proxy container")
+		return nil
+	}
+	policy := func(m *manifests, name string) *networkingv1.NetworkPolicy {
+		for _, np := range m.policies {
+			if np.Name == name {
+				return np
+			}
+		}
+		t.Fatalf("no NetworkPolicy %s", name)
+		return nil
+	}
+	// rule returns the ingress rule of a policy whose first peer's pod
+	// selector has the label key.
+	rule := func(m *manifests, name, labelKey string) *networkingv1.NetworkPolicyIngressRule {
+		np := policy(m, name)
+		for i, r := range np.Spec.Ingress {
+			if len(r.From) > 0 && r.From[0].PodSelector != nil {
+				if _, ok := r.From[0].PodSelector.MatchLabels[labelKey]; ok {
+					return &np.Spec.Ingress[i]
+				}
+			}
+		}
+		t.Fatalf("NetworkPolicy %s has no rule for pods with label %s", name, labelKey)
 		return nil
 	}
 	setEnv := func(c *corev1.Container, name, value string) {
@@ -656,6 +853,52 @@ func TestChecksCatchMistakes(t *testing.T) {
 		}},
 		{"sidecar upstream off the pod", "is not a loopback address", func(m *manifests) {
 			setEnv(proxy(m, false), "FENCEPROXY_UPSTREAM", "http://backend.example:9000")
+		}},
+		{"no network policy", "no NetworkPolicy isolates its pods", func(m *manifests) {
+			m.policies = nil
+		}},
+		{"egress-only policy", "no NetworkPolicy isolates its pods", func(m *manifests) {
+			policy(m, "fenceproxy-gateway").Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
+		}},
+		{"policy selects nothing", "selects no workload of this build", func(m *manifests) {
+			policy(m, "fenced-backend").Spec.PodSelector.MatchLabels["app.kubernetes.io/instance"] = "fenced-backnd"
+		}},
+		{"control port open to every source", "an unlabelled pod of the namespace can reach the control port 9090", func(m *manifests) {
+			rule(m, "fenceproxy-gateway", controlClientLabel).From = nil
+		}},
+		{"control port open to the whole namespace", "an unlabelled pod of the namespace can reach the control port 9090", func(m *manifests) {
+			rule(m, "fenced-backend", controlClientLabel).From[0].PodSelector = &metav1.LabelSelector{}
+		}},
+		{"control port open to labelled pods of every namespace", "a pod of another namespace with both client labels can reach the control port", func(m *manifests) {
+			rule(m, "fenced-backend", controlClientLabel).From[0].NamespaceSelector = &metav1.LabelSelector{}
+		}},
+		{"control port open to the whole metrics namespace", "that is not Prometheus can reach the control port", func(m *manifests) {
+			rule(m, "fenceproxy-gateway", "app.kubernetes.io/name").From[0].PodSelector = nil
+		}},
+		{"control port open to an ipBlock", "an unlabelled pod of the namespace can reach the control port", func(m *manifests) {
+			r := rule(m, "fenceproxy-gateway", controlClientLabel)
+			r.From = append(r.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}})
+		}},
+		{"client rule on every port", "admits every port", func(m *manifests) {
+			rule(m, "fenced-backend", clientLabel).Ports = nil
+		}},
+		{"client rule on the control port", "a fenceproxy.io/client pod can reach the control port 9090", func(m *manifests) {
+			control := intstr.FromString("control")
+			r := rule(m, "fenceproxy-gateway", clientLabel)
+			r.Ports = append(r.Ports, networkingv1.NetworkPolicyPort{Port: &control})
+		}},
+		{"Prometheus on the proxy port only", "Prometheus in namespace monitoring cannot reach the control port", func(m *manifests) {
+			http := intstr.FromString("http")
+			rule(m, "fenced-backend", "app.kubernetes.io/name").Ports[0].Port = &http
+		}},
+		{"backend port admitted", "admits port 9000, which is neither", func(m *manifests) {
+			backend := intstr.FromInt32(9000)
+			r := rule(m, "fenced-backend", clientLabel)
+			r.Ports = append(r.Ports, networkingv1.NetworkPolicyPort{Port: &backend})
+		}},
+		{"port name that the container lacks", "admits port -1, which is neither", func(m *manifests) {
+			s3 := intstr.FromString("s3")
+			rule(m, "fenceproxy-gateway", clientLabel).Ports[0].Port = &s3
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 )
 
 // applyLog is a backend that applies each write after a random delay and
-// records, per resource, the tokens in the order they were forwarded to it
-// and in the order it applied them.
+// records, per resource, the tokens in the order their whole request reached
+// it and in the order it applied them.
 type applyLog struct {
 	mu        sync.Mutex
 	forwarded map[string][]uint64
@@ -27,6 +27,8 @@ type applyLog struct {
 	hold      map[uint64]chan struct{} // writes with these tokens wait before applying
 	arrivals  chan uint64
 	maxDelay  time.Duration
+
+	incomplete int // requests whose body did not arrive whole (not applied)
 }
 
 func newApplyLog(maxDelay time.Duration) *applyLog {
@@ -41,6 +43,15 @@ func (l *applyLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := strings.TrimPrefix(r.URL.Path, "/")
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		// Like any real backend, never apply a body that did not arrive whole
+		// (the proxy cuts off stale uploads before their end).
+		l.mu.Lock()
+		l.incomplete++
+		l.mu.Unlock()
+		http.Error(w, "incomplete body", http.StatusBadRequest)
+		return
+	}
 	l.mu.Lock()
 	l.forwarded[key] = append(l.forwarded[key], t)
 	gate := l.hold[t]
@@ -49,7 +60,6 @@ func (l *applyLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case l.arrivals <- t:
 	default:
 	}
-	io.Copy(io.Discard, r.Body)
 	if gate != nil {
 		<-gate
 	}
@@ -227,7 +237,11 @@ func TestRandomizedTakeovers(t *testing.T) {
 			wg.Wait()
 			applied := log.check(t)
 			total := ok.Load() + stale.Load() + other.Load()
-			t.Logf("%d requests: %d admitted, %d stale, %d other; %d takeovers; %d applied", total, ok.Load(), stale.Load(), other.Load(), takeovers.Load(), applied)
+			log.mu.Lock()
+			incomplete := log.incomplete
+			log.mu.Unlock()
+			t.Logf("%d requests: %d admitted, %d stale (%d of them cut off mid-upload), %d other; %d takeovers; %d applied",
+				total, ok.Load(), stale.Load(), incomplete, other.Load(), takeovers.Load(), applied)
 			if total != workers*perWorker || int64(applied) != ok.Load() {
 				t.Fatalf("requests %d, applied %d, admitted %d", total, applied, ok.Load())
 			}

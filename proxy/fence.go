@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -59,6 +60,21 @@ type Fence struct {
 	drain  time.Duration
 	seed   maphash.Seed
 	shards [64]fenceShard
+
+	// Set by proxy.New before use.
+	abandonGrace time.Duration // an abandoned write holds its barrier this much longer
+	maxJump      uint64        // 0: off; else ErrJump when t > max+maxJump
+	startUntil   time.Time     // until then tokens above the maximum at start wait (start-up grace)
+}
+
+// StartMaxer is implemented by stores that can tell a resource's maximum as it
+// was when the process started (tokenstore.Store.MaxAtOpen). During the
+// start-up grace, a token above a non-zero maximum at start waits: the
+// previous process may have forwarded writes with smaller tokens that a
+// backend is still applying. Stores without it make every write wait out the
+// start-up grace.
+type StartMaxer interface {
+	MaxAtOpen(resource string) (uint64, error)
 }
 
 type fenceShard struct {
@@ -71,10 +87,38 @@ type fenceShard struct {
 type resourceState struct {
 	refs int // guarded by the shard's mu
 
-	mu       sync.Mutex
-	inflight map[uint64]int // forwarded, unfinished writes by token
-	raising  bool           // a raise is being made durable; others wait for its outcome
-	changed  chan struct{}  // closed (and cleared) when inflight or raising changes; nil without waiters
+	mu        sync.Mutex
+	inflight  map[uint64]int       // forwarded, unfinished writes by token
+	uploading map[*flight]struct{} // forwarded writes that may still be sending their body; nil when none
+	raising   bool                 // a raise is being made durable; others wait for its outcome
+	changed   chan struct{}        // closed (and cleared) when inflight or raising changes; nil without waiters
+}
+
+// Body states of a flight.
+const (
+	bodySending int32 = iota // the body is still being handed to the upstream client
+	bodySent                 // the whole body was handed over (or there is none): a backend may apply it
+	bodyCut                  // a larger token cut the upload off before its end: a backend cannot apply it
+)
+
+// flight is one forwarded write, as the barrier sees it.
+type flight struct {
+	token     uint64
+	body      atomic.Int32 // bodySending, bodySent or bodyCut
+	abandoned atomic.Bool  // the proxy gave up on the exchange after the body was sent
+	interrupt func()       // unblocks a body read in progress (nil: none)
+}
+
+// cut stops an upload that has not handed its whole body over; it reports
+// whether it did. A sent body cannot be recalled: a backend may apply it.
+func (fl *flight) cut() bool {
+	if !fl.body.CompareAndSwap(bodySending, bodyCut) {
+		return false
+	}
+	if fl.interrupt != nil {
+		fl.interrupt()
+	}
+	return true
 }
 
 // NewFence returns a fence over store. drain bounds how long an admitted
@@ -94,9 +138,20 @@ func NewFence(store Store, drain time.Duration) *Fence {
 // received or abandoned). Errors: *StaleError (ErrStale), ErrDrainTimeout,
 // ErrStore (wrapping the cause), or ctx's error when the client went away.
 func (f *Fence) Admit(ctx context.Context, resource string, t uint64) (release func(), err error) {
+	return f.admit(ctx, resource, t, nil)
+}
+
+// admit is Admit for a flight: while fl's body is still being sent, a larger
+// token admitted on resource cuts it off; when fl is abandoned after its body
+// was sent, release keeps the barrier closed for the abandon grace.
+func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight) (release func(), err error) {
 	// The first load of a maximum may hit disk: do it before taking any lock.
 	if _, err := f.store.Max(resource); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	var startGrace <-chan time.Time // fires when the start-up grace is over; nil: no wait
+	if wait := time.Until(f.startUntil); wait > 0 && f.aboveStartMax(resource, t) {
+		startGrace = time.After(wait)
 	}
 	sh := &f.shards[maphash.String(f.seed, resource)%uint64(len(f.shards))]
 	st := sh.ref(resource)
@@ -111,7 +166,7 @@ func (f *Fence) Admit(ctx context.Context, resource string, t uint64) (release f
 	st.mu.Lock()
 	for {
 		if st.raising {
-			if err := st.wait(ctx, &deadline, f.drain); err != nil {
+			if err := st.wait(ctx, &deadline, f.drain, nil); err != nil {
 				return nil, err
 			}
 			continue
@@ -124,6 +179,10 @@ func (f *Fence) Admit(ctx context.Context, resource string, t uint64) (release f
 		if t < m {
 			st.mu.Unlock()
 			return nil, &StaleError{Resource: resource, Token: t, Current: m}
+		}
+		if t > m && f.maxJump > 0 && t-m > f.maxJump {
+			st.mu.Unlock()
+			return nil, fmt.Errorf("%w: token %d is more than %d above the maximum %d of resource %q", ErrJump, t, f.maxJump, m, resource)
 		}
 		if t > m {
 			// Newcomers wait for the outcome: refused if it succeeds, admitted if not.
@@ -140,17 +199,62 @@ func (f *Fence) Admit(ctx context.Context, resource string, t uint64) (release f
 			continue // check again: a larger token may have been raised meanwhile
 		}
 		if st.inflightBelow(t) {
-			if err := st.wait(ctx, &deadline, f.drain); err != nil {
+			// t is the maximum now: smaller-token uploads still sending their
+			// body are stale and cannot be applied if cut before their end.
+			st.cutBelow(t)
+			if err := st.wait(ctx, &deadline, f.drain, nil); err != nil {
 				return nil, err
 			}
 			continue
 		}
+		if startGrace != nil {
+			if err := st.wait(ctx, &deadline, f.drain, startGrace); err != nil {
+				return nil, err
+			}
+			startGrace = nil
+			continue
+		}
 		st.inflight[t]++
+		if fl != nil && fl.body.Load() == bodySending {
+			if st.uploading == nil {
+				st.uploading = make(map[*flight]struct{}, 1)
+			}
+			st.uploading[fl] = struct{}{}
+		}
 		st.mu.Unlock()
 		admitted = true
 		var once sync.Once
-		return func() { once.Do(func() { f.finish(sh, resource, st, t) }) }, nil
+		return func() { once.Do(func() { f.release(sh, resource, st, t, fl) }) }, nil
 	}
+}
+
+// aboveStartMax reports whether t is above resource's maximum as it was at
+// start-up, when that maximum was not 0. A write is only forwarded once its
+// token is durable, so a resource with maximum 0 at start-up had no write
+// forwarded by an earlier process, and one with maximum m0 only writes with
+// tokens up to m0. Unknown (a store without StartMaxer, or an error): true,
+// waiting is always safe.
+func (f *Fence) aboveStartMax(resource string, t uint64) bool {
+	sm, ok := f.store.(StartMaxer)
+	if !ok {
+		return true
+	}
+	m0, err := sm.MaxAtOpen(resource)
+	return err != nil || (m0 > 0 && t > m0)
+}
+
+// release ends an admitted write now, or after the abandon grace when the
+// proxy gave up on it after sending it whole: a slow backend may still apply
+// it, so larger tokens keep waiting (like Chubby's lock-delay).
+func (f *Fence) release(sh *fenceShard, resource string, st *resourceState, t uint64, fl *flight) {
+	if fl != nil && fl.abandoned.Load() && f.abandonGrace > 0 {
+		st.mu.Lock()
+		st.forget(fl) // its body was sent whole: nothing left to cut
+		st.mu.Unlock()
+		time.AfterFunc(f.abandonGrace, func() { f.finish(sh, resource, st, t, fl) })
+		return
+	}
+	f.finish(sh, resource, st, t, fl)
 }
 
 // AdmitAll admits a write with token t that touches several resources (a
@@ -160,6 +264,11 @@ func (f *Fence) Admit(ctx context.Context, resource string, t uint64) (release f
 // release func releases all of them. Errors as for Admit; on error nothing
 // stays admitted.
 func (f *Fence) AdmitAll(ctx context.Context, resources []string, t uint64) (release func(), err error) {
+	return f.admitAll(ctx, resources, t, nil)
+}
+
+// admitAll is AdmitAll for a flight (see admit).
+func (f *Fence) admitAll(ctx context.Context, resources []string, t uint64, fl *flight) (release func(), err error) {
 	keys := slices.Clone(resources)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
@@ -179,7 +288,7 @@ func (f *Fence) AdmitAll(ctx context.Context, resources []string, t uint64) (rel
 		}
 	}
 	for _, r := range keys {
-		rel, err := f.Admit(ctx, r, t)
+		rel, err := f.admit(ctx, r, t, fl)
 		if err != nil {
 			releaseAll()
 			return nil, err
@@ -190,11 +299,12 @@ func (f *Fence) AdmitAll(ctx context.Context, resources []string, t uint64) (rel
 }
 
 // finish ends an admitted write and wakes requests waiting for the barrier.
-func (f *Fence) finish(sh *fenceShard, resource string, st *resourceState, t uint64) {
+func (f *Fence) finish(sh *fenceShard, resource string, st *resourceState, t uint64, fl *flight) {
 	st.mu.Lock()
 	if st.inflight[t]--; st.inflight[t] == 0 {
 		delete(st.inflight, t)
 	}
+	st.forget(fl)
 	st.broadcast()
 	st.mu.Unlock()
 	sh.unref(resource, st)
@@ -250,6 +360,27 @@ func (st *resourceState) inflightBelow(t uint64) bool {
 	return false
 }
 
+// forget drops fl from the uploads a larger token may cut: after its
+// exchange, cutting would touch the connection's next request. Caller holds st.mu.
+func (st *resourceState) forget(fl *flight) {
+	if fl != nil && st.uploading != nil {
+		delete(st.uploading, fl)
+		if len(st.uploading) == 0 {
+			st.uploading = nil
+		}
+	}
+}
+
+// cutBelow cuts off the uploads of writes with tokens below t that have not
+// sent their whole body. Caller holds st.mu.
+func (st *resourceState) cutBelow(t uint64) {
+	for fl := range st.uploading {
+		if fl.token < t && fl.cut() {
+			delete(st.uploading, fl)
+		}
+	}
+}
+
 // broadcast wakes all waiters. The channel exists only while someone waits
 // on it, so the common no-waiter case allocates nothing. Caller holds st.mu.
 func (st *resourceState) broadcast() {
@@ -259,10 +390,10 @@ func (st *resourceState) broadcast() {
 	}
 }
 
-// wait releases st.mu until the state changes, then takes it again. The drain
-// timer starts at the first wait of a request. On timeout or cancellation it
-// returns with st.mu released. Caller holds st.mu.
-func (st *resourceState) wait(ctx context.Context, deadline *<-chan time.Time, drain time.Duration) error {
+// wait releases st.mu until the state changes or wake fires, then takes it
+// again. The drain timer starts at the first wait of a request. On timeout or
+// cancellation it returns with st.mu released. Caller holds st.mu.
+func (st *resourceState) wait(ctx context.Context, deadline *<-chan time.Time, drain time.Duration, wake <-chan time.Time) error {
 	if *deadline == nil {
 		*deadline = time.After(drain)
 	}
@@ -274,6 +405,7 @@ func (st *resourceState) wait(ctx context.Context, deadline *<-chan time.Time, d
 	var err error
 	select {
 	case <-ch:
+	case <-wake:
 	case <-*deadline:
 		err = ErrDrainTimeout
 	case <-ctx.Done():

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +18,9 @@ type Metrics struct {
 	// In observe mode a would-be refusal counts as observe_<reason>.
 	Requests *prometheus.CounterVec
 	// fenceproxy_upstream_errors_total{kind}: failed upstream exchanges by
-	// kind: timeout (504), client_gone (499), other (502).
+	// kind: timeout (504), client_gone (499), other (502), upload_cut (a
+	// larger token cut a smaller token's upload off, 409), upload_timeout
+	// (the client paused its upload past the idle timeout, 408).
 	UpstreamErrors *prometheus.CounterVec
 	// fenceproxy_upstream_duration_seconds{fenced}: time from forwarding to
 	// the end of the upstream exchange.
@@ -37,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"decision"}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_upstream_errors_total",
-			Help: "Failed upstream exchanges by kind: timeout (504), client_gone (499), other (502).",
+			Help: "Failed upstream exchanges by kind: timeout (504), client_gone (499), other (502), upload_cut (409), upload_timeout (408).",
 		}, []string{"kind"}),
 		UpstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fenceproxy_upstream_duration_seconds",
@@ -107,3 +110,13 @@ func (s timedStore) Raise(resource string, t uint64) (uint64, error) {
 	s.hist.Observe(time.Since(start).Seconds())
 	return m, err
 }
+
+// MaxAtOpen passes the wrapped store's start-up view through (see StartMaxer).
+func (s timedStore) MaxAtOpen(resource string) (uint64, error) {
+	if sm, ok := s.Store.(StartMaxer); ok {
+		return sm.MaxAtOpen(resource)
+	}
+	return 0, errNoStartView
+}
+
+var errNoStartView = errors.New("store has no view of its maxima at start")

@@ -13,6 +13,9 @@ import (
 // without waiting at the barrier. err is the request's parse error, if any.
 func (p *Proxy) observe(w http.ResponseWriter, r *http.Request, resources []string, t uint64, token string, err error) {
 	if err == nil {
+		err = p.checkSignature(r, resources, t)
+	}
+	if err == nil {
 		for _, res := range resources {
 			if err = p.check(res, t); err != nil {
 				break
@@ -35,7 +38,7 @@ func (p *Proxy) observe(w http.ResponseWriter, r *http.Request, resources []stri
 		p.log.LogAttrs(r.Context(), slog.LevelWarn, "observe mode: would refuse this write; forwarded",
 			slog.String("reason", reason), slog.String("resource", resource), slog.String("token", token),
 			slog.String("current_token", current), slog.String("method", r.Method),
-			slog.String("target", r.RequestURI), slog.String("error", err.Error()))
+			slog.String("target", logTarget(r)), slog.String("error", err.Error()))
 	} else {
 		p.opts.Metrics.decision("forwarded")
 	}
@@ -53,6 +56,8 @@ func (p *Proxy) check(resource string, t uint64) error {
 	switch {
 	case t < m:
 		return &StaleError{Resource: resource, Token: t, Current: m}
+	case t > m && p.opts.MaxTokenJump > 0 && t-m > p.opts.MaxTokenJump:
+		return fmt.Errorf("%w: token %d is more than %d above the maximum %d of resource %q", ErrJump, t, p.opts.MaxTokenJump, m, resource)
 	case t > m:
 		if _, err := p.store.Raise(resource, t); err != nil {
 			return fmt.Errorf("%w: %w", ErrStore, err)

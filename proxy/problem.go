@@ -6,7 +6,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Response headers on every refusal made by the proxy itself, so a client can
@@ -129,6 +132,31 @@ func (p *Proxy) logRefusal(r *http.Request, level slog.Level, status int, reason
 	p.log.LogAttrs(r.Context(), level, "write refused",
 		slog.String("reason", reason), slog.Int("status", status),
 		slog.String("resource", resource), slog.String("token", token), slog.String("current_token", current),
-		slog.String("method", r.Method), slog.String("target", r.RequestURI),
+		slog.String("method", r.Method), slog.String("target", logTarget(r)),
 		slog.String("remote", r.RemoteAddr), slog.String("error", err.Error()))
+}
+
+// secretQueryParams are query parameters that carry credentials: presigned S3
+// URLs (SigV4 and SigV2) sign with them. Matched case-insensitively.
+var secretQueryParams = []string{"x-amz-signature", "x-amz-credential", "x-amz-security-token", "signature", "awsaccesskeyid"}
+
+// logTarget is the request target for logs, with the values of credential
+// query parameters replaced by REDACTED: logs are read more widely than the
+// secrets they would leak.
+func logTarget(r *http.Request) string {
+	path, query, ok := strings.Cut(r.RequestURI, "?")
+	if !ok {
+		return r.RequestURI
+	}
+	parts := strings.Split(query, "&")
+	for i, part := range parts {
+		name, _, hasValue := strings.Cut(part, "=")
+		if unescaped, err := url.QueryUnescape(name); err == nil {
+			name = unescaped
+		}
+		if hasValue && slices.Contains(secretQueryParams, strings.ToLower(name)) {
+			parts[i] = part[:strings.IndexByte(part, '=')+1] + "REDACTED"
+		}
+	}
+	return path + "?" + strings.Join(parts, "&")
 }

@@ -87,6 +87,9 @@ func New(store Store, opts Options) (*Proxy, error) {
 	if opts.ResponseTimeout <= 0 {
 		opts.ResponseTimeout = 60 * time.Second
 	}
+	if opts.UploadIdleTimeout <= 0 {
+		opts.UploadIdleTimeout = 30 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -103,6 +106,9 @@ func New(store Store, opts Options) (*Proxy, error) {
 	for _, m := range opts.UnfencedMethods {
 		p.unfenced[m] = true
 	}
+	p.fence.abandonGrace = opts.AbandonGrace
+	p.fence.maxJump = opts.MaxTokenJump
+	p.fence.startUntil = time.Now().Add(opts.AbandonGrace)
 	transport := opts.Transport
 	if transport == nil {
 		transport = &http.Transport{
@@ -133,11 +139,22 @@ func (p *Proxy) Fence() *Fence { return p.fence }
 // ServeHTTP fences the request if its method is a write, then forwards it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w = responseWriter{w}
+	if len(r.TransferEncoding) > 0 {
+		// net/http frames a request with both Transfer-Encoding and
+		// Content-Length by the former and drops the latter, out of sight.
+		// RFC 9112 section 6.3 then requires closing the connection, so that
+		// bytes a front proxy counted as body are never read as a request.
+		w.Header().Set("Connection", "close")
+	}
 	// Read the token before ReverseProxy touches any header.
 	t, err := TokenFromHeader(r.Header, p.opts.TokenHeader)
 	token := "" // for logs and problem bodies
 	if err == nil {
 		token = strconv.FormatUint(t, 10)
+	}
+	if terr := checkTarget(r); terr != nil {
+		p.refuse(w, r, "", token, terr)
+		return
 	}
 	if herr := p.checkHopByHop(r); herr != nil {
 		p.refuse(w, r, "", token, herr)
@@ -170,11 +187,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body stays unread until the request is admitted: a stale client that
 	// sent Expect: 100-continue never uploads.
+	fw := &forwardedWrite{client: r.Context(), fl: &flight{token: t}, resource: resource, token: token}
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		fw.fl.body.Store(bodySent)
+	} else {
+		fw.body = newUploadBody(w, r, fw.fl, p.opts.UploadIdleTimeout)
+	}
 	var release func()
 	if len(resources) == 1 {
-		release, err = p.fence.Admit(r.Context(), resource, t)
+		release, err = p.fence.admit(r.Context(), resource, t, fw.fl)
 	} else {
-		release, err = p.fence.AdmitAll(r.Context(), resources, t)
+		release, err = p.fence.admitAll(r.Context(), resources, t, fw.fl)
 	}
 	if err != nil {
 		p.refuse(w, r, resource, token, err)
@@ -183,20 +206,40 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	p.opts.Metrics.decision("forwarded")
 	defer p.opts.Metrics.forwarding(true)()
+	if fw.body != nil {
+		r.Body = fw.body
+	}
 	// Once forwarded, a write runs to the backend's answer even if its client
 	// hangs up: the backend may already be applying it, and the barrier must
 	// not open for a larger token before it is done. A client gone mid-upload
 	// still ends the exchange, since its body can no longer be read.
-	client := r.Context()
-	r = r.WithContext(context.WithValue(context.WithoutCancel(client), clientContextKey{}, client))
+	r = r.WithContext(context.WithValue(context.WithoutCancel(fw.client), forwardedKey{}, fw))
 	defer func() {
-		if client.Err() != nil {
-			p.log.LogAttrs(client, slog.LevelInfo, "client went away before the answer",
+		if fw.client.Err() != nil && !fw.answered {
+			p.log.LogAttrs(fw.client, slog.LevelInfo, "client went away before the answer",
 				slog.Int("status", 499), slog.String("resource", resource), slog.String("token", token),
-				slog.String("method", r.Method), slog.String("target", r.RequestURI))
+				slog.String("method", r.Method), slog.String("target", logTarget(r)))
 		}
 	}()
 	p.rp.ServeHTTP(w, r)
+}
+
+// forwardedWrite is a fenced write being forwarded, as upstreamError sees it
+// through the request's context.
+type forwardedWrite struct {
+	client          context.Context // the client's own context (the forwarded one never ends early)
+	fl              *flight
+	body            *uploadBody // nil: no body
+	resource, token string
+	answered        bool // upstreamError answered the client itself (cut or idle upload)
+}
+
+type forwardedKey struct{}
+
+// forwarded returns the forwarded write of r, nil for unfenced requests.
+func forwarded(r *http.Request) *forwardedWrite {
+	fw, _ := r.Context().Value(forwardedKey{}).(*forwardedWrite)
+	return fw
 }
 
 // methodOverrideHeaders ask some backends (Rails, Express's method-override,
@@ -231,19 +274,6 @@ func (p *Proxy) unfencedRequest(r *http.Request) bool {
 		}
 	}
 	return true
-}
-
-// clientContextKey keeps the client's own context in a forwarded write's
-// context, so upstreamError can tell a client gone (499) from a backend failure.
-type clientContextKey struct{}
-
-// clientGone reports whether the client of r went away, and whether r is a
-// forwarded write (whose ServeHTTP logs that itself).
-func clientGone(r *http.Request) (gone, write bool) {
-	if c, ok := r.Context().Value(clientContextKey{}).(context.Context); ok {
-		return c.Err() != nil, true
-	}
-	return r.Context().Err() != nil, false
 }
 
 // resources returns the resource keys a fenced write touches: its path's, and
@@ -352,11 +382,28 @@ func bulkDelete(rawQuery string) bool {
 		if unescaped, err := url.QueryUnescape(name); err == nil {
 			name = unescaped
 		}
-		if name == "delete" {
+		if strings.EqualFold(name, "delete") { // S3 is case-sensitive; some backends are not
 			return true
 		}
 	}
 	return false
+}
+
+// checkTarget accepts origin-form request targets ("/path"), and "*" for
+// OPTIONS. Absolute-form ("http://host/path") is for forward proxies and
+// authority-form for CONNECT tunnels: fenceproxy is neither, and would
+// otherwise forward them to its upstream under another Host. ErrBadResource.
+func checkTarget(r *http.Request) error {
+	switch uri := r.RequestURI; {
+	case strings.HasPrefix(uri, "/"): // also every HTTP/2 request but CONNECT
+		return nil
+	case uri == "*" && r.Method == http.MethodOptions:
+		return nil
+	case uri == "*":
+		return fmt.Errorf("%w: the target * is only for OPTIONS", ErrBadResource)
+	default:
+		return fmt.Errorf("%w: target %.64q is not a path; fenceproxy is a reverse proxy, not a forward proxy or tunnel: send the path only", ErrBadResource, uri)
+	}
 }
 
 // ErrHopByHop: a Connection header names a header the fence relies on, or the
@@ -414,12 +461,25 @@ func rawPath(r *http.Request) string {
 	return uri
 }
 
-// upstreamError maps a failed upstream exchange: client gone -> 499 (logged
-// only), timeout -> 504, anything else -> 502. Nothing is retried: a write may
-// have reached the backend.
+// upstreamError maps a failed upstream exchange: upload cut off by a larger
+// token -> 409, upload paused past the idle timeout -> 408, client gone -> 499
+// (logged only), timeout -> 504, anything else -> 502. Nothing is retried: a
+// write may have reached the backend. A write whose whole body was handed to
+// the backend is abandoned: it keeps its resource's barrier closed for the
+// abandon grace, since a slow backend may still apply it.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	fw := forwarded(r)
+	if fw != nil && fw.body != nil {
+		if why := fw.body.stopReason(); why != nil {
+			p.uploadStopped(w, r, fw, why)
+			return
+		}
+	}
 	status, kind := http.StatusBadGateway, "other"
-	gone, write := clientGone(r)
+	gone := r.Context().Err() != nil
+	if fw != nil {
+		gone = fw.client.Err() != nil
+	}
 	var ne net.Error
 	switch {
 	case gone:
@@ -428,15 +488,67 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		status, kind = http.StatusGatewayTimeout, "timeout"
 	}
 	p.opts.Metrics.upstreamError(kind)
-	if gone && write {
+	abandoned := fw != nil && fw.fl.body.Load() == bodySent && !dialError(err) && p.opts.AbandonGrace > 0
+	if abandoned {
+		fw.fl.abandoned.Store(true)
+	}
+	if gone && fw != nil && !abandoned {
 		return // ServeHTTP logs a gone client of a forwarded write once, as 499
 	}
-	p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed",
-		slog.String("method", r.Method), slog.String("target", r.RequestURI),
-		slog.Int("status", status), slog.String("error", err.Error()))
+	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("target", logTarget(r)),
+		slog.Int("status", status), slog.String("error", err.Error())}
+	if abandoned {
+		attrs = append(attrs, slog.String("resource", fw.resource), slog.String("token", fw.token),
+			slog.String("abandon_grace", p.opts.AbandonGrace.String()))
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed after the whole write was sent; "+
+			"larger tokens on its resource wait the abandon grace, as the backend may still apply it", attrs...)
+	} else {
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed", attrs...)
+	}
 	if status == 499 {
 		return
 	}
 	writeProblem(w, problem{Status: status, Title: http.StatusText(status),
 		Detail: "the backend could not be reached or did not answer in time"})
+}
+
+// uploadStopped answers a write whose upload the proxy stopped before its
+// end: the backend did not get the whole body, so it cannot apply it and the
+// barrier opens at once.
+func (p *Proxy) uploadStopped(w http.ResponseWriter, r *http.Request, fw *forwardedWrite, why error) {
+	fw.answered = true
+	attrs := []slog.Attr{slog.String("resource", fw.resource), slog.String("token", fw.token),
+		slog.String("method", r.Method), slog.String("target", logTarget(r))}
+	var pb problem
+	switch why {
+	case errUploadCut:
+		p.opts.Metrics.upstreamError("upload_cut")
+		current, _ := p.store.Max(fw.resource)
+		pb, _ = p.problemFor(&StaleError{Resource: fw.resource, Token: fw.fl.token, Current: current})
+		pb.Detail = errUploadCut.Error() + "; the backend did not get it whole"
+		pb.Token = fw.token
+		w.Header().Set(HeaderRefused, pb.Reason)
+		w.Header().Set(HeaderCurrentToken, pb.CurrentToken)
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off by a larger token", append(attrs,
+			slog.Int("status", pb.Status), slog.String("current_token", pb.CurrentToken))...)
+	case errUploadIdle:
+		p.opts.Metrics.upstreamError("upload_timeout")
+		pb = problem{Status: http.StatusRequestTimeout, Title: "Request body timeout",
+			Detail: "no body bytes arrived within the upload idle timeout; the upload was cut off and the backend did not get it whole"}
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off: client paused past the upload idle timeout",
+			append(attrs, slog.Int("status", pb.Status), slog.String("upload_idle_timeout", p.opts.UploadIdleTimeout.String()))...)
+	default:
+		p.opts.Metrics.upstreamError("client_gone")
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "client went away during the upload", append(attrs,
+			slog.Int("status", 499), slog.String("error", why.Error()))...)
+		return
+	}
+	w.Header().Set("Connection", "close") // the rest of the body is still on the wire
+	writeProblem(w, pb)
+}
+
+// dialError reports a failure to connect to the backend: nothing was sent.
+func dialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -57,6 +57,9 @@ func (s *Store) Reset(resource string) (uint64, error) {
 	if err := s.checkDir(); err != nil {
 		return 0, err
 	}
+	if err := s.space.check(); err != nil {
+		return 0, err // deletes are writes too
+	}
 	var removed uint64
 	err := s.withDB(func(db *badger.DB) error {
 		return db.Update(func(txn *badger.Txn) error {

@@ -20,12 +20,17 @@ const leasePrefix = "lease/"
 // the fence to (0: no raise). It may run more than once (on transaction
 // conflicts), so it must have no side effects; its error aborts without
 // writing and is returned as is. Other errors: ErrRange when raise is above
-// 2^63-1; ErrClosed after Close; ErrDirGone; Badger errors.
+// 2^63-1; ErrClosed after Close; ErrDirGone; ErrNoSpace below
+// Options.MinFreeSpace (checked before fn runs: every lease change writes);
+// Badger errors.
 func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64) (next []byte, raise uint64, err error)) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
 	if err := s.checkDir(); err != nil {
+		return err
+	}
+	if err := s.space.check(); err != nil {
 		return err
 	}
 	fk, lk := key(name), []byte(leasePrefix+name)

@@ -65,8 +65,18 @@ const (
 type Options struct {
 	// Logger receives Badger's own log lines: its INFO as slog Debug,
 	// WARNING as Warn, ERROR as Error (DEBUG as Debug-4, below Debug, since
-	// Badger logs several DEBUG lines per write). nil = discard.
+	// Badger logs several DEBUG lines per write), and the store's own
+	// low-space warnings. nil = discard.
 	Logger *slog.Logger
+	// MinFreeSpace is the free space in bytes that the data directory's file
+	// system must keep (statfs: blocks available to unprivileged users).
+	// Below it Raise, UpdateLease and Ready fail with ErrNoSpace, before
+	// anything is written, until space returns; 0 = no check. See
+	// badgerHeadroom for what Badger itself still needs.
+	MinFreeSpace uint64
+
+	// statfs replaces freeSpace in tests, which fake a full disk.
+	statfs func(dir string) (free uint64, err error)
 }
 
 // Store holds per-resource fencing-token maxima. It is safe for concurrent use.
@@ -74,6 +84,8 @@ type Store struct {
 	dir      string
 	db       *badger.DB
 	lockFile *os.File
+	space    *spaceGuard
+	open     *openSnapshot // the store as it was at Open, for the start-up grace
 
 	// closed is checked without a lock on the cache fast path; mu keeps
 	// Close from closing db under an in-flight disk operation.
@@ -106,12 +118,17 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	space := newSpaceGuard(dir, opts, log)
 	db, err := badger.Open(badgerOptions(dir, opts.Logger))
 	if err != nil {
 		_ = lf.Close() // closing the file drops the flock
 		return nil, fmt.Errorf("tokenstore: open badger in %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, db: db, lockFile: lf, seed: maphash.MakeSeed()}
+	s := &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), seed: maphash.MakeSeed()}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]uint64)
 	}
@@ -228,7 +245,8 @@ func (s *Store) Max(resource string) (uint64, error) {
 // before Raise returns; if t <= the stored maximum nothing is written. See
 // Kleppmann 2016, "How to do distributed locking".
 // Errors: ErrRange when t > 2^63-1 (nothing written); ErrClosed after Close;
-// Badger errors, including badger.ErrConflict after too many retries.
+// ErrDirGone; ErrNoSpace below Options.MinFreeSpace (nothing written); Badger
+// errors, including badger.ErrConflict after too many retries.
 func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 	if t > math.MaxInt64 {
 		return 0, ErrRange
@@ -242,6 +260,9 @@ func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 		return m, nil
 	}
 	if err := s.checkDir(); err != nil {
+		return 0, err
+	}
+	if err := s.space.check(); err != nil {
 		return 0, err
 	}
 	k := key(resource)
@@ -312,12 +333,16 @@ func (s *Store) wrap(op, resource string, err error) error {
 }
 
 // Ready reports whether the store can serve: nil while open; ErrClosed after
-// Close; ErrDirGone when the data directory was removed or replaced.
+// Close; ErrDirGone when the data directory was removed or replaced;
+// ErrNoSpace while its file system is below Options.MinFreeSpace.
 func (s *Store) Ready() error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	return s.checkDir()
+	if err := s.checkDir(); err != nil {
+		return err
+	}
+	return s.space.check()
 }
 
 // checkDir verifies that the lock file this store holds is still the one at
@@ -341,7 +366,8 @@ func (s *Store) checkDir() error {
 // Max and Raise return ErrClosed afterwards.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.closed.Store(true) // new calls fail fast from here on
+		s.closed.Store(true)    // new calls fail fast from here on
+		s.ReleaseOpenSnapshot() // before s.mu: MaxAtOpen takes the snapshot's lock, then s.mu
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		err := s.db.Close()

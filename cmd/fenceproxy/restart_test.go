@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,123 +226,6 @@ func TestRestartKeepsMaximum(t *testing.T) {
 		t.Errorf("Stop() = %v", err)
 	}
 	backend.checkOrder(t)
-}
-
-// TestSIGKILLKeepsMaximum: a token that got a 2xx through the real binary is
-// durable even when the process is killed with SIGKILL right afterwards. Each
-// cycle restarts on the same DATA_DIR, checks every admitted token against the
-// persisted maximum and that a stale write is refused and not forwarded, then
-// writes rising tokens (on the main resource sequentially, on others from
-// concurrent writers still running at the kill) and kills the process.
-func TestSIGKILLKeepsMaximum(t *testing.T) {
-	const cycles = 5
-	backend := newRecordingBackend(t)
-	dataDir := t.TempDir()
-
-	var mu sync.Mutex
-	admitted := map[string][]uint64{} // resource -> tokens that got a 2xx
-	record := func(resource string, tok uint64) {
-		mu.Lock()
-		admitted[resource] = append(admitted[resource], tok)
-		mu.Unlock()
-	}
-	next := uint64(20)
-	for cycle := 0; cycle <= cycles; cycle++ {
-		client := newTestClient(t)
-		p := startProcess(t, serveEnv(backend.URL(), dataDir))
-		p.waitServing(t)
-		base := "http://" + p.Proxy
-
-		// Everything admitted before the kill is covered by the persisted maximum.
-		mu.Lock()
-		for resource, toks := range admitted {
-			m := fenceMax(t, client, p.Control, resource)
-			if top := slices.Max(toks); top > m {
-				t.Errorf("cycle %d: token %d on %s got a 2xx before SIGKILL, but the persisted maximum after restart is %d", cycle, top, resource, m)
-			}
-		}
-		mu.Unlock()
-		if cycle > 0 {
-			m := fenceMax(t, client, p.Control, "bkt/obj")
-			if m != next-1 {
-				t.Fatalf("cycle %d: maximum of bkt/obj after restart = %d, want %d (the last token admitted before SIGKILL)", cycle, m, next-1)
-			}
-			assertStale(t, client, backend, base, "/bkt/obj", m-1, m, fmt.Sprintf("stale-%d", cycle))
-			if cycle == 1 {
-				assertStale(t, client, backend, base, "/bkt/obj", 19, m, "stale-19")
-			}
-		}
-		if cycle == cycles {
-			p.cmd.Process.Kill()
-			break
-		}
-
-		// Concurrent writers on other resources, still writing when the kill comes.
-		ctx, stopWriters := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for w := range 4 {
-			resource := fmt.Sprintf("bkt/w%d", w)
-			start := fenceMax(t, client, p.Control, resource) + 1
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				wc := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
-				defer wc.CloseIdleConnections()
-				tok := start
-				for ctx.Err() == nil {
-					id := fmt.Sprintf("%s-%d-%d", resource, cycle, tok)
-					resp, _, err := doPut(wc, base, "/"+resource, strconv.FormatUint(tok, 10), id)
-					if err != nil {
-						return // killed
-					}
-					if resp.StatusCode/100 == 2 {
-						record(resource, tok)
-					} else {
-						t.Errorf("writer %s token %d: status %d", resource, tok, resp.StatusCode)
-						return
-					}
-					tok++
-				}
-			}()
-		}
-
-		// The main resource: rising tokens, one retry with an equal token,
-		// and SIGKILL right after the 2xx of the last one.
-		for i := range 5 {
-			tok := next
-			next++
-			id := fmt.Sprintf("obj-%d-%d", cycle, tok)
-			if st, _ := putToken(t, client, base, "/bkt/obj", strconv.FormatUint(tok, 10), id); st/100 != 2 {
-				t.Fatalf("cycle %d: PUT token %d: status %d, want 2xx\nstderr:\n%s", cycle, tok, st, p.Stderr)
-			}
-			record("bkt/obj", tok)
-			if i == 2 { // the holder retries
-				if st, _ := putToken(t, client, base, "/bkt/obj", strconv.FormatUint(tok, 10), id+"-retry"); st/100 != 2 {
-					t.Fatalf("cycle %d: retry with equal token %d: status %d, want 2xx", cycle, tok, st)
-				}
-			}
-		}
-		if err := p.cmd.Process.Kill(); err != nil {
-			t.Fatalf("kill: %v", err)
-		}
-		<-p.exited
-		stopWriters()
-		wg.Wait()
-		client.CloseIdleConnections()
-	}
-	backend.checkOrder(t)
-	mu.Lock()
-	defer mu.Unlock()
-	total := 0
-	for w := range 4 {
-		if len(admitted[fmt.Sprintf("bkt/w%d", w)]) == 0 {
-			t.Errorf("writer bkt/w%d got no write through; the concurrent part tested nothing", w)
-		}
-	}
-	for _, toks := range admitted {
-		total += len(toks)
-	}
-	t.Logf("%d SIGKILL cycles, %d writes acknowledged with 2xx, 0 lost (each <= the persisted maximum after restart)", cycles, total)
 }
 
 // heldBackend holds every PUT until release is closed.

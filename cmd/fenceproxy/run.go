@@ -19,6 +19,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/control"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/tokensig"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
@@ -96,7 +97,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	}
 	defer controlLn.Close()
 
-	store, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log})
+	store, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log, MinFreeSpace: uint64(cfg.MinFreeSpace)})
 	if err != nil {
 		return fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
 	}
@@ -119,6 +120,21 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		log.Warn(warning)
 	}
 
+	// Signed-token mode: the lease API signs the tokens it issues, and the
+	// proxy forwards only writes whose token carries a valid signature.
+	var verifier proxy.TokenVerifier
+	var signer control.Signer
+	tokenKeys, err := cfg.TokenKeyBytes()
+	if err != nil {
+		return fmt.Errorf("FENCEPROXY_TOKEN_KEY: %w", err)
+	}
+	if len(tokenKeys) > 0 {
+		keys, err := tokensig.New(tokenKeys)
+		if err != nil {
+			return fmt.Errorf("FENCEPROXY_TOKEN_KEY: %w", err)
+		}
+		verifier, signer = keys, keys
+	}
 	upstreamCAs, err := cfg.UpstreamCAs()
 	if err != nil {
 		return fmt.Errorf("FENCEPROXY_UPSTREAM_CA_FILE: %w", err)
@@ -136,10 +152,19 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		Metrics:         proxyMetrics,
 		UpstreamCAs:     upstreamCAs,
 		Observe:         cfg.Mode == "observe",
+
+		AbandonGrace:      cfg.AbandonGrace,
+		UploadIdleTimeout: cfg.UploadIdleTimeout,
+		MaxTokenJump:      cfg.MaxTokenJump,
+		Verifier:          verifier,
 	})
 	if err != nil {
 		return err
 	}
+	// The proxy's start-up grace reads maxima as they were at open; after it
+	// the read view would only keep old versions alive.
+	snapshotTimer := time.AfterFunc(cfg.AbandonGrace, store.ReleaseOpenSnapshot)
+	defer snapshotTimer.Stop()
 	ready := &readiness{Store: store}
 	leases := lease.NewManager(store, lease.Options{
 		MinTTL: cfg.LeaseMinTTL, MaxTTL: cfg.LeaseMaxTTL,
@@ -166,6 +191,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 			ResourceDepth: cfg.ResourceDepth,
 			Admin:         store,
 			AdminToken:    cfg.AdminToken,
+			Signer:        signer,
 		}),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
@@ -186,8 +212,12 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		"drain_timeout", cfg.DrainTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
 		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
 		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(),
+		"abandon_grace", cfg.AbandonGrace.String(), "upload_idle_timeout", cfg.UploadIdleTimeout.String(),
+		"max_token_jump", cfg.MaxTokenJump,
+		"signed_tokens", signer != nil,
 		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
-		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile)
+		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
+		"min_free_space", cfg.MinFreeSpace.String())
 	if onReady != nil {
 		onReady(addrs{Proxy: proxyLn.Addr().String(), Control: controlLn.Addr().String()})
 	}

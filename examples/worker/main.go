@@ -1,6 +1,8 @@
 // Command worker is the lease loop a fenceproxy client runs: acquire a lease
 // from the control API, renew it every TTL/3, write through the proxy with the
 // lease's fencing token, and stop all writing the moment the lease is lost.
+// When the proxy runs in signed-token mode (FENCEPROXY_TOKEN_KEY), each write
+// also carries the token's signature from the latest acquire or renew answer.
 //
 // Exit codes: 0 done (or stopped by SIGINT/SIGTERM), 1 error, 2 lease lost or
 // fenced out (another holder has taken over: do not retry with this token).
@@ -22,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -32,12 +35,19 @@ var (
 	errFenced  = errors.New("fenced out: the proxy refused our token as stale")
 )
 
+// headerSignature carries the token's signature in signed-token mode.
+const headerSignature = "X-Fencing-Token-Signature"
+
 type worker struct {
 	control, proxy, lease, holder, leaseToken string
 	ttl, interval                             time.Duration
 	writes                                    int
 	log                                       *slog.Logger
 	client                                    http.Client
+	// signature is the token's signature from the latest acquire or renew
+	// answer ("" when the proxy does not sign tokens). A renew after a key
+	// rotation signs with the new key, so writes always send the latest.
+	signature atomic.Pointer[string]
 }
 
 func env(name, def string) string {
@@ -104,7 +114,10 @@ func (w *worker) call(ctx context.Context, method string, body, out any) (int, e
 
 func (w *worker) run(ctx context.Context) error {
 	// Acquire, backing off while another holder has the lease (or its grace).
-	var l struct{ Token, Holder string }
+	var l struct {
+		Token, Holder string
+		Signature     string `json:"token_signature"`
+	}
 	var deadline time.Time
 	for backoff := max(w.ttl/10, 10*time.Millisecond); ; backoff = min(2*backoff, w.ttl) {
 		sent := time.Now()
@@ -125,7 +138,8 @@ func (w *worker) run(ctx context.Context) error {
 			return nil
 		}
 	}
-	w.log.Info("lease acquired", "lease", w.lease, "holder", w.holder, "token", l.Token)
+	w.signature.Store(&l.Signature)
+	w.log.Info("lease acquired", "lease", w.lease, "holder", w.holder, "token", l.Token, "signed", l.Signature != "")
 
 	// leaseCtx ends the moment we may no longer hold the lease. Every write
 	// runs under it, so cancelling it stops all writing at once.
@@ -165,10 +179,14 @@ func (w *worker) renew(ctx context.Context, stop context.CancelCauseFunc, token 
 		}
 		sent := time.Now()
 		rctx, rcancel := context.WithDeadline(ctx, deadline) // a late answer is no use
-		status, err := w.call(rctx, http.MethodPut, map[string]string{"holder": w.holder, "token": token}, &struct{}{})
+		var out struct {
+			Signature string `json:"token_signature"`
+		}
+		status, err := w.call(rctx, http.MethodPut, map[string]string{"holder": w.holder, "token": token}, &out)
 		rcancel()
 		switch {
 		case err == nil && status == http.StatusOK:
+			w.signature.Store(&out.Signature)
 			deadline = sent.Add(w.ttl)
 			watchdog.Reset(time.Until(deadline))
 		case err == nil && status == http.StatusConflict:
@@ -193,6 +211,9 @@ func (w *worker) write(ctx context.Context, token string) error {
 		body := fmt.Sprintf("report from %s, token %s, write %d\n", w.holder, token, i)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, target, strings.NewReader(body))
 		req.Header.Set("X-Fencing-Token", token)
+		if sig := *w.signature.Load(); sig != "" {
+			req.Header.Set(headerSignature, sig)
+		}
 		req.Header.Set("X-Request-Id", w.holder+"-"+strconv.Itoa(i))
 		resp, err := w.client.Do(req)
 		if err != nil {
@@ -203,6 +224,9 @@ func (w *worker) write(ctx context.Context, token string) error {
 			case resp.StatusCode == http.StatusConflict && resp.Header.Get("Fencing-Refused") == "stale":
 				w.log.Warn("write refused", "write", i, "current_token", resp.Header.Get("Fencing-Current-Token"))
 				return errFenced // a 409 without the header is the backend's own
+			case resp.StatusCode < 500 && resp.Header.Get("Fencing-Refused") != "":
+				// missing, malformed, signature, jump, ...: the same write would be refused again
+				return fmt.Errorf("write %d refused by the proxy: %d %s", i, resp.StatusCode, resp.Header.Get("Fencing-Refused"))
 			case resp.StatusCode >= 500:
 				w.log.Warn("write failed, will retry", "write", i, "status", resp.StatusCode)
 			default:

@@ -1,0 +1,102 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+var (
+	// errUploadCut: a larger token took over the resource while this write was
+	// still sending its body; the body was cut off before its end (409).
+	errUploadCut = errors.New("upload cut off: a larger fencing token took over the resource before the whole body was sent")
+	// errUploadIdle: the client paused its upload longer than the upload idle
+	// timeout; the body was cut off before its end (408).
+	errUploadIdle = errors.New("upload cut off: the client sent no body bytes within the upload idle timeout")
+)
+
+// uploadBody is a forwarded write's request body as the upstream client reads
+// it. It tells the barrier when the whole body has been handed over (from then
+// on a backend may apply the write), cuts the upload off after a pause longer
+// than idle, and stops at once when a larger token cuts its flight. An upload
+// stopped before its end never hands over its last bytes (nor, when chunked,
+// the terminating chunk), so no backend can apply it.
+type uploadBody struct {
+	body      io.ReadCloser
+	fl        *flight
+	rc        *http.ResponseController
+	idle      time.Duration // 0: no idle timeout
+	remaining int64         // bytes until the end of a Content-Length body; -1: until EOF
+
+	// Read runs on the upstream client's goroutine, which may still be
+	// reading when the exchange has already failed for another reason.
+	mu      sync.Mutex
+	stopped error // errUploadCut, errUploadIdle or the client's read error
+}
+
+// newUploadBody wraps r's body for fl; contentLength -1 means read to EOF.
+func newUploadBody(w http.ResponseWriter, r *http.Request, fl *flight, idle time.Duration) *uploadBody {
+	b := &uploadBody{body: r.Body, fl: fl, rc: http.NewResponseController(w), idle: idle, remaining: r.ContentLength}
+	// A past deadline wakes a read blocked on a stalled client.
+	fl.interrupt = func() { _ = b.rc.SetReadDeadline(time.Now()) }
+	return b
+}
+
+func (b *uploadBody) Read(p []byte) (int, error) {
+	if b.fl.body.Load() == bodySent {
+		return b.body.Read(p) // handed over whole; what follows is EOF
+	}
+	if b.idle > 0 {
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.idle)) // ErrNotSupported: no idle cut-off
+	}
+	// Checked after setting the deadline: a cut that happened before it would
+	// otherwise have its past deadline overwritten.
+	if b.fl.body.Load() == bodyCut {
+		return 0, b.stop(errUploadCut)
+	}
+	n, err := b.body.Read(p)
+	if b.remaining > 0 {
+		b.remaining -= int64(n)
+	}
+	switch {
+	case err != nil && err != io.EOF:
+		switch {
+		case b.fl.body.Load() == bodyCut:
+			err = errUploadCut
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			err = errUploadIdle
+		}
+		return 0, b.stop(err)
+	case err == io.EOF || b.remaining == 0:
+		// These bytes complete the body: once handed over, a backend may apply it.
+		if !b.fl.body.CompareAndSwap(bodySending, bodySent) {
+			return 0, b.stop(errUploadCut)
+		}
+		// No deadline while the server waits for the next request or watches
+		// for the client going away.
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// stop records why the upload ended early and returns err.
+func (b *uploadBody) stop(err error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped == nil {
+		b.stopped = err
+	}
+	return err
+}
+
+// stopReason is why the upload ended early, nil if it did not.
+func (b *uploadBody) stopReason() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stopped
+}
+
+func (b *uploadBody) Close() error { return b.body.Close() }
