@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -350,5 +351,31 @@ func TestMaxTokenJump(t *testing.T) {
 	}
 	if m := store.get("bkt/obj"); m != 15 {
 		t.Fatalf("maximum %d, want 15", m)
+	}
+}
+
+// A write on two resources (a MOVE) waits DRAIN_TIMEOUT in all, not per
+// resource: here the first resource's blocker leaves late and the second's
+// never does, so the write times out once the one shared timer fires.
+func TestAdmitAllSharesDrainTimeout(t *testing.T) {
+	const drain = time.Second
+	f := NewFence(newMemStore(), drain)
+	ctx := context.Background()
+	relA, err := f.Admit(ctx, "a", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Admit(ctx, "b", 5); err != nil { // never released
+		t.Fatal(err)
+	}
+	time.AfterFunc(800*time.Millisecond, relA)
+	start := time.Now()
+	_, err = f.AdmitAll(ctx, []string{"b", "a"}, 6)
+	if !errors.Is(err, ErrDrainTimeout) {
+		t.Fatalf("AdmitAll: %v, want ErrDrainTimeout", err)
+	}
+	// Per-resource timers would give up only after about 1.8 s.
+	if waited := time.Since(start); waited > drain+600*time.Millisecond {
+		t.Fatalf("waited %s for a %s drain timeout", waited, drain)
 	}
 }

@@ -138,13 +138,15 @@ func NewFence(store Store, drain time.Duration) *Fence {
 // received or abandoned). Errors: *StaleError (ErrStale), ErrDrainTimeout,
 // ErrStore (wrapping the cause), or ctx's error when the client went away.
 func (f *Fence) Admit(ctx context.Context, resource string, t uint64) (release func(), err error) {
-	return f.admit(ctx, resource, t, nil)
+	return f.admit(ctx, resource, t, nil, new(<-chan time.Time))
 }
 
 // admit is Admit for a flight: while fl's body is still being sent, a larger
 // token admitted on resource cuts it off; when fl is abandoned after its body
-// was sent, release keeps the barrier closed for the abandon grace.
-func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight) (release func(), err error) {
+// was sent, release keeps the barrier closed for the abandon grace. deadline
+// is the drain timer, started at the first wait and shared by the resources
+// of one write, so a COPY or MOVE waits DRAIN_TIMEOUT in all.
+func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight, deadline *<-chan time.Time) (release func(), err error) {
 	// The first load of a maximum may hit disk: do it before taking any lock.
 	if _, err := f.store.Max(resource); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
@@ -162,11 +164,10 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 		}
 	}()
 
-	var deadline <-chan time.Time
 	st.mu.Lock()
 	for {
 		if st.raising {
-			if err := st.wait(ctx, &deadline, f.drain, nil); err != nil {
+			if err := st.wait(ctx, deadline, f.drain, nil); err != nil {
 				return nil, err
 			}
 			continue
@@ -202,13 +203,13 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 			// t is the maximum now: smaller-token uploads still sending their
 			// body are stale and cannot be applied if cut before their end.
 			st.cutBelow(t)
-			if err := st.wait(ctx, &deadline, f.drain, nil); err != nil {
+			if err := st.wait(ctx, deadline, f.drain, nil); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		if startGrace != nil {
-			if err := st.wait(ctx, &deadline, f.drain, startGrace); err != nil {
+			if err := st.wait(ctx, deadline, f.drain, startGrace); err != nil {
 				return nil, err
 			}
 			startGrace = nil
@@ -260,9 +261,9 @@ func (f *Fence) release(sh *fenceShard, resource string, st *resourceState, t ui
 // AdmitAll admits a write with token t that touches several resources (a
 // WebDAV COPY or MOVE writes its Destination too). It checks every resource
 // for staleness before raising any, then admits them one by one in sorted
-// order, so two such writes cannot wait on each other in a cycle. The
-// release func releases all of them. Errors as for Admit; on error nothing
-// stays admitted.
+// order, so two such writes cannot wait on each other in a cycle. The drain
+// timeout bounds the whole wait, not each resource's. The release func
+// releases all of them. Errors as for Admit; on error nothing stays admitted.
 func (f *Fence) AdmitAll(ctx context.Context, resources []string, t uint64) (release func(), err error) {
 	return f.admitAll(ctx, resources, t, nil)
 }
@@ -281,6 +282,7 @@ func (f *Fence) admitAll(ctx context.Context, resources []string, t uint64, fl *
 			return nil, &StaleError{Resource: r, Token: t, Current: m}
 		}
 	}
+	var deadline <-chan time.Time
 	releases := make([]func(), 0, len(keys))
 	releaseAll := func() {
 		for _, rel := range releases {
@@ -288,7 +290,7 @@ func (f *Fence) admitAll(ctx context.Context, resources []string, t uint64, fl *
 		}
 	}
 	for _, r := range keys {
-		rel, err := f.admit(ctx, r, t, fl)
+		rel, err := f.admit(ctx, r, t, fl, &deadline)
 		if err != nil {
 			releaseAll()
 			return nil, err

@@ -195,7 +195,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var release func()
 	if len(resources) == 1 {
-		release, err = p.fence.admit(r.Context(), resource, t, fw.fl)
+		release, err = p.fence.admit(r.Context(), resource, t, fw.fl, new(<-chan time.Time))
 	} else {
 		release, err = p.fence.admitAll(r.Context(), resources, t, fw.fl)
 	}

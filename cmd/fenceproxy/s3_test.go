@@ -828,3 +828,53 @@ func TestS3DeleteObjectsStaleKeysRefused(t *testing.T) {
 		t.Errorf("after the stale DeleteObjects, the object has %d bytes, want %d", aws.ToInt64(out.ContentLength), len("from 5"))
 	}
 }
+
+// TestS3CopyObjectFencesDestination: CopyObject names its source in
+// x-amz-copy-source and writes the request path, so it is fenced on the
+// destination: a stale copy never overwrites the new holder's object, and the
+// holder's copy goes through. The source is only read.
+func TestS3CopyObjectFencesDestination(t *testing.T) {
+	const bucket = "jobs"
+	_, upstream := startS3Gofakes3(t, bucket)
+	in := startFenceproxy(t, map[string]string{
+		"FENCEPROXY_UPSTREAM": upstream,
+		"FENCEPROXY_DATA_DIR": t.TempDir(),
+	})
+	client := newS3Client(in.proxyURL(), newS3RecordingClient())
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	put := func(token uint64, key, body string) {
+		t.Helper()
+		if _, err := client.PutObject(s3WithFencingToken(ctx, token), &s3.PutObjectInput{
+			Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader(body),
+		}); err != nil {
+			t.Fatalf("PutObject %s with %d: %v", key, token, err)
+		}
+	}
+	copyTo := func(token uint64, src, dst string) error {
+		_, err := client.CopyObject(s3WithFencingToken(ctx, token), &s3.CopyObjectInput{
+			Bucket: aws.String(bucket), Key: aws.String(dst), CopySource: aws.String(bucket + "/" + src),
+		})
+		return err
+	}
+	put(1, "staging/a.txt", "old draft from A")
+	put(42, "final/report.txt", "from B (42)")
+
+	// A (41) copies its draft over the report B (42) now owns.
+	s3AssertStaleRefusal(t, copyTo(41, "staging/a.txt", "final/report.txt"), "42")
+	if got := s3GetObject(ctx, t, client, bucket, "final/report.txt"); got != "from B (42)" {
+		t.Fatalf("report holds %q after a stale copy, want B's", got)
+	}
+	// The source's own maximum is untouched by copies from it.
+	if tok, _ := s3FenceOf(t, in, bucket+"/staging/a.txt"); tok != "1" {
+		t.Errorf("source fence %q, want 1", tok)
+	}
+	// B copies with its own token: applied.
+	put(42, "staging/b.txt", "new draft from B")
+	if err := copyTo(42, "staging/b.txt", "final/report.txt"); err != nil {
+		t.Fatalf("CopyObject with the holder's token: %v", err)
+	}
+	if got := s3GetObject(ctx, t, client, bucket, "final/report.txt"); got != "new draft from B" {
+		t.Fatalf("report holds %q, want B's copied draft", got)
+	}
+}
