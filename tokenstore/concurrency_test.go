@@ -125,3 +125,83 @@ func TestConcurrentRaise(t *testing.T) {
 		})
 	}
 }
+
+// Raises of many resources at once are committed in shared transactions
+// (group commit), while lease updates write the same keys: every raise
+// returns at least its token, every acknowledged maximum survives a reopen,
+// and conflicting lease transactions only cause retries.
+func TestGroupCommitRaisesAndLeases(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		raisers   = 48
+		perRaiser = 40
+		resources = 30
+	)
+	var mu sync.Mutex
+	acked := map[string]uint64{}
+	ack := func(res string, m uint64) {
+		mu.Lock()
+		acked[res] = max(acked[res], m)
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for w := range raisers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 3))
+			for range perRaiser {
+				res := fmt.Sprintf("bkt/r%d", rng.IntN(resources))
+				tok := rng.Uint64N(1 << 40)
+				m, err := s.Raise(res, tok)
+				if err != nil {
+					t.Errorf("Raise(%s, %d): %v", res, tok, err)
+					return
+				}
+				if m < tok {
+					t.Errorf("Raise(%s, %d) = %d, below the token", res, tok, m)
+				}
+				ack(res, m)
+			}
+		}()
+	}
+	for w := range 4 { // lease transactions on the same fence keys
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 30 {
+				res := fmt.Sprintf("bkt/r%d", (w*7+i)%resources)
+				err := s.UpdateLease(res, func(_ []byte, fenceMax uint64) ([]byte, uint64, error) {
+					return []byte("holder"), fenceMax + 1, nil
+				})
+				if err != nil {
+					t.Errorf("UpdateLease(%s): %v", res, err)
+					return
+				}
+				m, _ := s.Max(res)
+				ack(res, m)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for res, want := range acked {
+		if got, err := s.Max(res); err != nil || got < want {
+			t.Errorf("%s: %d after reopen (%v), acknowledged %d", res, got, err, want)
+		}
+	}
+	if len(acked) != resources {
+		t.Fatalf("%d resources raised, want %d", len(acked), resources)
+	}
+}

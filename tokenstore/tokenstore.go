@@ -86,6 +86,7 @@ type Store struct {
 	lockFile *os.File
 	space    *spaceGuard
 	open     *openSnapshot // the store as it was at Open, for the start-up grace
+	raises   raiseGroup    // concurrent raises share a transaction and its sync
 
 	// closed is checked without a lock on the cache fast path; mu keeps
 	// Close from closing db under an in-flight disk operation.
@@ -242,7 +243,8 @@ func (s *Store) Max(resource string) (uint64, error) {
 
 // Raise makes max(stored, t) the durable maximum of resource and returns it
 // (always >= t). t is a fencing token <= 2^63-1. The new maximum is fsynced
-// before Raise returns; if t <= the stored maximum nothing is written. See
+// before Raise returns; if t <= the stored maximum nothing is written.
+// Concurrent raises are committed together (one transaction, one sync). See
 // Kleppmann 2016, "How to do distributed locking".
 // Errors: ErrRange when t > 2^63-1 (nothing written); ErrClosed after Close;
 // ErrDirGone; ErrNoSpace below Options.MinFreeSpace (nothing written); Badger
@@ -265,34 +267,7 @@ func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 	if err := s.space.check(); err != nil {
 		return 0, err
 	}
-	k := key(resource)
-	for attempt := 1; ; attempt++ {
-		var result uint64
-		err := s.withDB(func(db *badger.DB) error {
-			return db.Update(func(txn *badger.Txn) error {
-				stored, err := s.read(txn, resource)
-				if err != nil {
-					return err
-				}
-				if stored >= t {
-					result = stored
-					return nil // read-only: nothing is committed
-				}
-				result = t
-				return txn.Set(k, encode(t))
-			})
-		})
-		if err == nil {
-			return s.cacheRaise(resource, result), nil
-		}
-		if !errors.Is(err, badger.ErrConflict) || attempt >= maxRaiseAttempts {
-			return 0, s.wrap("raise", resource, err)
-		}
-		// A concurrent raise of this resource committed; it may cover t.
-		if m, ok := s.cacheGet(resource); ok && m >= t {
-			return m, nil
-		}
-	}
+	return s.groupRaise(resource, t)
 }
 
 // read loads resource's maximum inside txn; 0 when absent.

@@ -1,0 +1,168 @@
+// Command load drives the benchmark workloads that wrk cannot: a streamed
+// upload, and writing and re-reading many distinct resources across a restart.
+// Each subcommand prints one "BENCH k=v ..." line for bench/run to parse.
+//
+//	load upload -url URL -bytes N -token T
+//	    One PUT of N bytes (zeros, generated while sending, never held whole)
+//	    with Content-Length N. Prints bytes, seconds, mib_s and status.
+//	load fill -url URL -n N -c C -token T [-stride S]
+//	    PUTs 1 KiB with token T to URL/bkt/obj-0, obj-S, obj-2S, ... (N
+//	    requests) from C concurrent keep-alive connections. Prints requests,
+//	    non2xx, errors, seconds and req/s (2xx only).
+//	load first -url URL -token T -since UNIXNANO [-timeout D]
+//	    Repeats one PUT (1 KiB, token T) every 2 ms until it is answered 2xx;
+//	    prints first_ms, the time from UNIXNANO (the proxy's start) to that answer.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: load upload|fill|first [flags]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	url := fs.String("url", "http://127.0.0.1:18081", "proxy base URL")
+	token := fs.String("token", "1", "X-Fencing-Token of every request")
+	var err error
+	switch os.Args[1] {
+	case "upload":
+		n := fs.Int64("bytes", 1<<30, "upload size in bytes")
+		_ = fs.Parse(os.Args[2:])
+		err = upload(*url+"/bkt/upload", *token, *n)
+	case "fill":
+		n := fs.Int("n", 1_000_000, "requests (distinct resources)")
+		c := fs.Int("c", 64, "concurrent connections")
+		stride := fs.Int("stride", 1, "resource number step between requests")
+		_ = fs.Parse(os.Args[2:])
+		err = fill(*url, *token, *n, *c, *stride)
+	case "first":
+		since := fs.Int64("since", 0, "start time of the proxy, Unix nanoseconds")
+		timeout := fs.Duration("timeout", time.Minute, "give up after this long")
+		_ = fs.Parse(os.Args[2:])
+		err = first(*url+"/bkt/obj-0", *token, time.Unix(0, *since), *timeout)
+	default:
+		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}
+
+// zeros is an endless reader of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func upload(url, token string, n int64) error {
+	req, err := http.NewRequest(http.MethodPut, url, io.LimitReader(zeros{}, n))
+	if err != nil {
+		return err
+	}
+	req.ContentLength = n
+	req.Header.Set("X-Fencing-Token", token)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	secs := time.Since(start).Seconds()
+	fmt.Printf("BENCH bytes=%d seconds=%.3f mib_s=%.1f status=%d\n", n, secs, float64(n)/(1<<20)/secs, resp.StatusCode)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("upload answered %s", resp.Status)
+	}
+	return nil
+}
+
+var body = bytes.Repeat([]byte("x"), 1024)
+
+func put(c *http.Client, url, token string) (int, error) {
+	req, err := http.NewRequest(http.MethodPut, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("X-Fencing-Token", token)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func fill(base, token string, n, conns, stride int) error {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = conns
+	tr.MaxIdleConns = conns
+	c := &http.Client{Transport: tr}
+	var next, ok, non2xx, failed atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conns {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				status, err := put(c, base+"/bkt/obj-"+strconv.FormatInt(i*int64(stride), 10), token)
+				switch {
+				case err != nil:
+					failed.Add(1)
+					once.Do(func() { firstErr = err })
+				case status/100 == 2:
+					ok.Add(1)
+				default:
+					non2xx.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	fmt.Printf("BENCH requests=%d non2xx=%d errors=%d seconds=%.3f rps=%.1f\n", n, non2xx.Load(), failed.Load(), secs, float64(ok.Load())/secs)
+	if firstErr != nil {
+		fmt.Fprintln(os.Stderr, "load: first error:", firstErr)
+	}
+	return nil
+}
+
+func first(url, token string, since time.Time, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c := &http.Client{Timeout: timeout}
+	for {
+		status, err := put(c, url, token)
+		if err == nil && status/100 == 2 {
+			fmt.Printf("BENCH first_ms=%.1f\n", float64(time.Since(since).Microseconds())/1000)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(fmt.Errorf("no 2xx answer within %s (last status %d)", timeout, status), err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
