@@ -180,6 +180,9 @@ func Parse(environ map[string]string) (Config, []string, error) {
 			warnings = append(warnings, fmt.Sprintf("unknown variable %s is ignored", name))
 		}
 	}
+	if !cfg.RequireToken {
+		warnings = append(warnings, Prefix+"REQUIRE_TOKEN is false: fenced writes without a token are forwarded unchecked; use it only while rolling out")
+	}
 	for _, m := range cfg.UnfencedMethods {
 		switch m {
 		case "PUT", "POST", "DELETE", "PATCH", "COPY", "MOVE":

@@ -63,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ReasonHopByHop, ReasonUnsupported, ReasonDrainTimeout, ReasonStoreError, ReasonClientGone, ReasonSignature, ReasonJump} {
 		m.Requests.WithLabelValues(d)
 	}
-	for _, k := range []string{"timeout", "client_gone", "other"} {
+	for _, k := range []string{"timeout", "client_gone", "other", "upload_cut", "upload_timeout"} {
 		m.UpstreamErrors.WithLabelValues(k)
 	}
 	return m

@@ -13,7 +13,7 @@ import (
 // without waiting at the barrier. err is the request's parse error, if any.
 func (p *Proxy) observe(w http.ResponseWriter, r *http.Request, resources []string, t uint64, token string, err error) {
 	if err == nil {
-		err = p.checkSignature(r, resources, t)
+		_, err = p.checkSignature(r, resources, t)
 	}
 	if err == nil {
 		for _, res := range resources {

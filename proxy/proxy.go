@@ -179,7 +179,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err == nil {
-		err = p.checkSignature(r, resources, t)
+		var unsigned string
+		if unsigned, err = p.checkSignature(r, resources, t); err != nil {
+			resource = unsigned
+		}
 	}
 	if err != nil {
 		p.refuse(w, r, resource, token, err)

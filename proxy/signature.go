@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // HeaderSignature carries the signature of a fencing token in signed-token
@@ -26,14 +27,23 @@ var ErrSignature = errors.New("fencing token signature missing or invalid")
 
 // checkSignature requires, for every resource a write touches, one
 // X-Fencing-Token-Signature value that signs t for that resource (a MOVE
-// carries one per resource). nil when signed-token mode is off.
-func (p *Proxy) checkSignature(r *http.Request, resources []string, t uint64) error {
+// carries one per resource, on separate header lines or comma-separated; the
+// base64url alphabet has no comma). It returns the resource that lacks one.
+// nil when signed-token mode is off.
+func (p *Proxy) checkSignature(r *http.Request, resources []string, t uint64) (string, error) {
 	if p.opts.Verifier == nil {
-		return nil
+		return "", nil
 	}
-	sigs := r.Header.Values(HeaderSignature)
+	var sigs []string
+	for _, v := range r.Header.Values(HeaderSignature) {
+		for s := range strings.SplitSeq(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				sigs = append(sigs, s)
+			}
+		}
+	}
 	if len(sigs) == 0 {
-		return fmt.Errorf("%w: send the signature issued with the token in the %s header", ErrSignature, HeaderSignature)
+		return resources[0], fmt.Errorf("%w: send the signature issued with the token in the %s header", ErrSignature, HeaderSignature)
 	}
 	for _, res := range resources {
 		ok := false
@@ -44,8 +54,8 @@ func (p *Proxy) checkSignature(r *http.Request, resources []string, t uint64) er
 			}
 		}
 		if !ok {
-			return fmt.Errorf("%w: no %s value signs token %d for resource %q", ErrSignature, HeaderSignature, t, res)
+			return res, fmt.Errorf("%w: no %s value signs token %d for resource %q", ErrSignature, HeaderSignature, t, res)
 		}
 	}
-	return nil
+	return "", nil
 }

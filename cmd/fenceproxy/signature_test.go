@@ -232,7 +232,7 @@ func TestSignedTokensDestination(t *testing.T) {
 	backend := newRecordingBackend(t)
 	in := sgStart(t, backend, t.TempDir(), map[string]string{"FENCEPROXY_TOKEN_KEY": keyText})
 	issuer := sgKeys(t, key)
-	move := func(sigs ...string) int {
+	move := func(sigs ...string) (int, string) {
 		req, _ := http.NewRequest("MOVE", in.proxyURL()+"/bkt/src", nil)
 		req.Header.Set("X-Fencing-Token", "7")
 		req.Header.Set("Destination", in.proxyURL()+"/bkt/dst")
@@ -241,14 +241,20 @@ func TestSignedTokensDestination(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
+		defer resp.Body.Close()
+		var pb struct{ Resource string }
+		json.NewDecoder(resp.Body).Decode(&pb)
+		return resp.StatusCode, pb.Resource
 	}
-	if got := move(issuer.Sign("bkt/src", 7)); got != 403 {
-		t.Errorf("MOVE signed for its source only: %d, want 403", got)
+	if got, res := move(issuer.Sign("bkt/src", 7)); got != 403 || res != "bkt/dst" {
+		t.Errorf("MOVE signed for its source only: %d naming %q, want 403 naming bkt/dst", got, res)
 	}
-	if got := move(issuer.Sign("bkt/src", 7), issuer.Sign("bkt/dst", 7)); got != 200 {
-		t.Errorf("MOVE signed for both resources: %d, want 200", got)
+	if got, _ := move(issuer.Sign("bkt/src", 7), issuer.Sign("bkt/dst", 7)); got != 200 {
+		t.Errorf("MOVE signed for both resources on two lines: %d, want 200", got)
+	}
+	// One field line with both values is the same header to HTTP.
+	if got, _ := move(issuer.Sign("bkt/src", 7) + ", " + issuer.Sign("bkt/dst", 7)); got != 200 {
+		t.Errorf("MOVE signed for both resources on one line: %d, want 200", got)
 	}
 }
 
