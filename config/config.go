@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -207,7 +209,7 @@ func nameVariable(err error, known map[string]string) (string, error) {
 	if errors.As(err, &pe) {
 		for v, field := range known {
 			if field == pe.Name {
-				return v, fmt.Errorf("%s: %v", v, pe.Err)
+				return v, fmt.Errorf("%s: %v", v, plainParseError(pe.Err))
 			}
 		}
 	}
@@ -220,6 +222,28 @@ func nameVariable(err error, known map[string]string) (string, error) {
 		return empty.Key, fmt.Errorf("%s is required but empty", empty.Key)
 	}
 	return "", err
+}
+
+// plainParseError rewords the standard library's parse errors for people.
+func plainParseError(err error) error {
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		switch ne.Func {
+		case "ParseBool":
+			return fmt.Errorf("%q must be true or false", ne.Num)
+		case "ParseUint":
+			return fmt.Errorf("%q must be a whole number from 0 to %d", ne.Num, uint64(math.MaxUint64))
+		case "ParseInt":
+			return fmt.Errorf("%q must be a whole number", ne.Num)
+		}
+	}
+	if strings.Contains(err.Error(), "parse URL") { // caarlos0/env does not wrap url.Parse's error
+		return fmt.Errorf("%v; give an absolute URL such as http://127.0.0.1:9000", err)
+	}
+	if strings.Contains(err.Error(), "slog: level string") {
+		return fmt.Errorf("%v; use debug, info, warn or error", err)
+	}
+	return err
 }
 
 // Validate reports every field whose value parsed but is not usable, each error

@@ -417,3 +417,23 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Parse errors of the standard library are reworded to say what is wanted.
+func TestParseErrorsArePlain(t *testing.T) {
+	for _, tc := range []struct{ name, value, want string }{
+		{"REQUIRE_TOKEN", "yes", `FENCEPROXY_REQUIRE_TOKEN: "yes" must be true or false`},
+		{"MAX_TOKEN_JUMP", "-1", `FENCEPROXY_MAX_TOKEN_JUMP: "-1" must be a whole number from 0 to 18446744073709551615`},
+		{"RESOURCE_DEPTH", "two", `FENCEPROXY_RESOURCE_DEPTH: "two" must be a whole number`},
+		{"LOG_LEVEL", "verbose", "use debug, info, warn or error"},
+		{"UPSTREAM", "127.0.0.1:9500", "give an absolute URL such as http://127.0.0.1:9000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"FENCEPROXY_UPSTREAM": "http://127.0.0.1:9000", "FENCEPROXY_DATA_DIR": t.TempDir()}
+			env["FENCEPROXY_"+tc.name] = tc.value
+			_, _, err := Parse(env)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse: %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,429 @@
+// Command report turns the runs.csv that bench/run writes into the results
+// table (table.csv, table.md) and its plot (table.svg), in the same directory.
+//
+// Usage: report -dir bench/results/<run>
+//
+// Per workload and proxy the table gives the median over runs of req/s (2xx
+// answers only), p50 and p99 latency and upload MiB/s, and the largest peak
+// RSS. A ratio compares fenceproxy with a baseline run back to back with it in
+// the same repeat (a pair); the ratio reported is the median over the pairs.
+package main
+
+import (
+	"encoding/csv"
+	"errors"
+	"flag"
+	"fmt"
+	"html"
+	"io"
+	"log"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// run is one row of runs.csv: one proxy under one workload load. Missing
+// numbers are NaN.
+type run struct {
+	workload, pair, repeat, proxy   string
+	requests, non2xx, errors        float64
+	rps, p50, p99, rss, mibs, first float64
+}
+
+var (
+	workloads = []string{"a", "b", "c", "d-fill", "d-restart"}
+	proxies   = []string{"direct", "reverseproxy", "nginx", "haproxy", "fenceproxy-off", "fenceproxy"}
+	colors    = map[string]string{
+		"direct": "#9e9e9e", "reverseproxy": "#1f77b4", "nginx": "#2ca02c", "haproxy": "#9467bd",
+		"fenceproxy-off": "#ffbb78", "fenceproxy": "#ff7f0e",
+	}
+)
+
+func main() {
+	dir := flag.String("dir", ".", "directory holding runs.csv; the outputs are written there")
+	flag.Parse()
+	runs, err := readRuns(filepath.Join(*dir, "runs.csv"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	rows := summarize(runs)
+	ratios := computeRatios(runs, rows)
+	for name, write := range map[string]func(io.Writer) error{
+		"table.csv": func(w io.Writer) error { return writeCSV(w, rows, ratios) },
+		"table.md":  func(w io.Writer) error { return writeMarkdown(w, rows, ratios) },
+		"table.svg": func(w io.Writer) error { return writeSVG(w, rows, ratios) },
+	} {
+		if err := writeFile(filepath.Join(*dir, name), write); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(write(f), f.Close())
+}
+
+func readRuns(path string) ([]run, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(recs) < 2 {
+		return nil, fmt.Errorf("%s: no runs", path)
+	}
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[h] = i
+	}
+	for _, h := range []string{"workload", "pair", "repeat", "proxy", "requests", "non2xx", "errors", "rps", "p50_ms", "p99_ms", "peak_rss_mib", "mib_s", "first_ms"} {
+		if _, ok := col[h]; !ok {
+			return nil, fmt.Errorf("%s: no column %q", path, h)
+		}
+	}
+	num := func(rec []string, h string) float64 {
+		v, err := strconv.ParseFloat(rec[col[h]], 64)
+		if err != nil {
+			return math.NaN()
+		}
+		return v
+	}
+	var runs []run
+	for _, rec := range recs[1:] {
+		runs = append(runs, run{
+			workload: rec[col["workload"]], pair: rec[col["pair"]], repeat: rec[col["repeat"]], proxy: rec[col["proxy"]],
+			requests: num(rec, "requests"), non2xx: num(rec, "non2xx"), errors: num(rec, "errors"),
+			rps: num(rec, "rps"), p50: num(rec, "p50_ms"), p99: num(rec, "p99_ms"),
+			rss: num(rec, "peak_rss_mib"), mibs: num(rec, "mib_s"), first: num(rec, "first_ms"),
+		})
+	}
+	return runs, nil
+}
+
+// median of the values that are not NaN; NaN when there are none.
+func median(vs []float64) float64 {
+	vs = slices.DeleteFunc(slices.Clone(vs), math.IsNaN)
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
+}
+
+// maxOf the values that are not NaN; NaN when there are none.
+func maxOf(vs []float64) float64 {
+	m := math.NaN()
+	for _, v := range vs {
+		if !math.IsNaN(v) && (math.IsNaN(m) || v > m) {
+			m = v
+		}
+	}
+	return m
+}
+
+func sum(vs []float64) float64 {
+	s := 0.0
+	for _, v := range vs {
+		if !math.IsNaN(v) {
+			s += v
+		}
+	}
+	return s
+}
+
+// row is one line of the results table.
+type row struct {
+	workload, proxy                 string
+	runs                            int
+	rps, p50, p99, mibs, rss, first float64
+	non2xx, errors                  float64
+}
+
+func summarize(runs []run) []row {
+	var rows []row
+	for _, w := range workloads {
+		for _, p := range proxies {
+			var rps, p50, p99, mibs, rss, first, non2xx, errs []float64
+			for _, r := range runs {
+				if r.workload != w || r.proxy != p {
+					continue
+				}
+				rps, p50, p99 = append(rps, r.rps), append(p50, r.p50), append(p99, r.p99)
+				mibs, rss, first = append(mibs, r.mibs), append(rss, r.rss), append(first, r.first)
+				non2xx, errs = append(non2xx, r.non2xx), append(errs, r.errors)
+			}
+			if len(rps) == 0 {
+				continue
+			}
+			rows = append(rows, row{
+				workload: w, proxy: p, runs: len(rps),
+				rps: median(rps), p50: median(p50), p99: median(p99), mibs: median(mibs),
+				rss: maxOf(rss), first: maxOf(first), non2xx: sum(non2xx), errors: sum(errs),
+			})
+		}
+	}
+	return rows
+}
+
+// ratio is one measure compared with the issue's target.
+type ratio struct {
+	name, unit       string
+	value, low, high float64 // median, and the range over the pairs
+	pairs            int
+	target           float64 // NaN: no target
+	atMost           bool    // the target is an upper bound
+	stretch          float64 // NaN: none
+	isRatio          bool    // dimensionless; plotted in the ratio panel
+}
+
+func (r ratio) met() string {
+	switch {
+	case math.IsNaN(r.target) || math.IsNaN(r.value):
+		return "-"
+	case r.atMost && r.value <= r.target, !r.atMost && r.value >= r.target:
+		return "yes"
+	default:
+		return "no"
+	}
+}
+
+// pairRatio is the median over repeats of f(fenceproxy's run) / f(baseline's
+// run) in the pairs named pair.
+func pairRatio(runs []run, pair string, f func(run) float64) (med, low, high float64, n int) {
+	byRepeat := map[string]map[string]run{}
+	for _, r := range runs {
+		if r.pair != pair {
+			continue
+		}
+		if byRepeat[r.repeat] == nil {
+			byRepeat[r.repeat] = map[string]run{}
+		}
+		byRepeat[r.repeat][r.proxy] = r
+	}
+	var vs []float64
+	for _, m := range byRepeat {
+		fp, okF := m["fenceproxy"]
+		if !okF || len(m) != 2 {
+			continue
+		}
+		for p, b := range m {
+			if p != "fenceproxy" && f(b) > 0 {
+				vs = append(vs, f(fp)/f(b))
+			}
+		}
+	}
+	if len(vs) == 0 {
+		return math.NaN(), math.NaN(), math.NaN(), 0
+	}
+	return median(vs), slices.Min(vs), slices.Max(vs), len(vs)
+}
+
+func computeRatios(runs []run, rows []row) []ratio {
+	nan := math.NaN()
+	rps := func(r run) float64 { return r.rps }
+	p99 := func(r run) float64 { return r.p99 }
+	pr := func(name, pair string, f func(run) float64, target float64, atMost bool, stretch float64) ratio {
+		med, lo, hi, n := pairRatio(runs, pair, f)
+		return ratio{name: name, unit: "x", value: med, low: lo, high: hi, pairs: n, target: target, atMost: atMost, stretch: stretch, isRatio: true}
+	}
+	out := []ratio{
+		pr("(a) req/s fenceproxy / fenceproxy-off (cost of fencing)", "a/fenceproxy-off", rps, 0.95, false, nan),
+		pr("(a) req/s fenceproxy / stock ReverseProxy", "a/reverseproxy", rps, 2.0, false, nan),
+		pr("(a) req/s fenceproxy / nginx", "a/nginx", rps, 0.6, false, 0.8),
+		pr("(a) req/s fenceproxy / HAProxy", "a/haproxy", rps, nan, false, nan),
+		pr("(a) p99 fenceproxy / stock ReverseProxy", "a/reverseproxy", p99, 1.2, true, nan),
+		pr("(b) req/s fenceproxy rising / ReverseProxy same-token", "b/reverseproxy", rps, 0.5, false, nan),
+	}
+	find := func(w string) (row, bool) {
+		for _, r := range rows {
+			if r.workload == w && r.proxy == "fenceproxy" {
+				return r, true
+			}
+		}
+		return row{}, false
+	}
+	if r, ok := find("c"); ok {
+		out = append(out, ratio{name: "(c) fenceproxy peak RSS, 1 streamed upload", unit: "MiB", value: r.rss, low: nan, high: nan, pairs: r.runs, target: 64, atMost: true, stretch: nan})
+	}
+	fill, okF := find("d-fill")
+	restart, okR := find("d-restart")
+	if okF || okR {
+		rss := maxOf([]float64{fill.rss, restart.rss})
+		if !okF {
+			rss = restart.rss
+		}
+		out = append(out, ratio{name: "(d) fenceproxy peak RSS, fill and restart", unit: "MiB", value: rss, low: nan, high: nan, pairs: 1, target: 300, atMost: true, stretch: nan})
+	}
+	if okR {
+		out = append(out, ratio{name: "(d) first answered write after restart", unit: "ms", value: restart.first, low: nan, high: nan, pairs: 1, target: 1000, atMost: true, stretch: nan})
+	}
+	return out
+}
+
+// f formats v with prec decimals; "" for NaN.
+func f(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return ""
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+func writeCSV(w io.Writer, rows []row, ratios []ratio) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"workload", "proxy", "runs", "rps_2xx", "p50_ms", "p99_ms", "upload_mib_s", "peak_rss_mib", "first_answer_ms", "non2xx", "socket_errors"})
+	for _, r := range rows {
+		_ = cw.Write([]string{r.workload, r.proxy, strconv.Itoa(r.runs), f(r.rps, 0), f(r.p50, 2), f(r.p99, 2), f(r.mibs, 0), f(r.rss, 1), f(r.first, 0), f(r.non2xx, 0), f(r.errors, 0)})
+	}
+	_ = cw.Write(nil)
+	_ = cw.Write([]string{"measure", "unit", "median", "min", "max", "pairs", "target", "met"})
+	for _, r := range ratios {
+		_ = cw.Write([]string{r.name, r.unit, f(r.value, 3), f(r.low, 3), f(r.high, 3), strconv.Itoa(r.pairs), target(r), r.met()})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func target(r ratio) string {
+	if math.IsNaN(r.target) {
+		return ""
+	}
+	op := ">="
+	if r.atMost {
+		op = "<="
+	}
+	s := op + " " + strconv.FormatFloat(r.target, 'f', -1, 64)
+	if !math.IsNaN(r.stretch) {
+		s += " (stretch " + strconv.FormatFloat(r.stretch, 'f', -1, 64) + ")"
+	}
+	return s
+}
+
+func writeMarkdown(w io.Writer, rows []row, ratios []ratio) error {
+	var b strings.Builder
+	b.WriteString("| workload | proxy | runs | req/s (2xx) | p50 ms | p99 ms | upload MiB/s | peak RSS MiB | first answer ms | non-2xx | socket errors |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.workload, r.proxy, r.runs,
+			f(r.rps, 0), f(r.p50, 2), f(r.p99, 2), f(r.mibs, 0), f(r.rss, 1), f(r.first, 0), f(r.non2xx, 0), f(r.errors, 0))
+	}
+	b.WriteString("\n| measure | median | range over pairs | pairs | target | met |\n|---|--:|--:|--:|---|---|\n")
+	for _, r := range ratios {
+		rng := ""
+		if !math.IsNaN(r.low) {
+			rng = f(r.low, 2) + " - " + f(r.high, 2)
+		}
+		prec := 2
+		if !r.isRatio {
+			prec = 1
+		}
+		fmt.Fprintf(&b, "| %s | %s %s | %s | %d | %s | %s |\n", r.name, f(r.value, prec), r.unit, rng, r.pairs, target(r), r.met())
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// bar is one horizontal bar of a panel.
+type bar struct {
+	label, color string
+	value        float64
+	target       float64 // NaN: none; drawn as a tick
+}
+
+type panel struct {
+	title, unit string
+	bars        []bar
+}
+
+func writeSVG(w io.Writer, rows []row, ratios []ratio) error {
+	var panels []panel
+	metric := func(title, unit string, ws []string, v func(row) float64) {
+		p := panel{title: title, unit: unit}
+		for _, r := range rows {
+			if slices.Contains(ws, r.workload) && !math.IsNaN(v(r)) {
+				p.bars = append(p.bars, bar{label: r.workload + "  " + r.proxy, color: colors[r.proxy], value: v(r), target: math.NaN()})
+			}
+		}
+		if len(p.bars) > 0 {
+			panels = append(panels, p)
+		}
+	}
+	metric("req/s, 2xx answers only (median)", "req/s", []string{"a", "b"}, func(r row) float64 { return r.rps })
+	metric("p99 latency (median)", "ms", []string{"a", "b"}, func(r row) float64 { return r.p99 })
+	metric("streamed upload throughput (median)", "MiB/s", []string{"c"}, func(r row) float64 { return r.mibs })
+	metric("peak RSS of the proxy (largest)", "MiB", workloads, func(r row) float64 { return r.rss })
+	rp := panel{title: "fenceproxy ratios (median of interleaved pairs); tick = target", unit: "x"}
+	for _, r := range ratios {
+		if r.isRatio && !math.IsNaN(r.value) {
+			rp.bars = append(rp.bars, bar{label: r.name, color: colors["fenceproxy"], value: r.value, target: r.target})
+		}
+	}
+	if len(rp.bars) > 0 {
+		panels = append(panels, rp)
+	}
+
+	const (
+		width, labelW, barW, rowH, titleH, gap = 1000, 400, 480, 18, 26, 18
+	)
+	height := gap
+	for _, p := range panels {
+		height += titleH + len(p.bars)*rowH + gap
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	y := gap
+	for _, p := range panels {
+		fmt.Fprintf(&b, `<text x="10" y="%d" font-size="14" font-weight="bold">%s</text>`+"\n", y+16, html.EscapeString(p.title))
+		y += titleH
+		top := 0.0
+		for _, br := range p.bars {
+			top = math.Max(top, math.Max(br.value, br.target))
+		}
+		if top <= 0 || math.IsNaN(top) {
+			top = 1
+		}
+		for _, br := range p.bars {
+			bw := float64(barW) * br.value / top
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`, labelW-6, y+13, html.EscapeString(br.label))
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`, labelW, y+2, bw, rowH-4, br.color)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s %s</text>`, float64(labelW)+bw+4, y+13, short(br.value), p.unit)
+			if !math.IsNaN(br.target) {
+				tx := float64(labelW) + float64(barW)*br.target/top
+				fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="black" stroke-width="2"/>`, tx, tx, y, y+rowH)
+			}
+			b.WriteString("\n")
+			y += rowH
+		}
+		y += gap
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// short formats a bar's value with about three significant digits.
+func short(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
