@@ -260,19 +260,25 @@ func TestUploadIdleTimeout(t *testing.T) {
 	}
 }
 
-// After start-up, a token above the maximum the store held at open waits out
-// the abandon grace (the previous process may have left writes in flight);
-// the maximum at open itself, and any token on a resource whose maximum was 0
-// then, are admitted at once. A raise made since open (here directly on the
-// store, as a lease acquire does) does not count.
+// After start-up, on a resource that had a record at open, every token above 0
+// waits out the abandon grace: the previous process may have forwarded writes
+// with smaller tokens that a backend is still applying, even when the token
+// equals the maximum (raised before its own write went out) or was raised
+// since open (as a lease acquire does). Token 0, and any token on a resource
+// without a record at open (nothing was forwarded on it), go at once.
 func TestStartupGrace(t *testing.T) {
 	dir := t.TempDir()
 	s, err := tokenstore.Open(dir, tokenstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []string{"bkt/a", "bkt/b", "bkt/c"} {
+	for _, r := range []string{"bkt/a", "bkt/b"} {
 		if _, err := s.Raise(r, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range []string{"bkt/zero", "bkt/zero1"} { // token-0 writes went out
+		if err := s.MarkWritten(r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -290,31 +296,61 @@ func TestStartupGrace(t *testing.T) {
 	start := time.Now() // the grace runs from New
 	proxy := newTestProxy(t, s, srv.URL, func(o *Options) { o.AbandonGrace = grace })
 
-	six := putAsync(proxy.URL, "/bkt/a", "6", "raise")
-	seven := putAsync(proxy.URL, "/bkt/b", "7", "raised since open")
-	if r := put(context.Background(), proxy.URL, "/bkt/c", "5", "current"); r.status != http.StatusNoContent {
-		t.Fatalf("token 5 (the maximum at open): %d", r.status)
+	waiting := []<-chan result{
+		putAsync(proxy.URL, "/bkt/a", "5", "the maximum at open"),
+		putAsync(proxy.URL, "/bkt/b", "7", "raised since open"),
+		putAsync(proxy.URL, "/bkt/zero1", "1", "above a token-0 write"),
 	}
-	if got := backend.next(t, time.Second); got != "5" {
-		t.Fatalf("first to arrive: %q, want 5", got)
+	for _, tc := range []struct{ path, token string }{
+		{"/bkt/zero", "0"},  // nothing smaller can be in flight
+		{"/bkt/fresh", "3"}, // no record at open: nothing was forwarded
+	} {
+		if r := put(context.Background(), proxy.URL, tc.path, tc.token, "at once"); r.status != http.StatusNoContent {
+			t.Fatalf("%s with %s: %d", tc.path, tc.token, r.status)
+		}
+		if got := backend.next(t, time.Second); got != tc.token {
+			t.Fatalf("arrived %q, want %s first", got, tc.token)
+		}
 	}
-	// No write was ever forwarded on a resource whose maximum was 0 at open.
-	if r := put(context.Background(), proxy.URL, "/bkt/fresh", "3", "fresh"); r.status != http.StatusNoContent {
-		t.Fatalf("token 3 on a fresh resource: %d", r.status)
-	}
-	if got := backend.next(t, time.Second); got != "3" {
-		t.Fatalf("second to arrive: %q, want 3 (a fresh resource does not wait)", got)
-	}
-	for _, ch := range []<-chan result{six, seven} {
+	for _, ch := range waiting {
 		if r := recv(t, ch); r.status != http.StatusNoContent {
 			t.Fatalf("%d %s", r.status, r.body)
 		}
 	}
 	// A lower bound, not a speed claim: admitting early would break the barrier.
 	if elapsed := time.Since(start); elapsed < grace {
-		t.Fatalf("tokens above the maximum at open were admitted after %s, before the %s grace", elapsed, grace)
+		t.Fatalf("writes on resources with a record were admitted after %s, before the %s grace", elapsed, grace)
 	}
 	s.ReleaseOpenSnapshot()
+}
+
+// A token-0 write gives its resource a durable record before it is
+// forwarded, so a restarted proxy knows a write may be in flight there.
+func TestTokenZeroLeavesRecord(t *testing.T) {
+	dir := t.TempDir()
+	s, err := tokenstore.Open(dir, tokenstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, srv := newLateBackend(t)
+	proxy := newTestProxy(t, s, srv.URL, nil)
+	if r := put(context.Background(), proxy.URL, "/bkt/z", "0", "zero"); r.status != http.StatusNoContent {
+		t.Fatalf("token 0: %d", r.status)
+	}
+	backend.next(t, time.Second)
+	proxy.Close()
+	s.Close()
+	s, err = tokenstore.Open(dir, tokenstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if m, found, err := s.MaxAtOpen("bkt/z"); err != nil || !found || m != 0 {
+		t.Fatalf("MaxAtOpen after a token-0 write: %d, %v, %v; want a record with 0", m, found, err)
+	}
+	if _, found, _ := s.MaxAtOpen("bkt/never"); found {
+		t.Fatal("a resource never written has a record")
+	}
 }
 
 // FENCEPROXY_MAX_TOKEN_JUMP refuses a token too far above the maximum (403
@@ -377,5 +413,68 @@ func TestAdmitAllSharesDrainTimeout(t *testing.T) {
 	// Per-resource timers would give up only after about 1.8 s.
 	if waited := time.Since(start); waited > drain+600*time.Millisecond {
 		t.Fatalf("waited %s for a %s drain timeout", waited, drain)
+	}
+}
+
+// net/http's Transport sends a bodyless request with an Idempotency-Key again
+// on its own when a reused connection fails after the request went out. The
+// first copy may still be applied, so the write counts as abandoned: a larger
+// token waits the abandon grace after it.
+func TestTransportResendCountsAsAbandoned(t *testing.T) {
+	var mu sync.Mutex
+	var deletes int
+	var sixAt time.Time
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodDelete:
+			mu.Lock()
+			deletes++
+			first := deletes == 1
+			mu.Unlock()
+			if first { // took the request, then the connection dies unanswered
+				conn, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					conn.Close()
+				}
+				return
+			}
+		case r.Header.Get("X-Fencing-Token") == "6":
+			mu.Lock()
+			sixAt = time.Now()
+			mu.Unlock()
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(backend.Close)
+	const grace = 1500 * time.Millisecond
+	proxy := newTestProxy(t, newMemStore(), backend.URL, func(o *Options) { o.AbandonGrace = grace })
+	if r := send(context.Background(), http.MethodGet, proxy.URL+"/bkt/warm", "", "warm"); r.status != http.StatusNoContent {
+		t.Fatalf("warm-up: %d", r.status) // leaves an idle upstream connection to reuse
+	}
+	del, _ := http.NewRequest(http.MethodDelete, proxy.URL+"/bkt/obj", nil) // no body: replayable
+	del.Header.Set("X-Fencing-Token", "5")
+	del.Header.Set("Idempotency-Key", "abc")
+	resp, err := http.DefaultClient.Do(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE: %d", resp.StatusCode)
+	}
+	done := time.Now()
+	mu.Lock()
+	n := deletes
+	mu.Unlock()
+	if n != 2 {
+		t.Fatalf("backend got %d DELETEs, want 2 (the Transport resends)", n)
+	}
+	if r := put(context.Background(), proxy.URL, "/bkt/obj", "6", "B"); r.status != http.StatusNoContent {
+		t.Fatalf("token 6: %d", r.status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if gap := sixAt.Sub(done); gap < grace-100*time.Millisecond {
+		t.Fatalf("token 6 reached the backend %s after the resent DELETE, before the %s grace", gap, grace)
 	}
 }

@@ -67,14 +67,18 @@ type Fence struct {
 	startUntil   time.Time     // until then tokens above the maximum at start wait (start-up grace)
 }
 
-// StartMaxer is implemented by stores that can tell a resource's maximum as it
-// was when the process started (tokenstore.Store.MaxAtOpen). During the
-// start-up grace, a token above a non-zero maximum at start waits: the
-// previous process may have forwarded writes with smaller tokens that a
-// backend is still applying. Stores without it make every write wait out the
-// start-up grace.
+// StartMaxer is implemented by stores that can tell whether a resource had a
+// record when the process started (tokenstore.Store.MaxAtOpen), and can give
+// a resource a record before a token-0 write, which raises nothing
+// (MarkWritten). A write is forwarded only after its resource has a durable
+// record, so a resource without one at start-up had no write in flight from
+// an earlier process. On one with a record, every token above 0 waits out the
+// start-up grace: smaller tokens may still be in flight, even for a token
+// equal to the maximum (it was raised before its own write was forwarded).
+// Stores without it make every token above 0 wait.
 type StartMaxer interface {
-	MaxAtOpen(resource string) (uint64, error)
+	MaxAtOpen(resource string) (max uint64, found bool, err error)
+	MarkWritten(resource string) error
 }
 
 type fenceShard struct {
@@ -152,8 +156,17 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 		return nil, fmt.Errorf("%w: %w", ErrStore, err)
 	}
 	var startGrace <-chan time.Time // fires when the start-up grace is over; nil: no wait
-	if wait := time.Until(f.startUntil); wait > 0 && f.aboveStartMax(resource, t) {
+	if wait := time.Until(f.startUntil); wait > 0 && f.waitsAtStart(resource, t) {
 		startGrace = time.After(wait)
+	}
+	if t == 0 {
+		// Token 0 raises nothing; record the resource so that after a
+		// restart larger tokens know a write may be in flight.
+		if sm, ok := f.store.(StartMaxer); ok {
+			if err := sm.MarkWritten(resource); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrStore, err)
+			}
+		}
 	}
 	sh := &f.shards[maphash.String(f.seed, resource)%uint64(len(f.shards))]
 	st := sh.ref(resource)
@@ -229,19 +242,19 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 	}
 }
 
-// aboveStartMax reports whether t is above resource's maximum as it was at
-// start-up, when that maximum was not 0. A write is only forwarded once its
-// token is durable, so a resource with maximum 0 at start-up had no write
-// forwarded by an earlier process, and one with maximum m0 only writes with
-// tokens up to m0. Unknown (a store without StartMaxer, or an error): true,
-// waiting is always safe.
-func (f *Fence) aboveStartMax(resource string, t uint64) bool {
+// waitsAtStart reports whether a write with token t on resource must wait
+// out the start-up grace (see StartMaxer). Unknown (a store without
+// StartMaxer, or an error): yes for t > 0, waiting is always safe.
+func (f *Fence) waitsAtStart(resource string, t uint64) bool {
+	if t == 0 {
+		return false // no smaller token can be in flight
+	}
 	sm, ok := f.store.(StartMaxer)
 	if !ok {
 		return true
 	}
-	m0, err := sm.MaxAtOpen(resource)
-	return err != nil || (m0 > 0 && t > m0)
+	_, found, err := sm.MaxAtOpen(resource)
+	return err != nil || found
 }
 
 // release ends an admitted write now, or after the abandon grace when the

@@ -112,11 +112,19 @@ func (s timedStore) Raise(resource string, t uint64) (uint64, error) {
 }
 
 // MaxAtOpen passes the wrapped store's start-up view through (see StartMaxer).
-func (s timedStore) MaxAtOpen(resource string) (uint64, error) {
+func (s timedStore) MaxAtOpen(resource string) (uint64, bool, error) {
 	if sm, ok := s.Store.(StartMaxer); ok {
 		return sm.MaxAtOpen(resource)
 	}
-	return 0, errNoStartView
+	return 0, false, errNoStartView
+}
+
+// MarkWritten passes through to the wrapped store (see StartMaxer).
+func (s timedStore) MarkWritten(resource string) error {
+	if sm, ok := s.Store.(StartMaxer); ok {
+		return sm.MarkWritten(resource)
+	}
+	return nil
 }
 
 var errNoStartView = errors.New("store has no view of its maxima at start")

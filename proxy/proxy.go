@@ -14,11 +14,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -216,7 +218,24 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// hangs up: the backend may already be applying it, and the barrier must
 	// not open for a larger token before it is done. A client gone mid-upload
 	// still ends the exchange, since its body can no longer be read.
-	r = r.WithContext(context.WithValue(context.WithoutCancel(fw.client), forwardedKey{}, fw))
+	ctx := context.WithValue(context.WithoutCancel(fw.client), forwardedKey{}, fw)
+	var sent atomic.Int32
+	if replayable(r) {
+		// net/http's Transport silently sends such a request again when a
+		// reused connection fails after sending it; the first copy may still
+		// be applied, so the write counts as abandoned.
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sent.Add(1) }})
+		defer func() {
+			if sent.Load() > 1 && p.opts.AbandonGrace > 0 {
+				fw.fl.abandoned.Store(true)
+				p.log.LogAttrs(fw.client, slog.LevelWarn, "the upstream client sent the write twice; "+
+					"larger tokens on its resource wait the abandon grace, as the backend may apply the first copy late",
+					slog.String("resource", resource), slog.String("token", token), slog.String("method", r.Method),
+					slog.String("target", logTarget(r)), slog.String("abandon_grace", p.opts.AbandonGrace.String()))
+			}
+		}()
+	}
+	r = r.WithContext(ctx)
 	defer func() {
 		if fw.client.Err() != nil && !fw.answered {
 			p.log.LogAttrs(fw.client, slog.LevelInfo, "client went away before the answer",
@@ -225,6 +244,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	p.rp.ServeHTTP(w, r)
+}
+
+// replayable mirrors net/http's rule for requests its Transport may send
+// twice on its own: no body, and an idempotent method or an Idempotency-Key
+// header (a fenced GET carries a method-override header).
+func replayable(r *http.Request) bool {
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		return false
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return len(r.Header["Idempotency-Key"]) > 0 || len(r.Header["X-Idempotency-Key"]) > 0
 }
 
 // forwardedWrite is a fenced write being forwarded, as upstreamError sees it
@@ -301,8 +334,10 @@ func (p *Proxy) resources(r *http.Request) ([]string, error) {
 	keys := []string{key}
 	for _, dest := range r.Header.Values("Destination") {
 		u, err := url.Parse(dest)
-		if err != nil || u.Path == "" {
-			return keys, fmt.Errorf("%w: Destination %q is not a URL with a path", ErrBadResource, dest)
+		if err != nil || !strings.HasPrefix(u.Path, "/") {
+			// RFC 4918 10.3: an absolute URI or an absolute path; a backend
+			// would resolve a relative one against a path the fence cannot know.
+			return keys, fmt.Errorf("%w: Destination %q is not an absolute URL or absolute path", ErrBadResource, dest)
 		}
 		// Check the header as sent: url.Parse re-escapes "\\", which other
 		// parsers read as "/".

@@ -80,5 +80,6 @@ func (s *Store) Reset(resource string) (uint64, error) {
 	sh.mu.Lock()
 	sh.m[resource] = 0 // known: no maximum
 	sh.mu.Unlock()
+	s.marked.Delete(resource) // the record is gone: a token-0 write must make one again
 	return removed, nil
 }

@@ -106,3 +106,22 @@ func newSpaceGuard(dir string, opts Options, log *slog.Logger) *spaceGuard {
 	_ = g.check() // logs when below the reserve; callers see it on use
 	return g
 }
+
+// canOpen refuses to open Badger while the file system has less free space
+// than Badger itself may write (its memtable files, a flush, a compaction):
+// it writes through mmap and would die with SIGBUS, in a restart loop,
+// rather than fail. Between that and the reserve the store opens and raises
+// fail with ErrNoSpace. nil when no reserve is set.
+func (g *spaceGuard) canOpen() error {
+	if g.min == 0 {
+		return nil
+	}
+	free, err := g.statfs(g.dir)
+	if err != nil {
+		return fmt.Errorf("tokenstore: check free space in %s: %w", g.dir, err)
+	}
+	if need := min(g.min, badgerHeadroom(badgerOptions(g.dir, nil))); free < need {
+		return fmt.Errorf("%w: %s has %d bytes free, and Badger may write up to %d on its own; not opening it (free some space and start again)", ErrNoSpace, g.dir, free, need)
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,7 +183,7 @@ func TestSpaceLogsTransitionsOnce(t *testing.T) {
 // A store opened below its reserve says so at once, before any request.
 func TestSpaceLowAtOpenLogged(t *testing.T) {
 	disk := &fakeDisk{}
-	disk.free.Store(1 << 20)
+	disk.free.Store(512 << 20) // above Badger's own headroom, below the reserve
 	h := &recordHandler{}
 	s := openSpace(t, t.TempDir(), 1<<30, disk, h)
 	if e, _ := spaceLogs(h); e != 1 {
@@ -377,6 +378,46 @@ func TestDefaultReserveCoversBadger(t *testing.T) {
 			}
 			if warned != tc.warned {
 				t.Fatalf("warned=%v, want %v", warned, tc.warned)
+			}
+		})
+	}
+}
+
+// Open refuses, with ErrNoSpace and before Badger writes anything, a file
+// system with less free space than Badger may write on its own; with more
+// than that but less than the reserve it opens, and raises fail.
+func TestOpenRefusesNearlyFullDisk(t *testing.T) {
+	need := badgerHeadroom(badgerOptions(t.TempDir(), nil))
+	for _, tc := range []struct {
+		name      string
+		free      uint64
+		opens     bool
+		raiseFail bool
+	}{
+		{"below Badger's own headroom", need - 1, false, false},
+		{"between headroom and reserve", need + 1, true, true},
+		{"above the reserve", 4 * need, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			free := tc.free
+			s, err := Open(dir, Options{MinFreeSpace: 2 * need, statfs: func(string) (uint64, error) { return free, nil }})
+			if !tc.opens {
+				if !errors.Is(err, ErrNoSpace) {
+					t.Fatalf("Open: %v, want ErrNoSpace", err)
+				}
+				if entries, _ := os.ReadDir(dir); len(entries) > 1 { // the lock file only
+					t.Fatalf("Open wrote %d entries before refusing", len(entries))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer s.Close()
+			_, err = s.Raise("bkt/k", 1)
+			if got := errors.Is(err, ErrNoSpace); got != tc.raiseFail {
+				t.Fatalf("Raise: %v, want ErrNoSpace %v", err, tc.raiseFail)
 			}
 		})
 	}

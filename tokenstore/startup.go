@@ -15,39 +15,87 @@ var ErrSnapshotReleased = errors.New("tokenstore: the view of the store at open 
 type openSnapshot struct {
 	mu   sync.Mutex
 	txn  *badger.Txn       // nil once released
-	seen map[string]uint64 // answers already read from txn
+	seen map[string]atOpen // answers already read from txn
+}
+
+type atOpen struct {
+	max   uint64
+	found bool
 }
 
 func newOpenSnapshot(db *badger.DB) *openSnapshot {
-	return &openSnapshot{txn: db.NewTransaction(false), seen: make(map[string]uint64)}
+	return &openSnapshot{txn: db.NewTransaction(false), seen: make(map[string]atOpen)}
 }
 
 // MaxAtOpen returns resource's maximum as it was when the store was opened,
-// before any raise by this process (0 if it had none). The fence's start-up
-// grace uses it: a token above it waits, since writes forwarded by the
-// previous process with smaller tokens may still be in flight. Errors:
-// ErrSnapshotReleased after ReleaseOpenSnapshot or Close; Badger read errors.
-func (s *Store) MaxAtOpen(resource string) (uint64, error) {
+// before any raise by this process, and whether it had a record then (a
+// resource was given one by its first raise or MarkWritten). The fence's
+// start-up grace uses it: writes forwarded by the previous process may still
+// be in flight on a resource that had a record. Errors: ErrSnapshotReleased
+// after ReleaseOpenSnapshot or Close; Badger read errors.
+func (s *Store) MaxAtOpen(resource string) (max uint64, found bool, err error) {
 	snap := s.open
 	snap.mu.Lock()
 	defer snap.mu.Unlock()
-	if m, ok := snap.seen[resource]; ok {
-		return m, nil
+	if a, ok := snap.seen[resource]; ok {
+		return a.max, a.found, nil
 	}
 	if snap.txn == nil {
-		return 0, ErrSnapshotReleased
+		return 0, false, ErrSnapshotReleased
 	}
-	var m uint64
-	err := s.withDB(func(*badger.DB) error {
-		var err error
-		m, err = s.read(snap.txn, resource)
-		return err
+	var a atOpen
+	err = s.withDB(func(*badger.DB) error {
+		_, gerr := snap.txn.Get(key(resource))
+		if errors.Is(gerr, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if gerr != nil {
+			return gerr
+		}
+		a.found = true
+		var rerr error
+		a.max, rerr = s.read(snap.txn, resource)
+		return rerr
 	})
 	if err != nil {
-		return 0, s.wrap("read at open", resource, err)
+		return 0, false, s.wrap("read at open", resource, err)
 	}
-	snap.seen[resource] = m
-	return m, nil
+	snap.seen[resource] = a
+	return a.max, a.found, nil
+}
+
+// MarkWritten makes sure resource has a durable record, writing one with
+// maximum 0 if it has none, before a write with token 0 (which raises
+// nothing) is forwarded: so a resource without a record at start-up had no
+// write forwarded at all. One synced write per resource, then memory only.
+// Errors as for Raise.
+func (s *Store) MarkWritten(resource string) error {
+	if _, ok := s.marked.Load(resource); ok {
+		return nil
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := s.checkDir(); err != nil {
+		return err
+	}
+	if err := s.space.check(); err != nil {
+		return err
+	}
+	err := s.withDB(func(db *badger.DB) error {
+		return db.Update(func(txn *badger.Txn) error {
+			_, err := txn.Get(key(resource))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				return txn.Set(key(resource), encode(0))
+			}
+			return err // a record exists: nothing to write
+		})
+	})
+	if err != nil {
+		return s.wrap("mark", resource, err)
+	}
+	s.marked.Store(resource, struct{}{})
+	return nil
 }
 
 // ReleaseOpenSnapshot drops the view that MaxAtOpen reads. Call it once the

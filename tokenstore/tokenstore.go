@@ -87,6 +87,7 @@ type Store struct {
 	space    *spaceGuard
 	open     *openSnapshot // the store as it was at Open, for the start-up grace
 	raises   raiseGroup    // concurrent raises share a transaction and its sync
+	marked   sync.Map      // resources MarkWritten made sure have a record
 
 	// closed is checked without a lock on the cache fast path; mu keeps
 	// Close from closing db under an in-flight disk operation.
@@ -124,6 +125,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	space := newSpaceGuard(dir, opts, log)
+	if err := space.canOpen(); err != nil {
+		_ = lf.Close()
+		return nil, err
+	}
 	db, err := badger.Open(badgerOptions(dir, opts.Logger))
 	if err != nil {
 		_ = lf.Close() // closing the file drops the flock

@@ -328,6 +328,8 @@ func catRows() []catRow {
 		catRow{name: "path/raw DEL, refused by net/http", raw: putAt("\x7f"), status: 400, early: true},
 		catRow{name: "path/dot segment via Destination", raw: put(catTok, "Destination: http://h/cat/%2e%2e/x"), status: 400, reason: "bad_resource"},
 		catRow{name: "path/Destination with backslash", raw: put(catTok, `Destination: http://h/cat\..\x`), status: 400, reason: "bad_resource"},
+		catRow{name: "path/relative Destination", raw: put(catTok, "Destination: zz"), status: 400, reason: "bad_resource"},
+		catRow{name: "path/relative Destination with dots", raw: put(catTok, "Destination: ../other/x"), status: 400, reason: "bad_resource"},
 	)
 
 	// Hop-by-hop: a header the fence relies on must reach the backend.
