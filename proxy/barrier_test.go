@@ -327,13 +327,19 @@ func TestStartupGrace(t *testing.T) {
 // A token-0 write gives its resource a durable record before it is
 // forwarded, so a restarted proxy knows a write may be in flight there.
 func TestTokenZeroLeavesRecord(t *testing.T) {
+	for _, observe := range []bool{false, true} {
+		t.Run(fmt.Sprintf("observe=%v", observe), func(t *testing.T) { testTokenZeroLeavesRecord(t, observe) })
+	}
+}
+
+func testTokenZeroLeavesRecord(t *testing.T, observe bool) {
 	dir := t.TempDir()
 	s, err := tokenstore.Open(dir, tokenstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	backend, srv := newLateBackend(t)
-	proxy := newTestProxy(t, s, srv.URL, nil)
+	proxy := newTestProxy(t, s, srv.URL, func(o *Options) { o.Observe = observe })
 	if r := put(context.Background(), proxy.URL, "/bkt/z", "0", "zero"); r.status != http.StatusNoContent {
 		t.Fatalf("token 0: %d", r.status)
 	}
@@ -476,5 +482,43 @@ func TestTransportResendCountsAsAbandoned(t *testing.T) {
 	defer mu.Unlock()
 	if gap := sixAt.Sub(done); gap < grace-100*time.Millisecond {
 		t.Fatalf("token 6 reached the backend %s after the resent DELETE, before the %s grace", gap, grace)
+	}
+}
+
+// The same resend whose own connect fails ends with a dial error, yet the
+// first copy went out: the write still counts as abandoned.
+func TestTransportResendThatCannotConnectCountsAsAbandoned(t *testing.T) {
+	var backend *httptest.Server
+	backend = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete { // taken; then the backend goes away
+			backend.Listener.Close()
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(backend.Close)
+	const grace = 1500 * time.Millisecond
+	proxy := newTestProxy(t, newMemStore(), backend.URL, func(o *Options) { o.AbandonGrace = grace })
+	if r := send(context.Background(), http.MethodGet, proxy.URL+"/bkt/warm", "", "warm"); r.status != http.StatusNoContent {
+		t.Fatalf("warm-up: %d", r.status)
+	}
+	del, _ := http.NewRequest(http.MethodDelete, proxy.URL+"/bkt/obj", nil)
+	del.Header.Set("X-Fencing-Token", "5")
+	del.Header.Set("Idempotency-Key", "abc")
+	resp, err := http.DefaultClient.Do(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("DELETE: %d, want 502 (the resend could not connect)", resp.StatusCode)
+	}
+	start := time.Now()
+	put(context.Background(), proxy.URL, "/bkt/obj", "6", "B") // 502 too: the backend is gone
+	if waited := time.Since(start); waited < grace-100*time.Millisecond {
+		t.Fatalf("token 6 went upstream %s after the abandoned DELETE, before the %s grace", waited, grace)
 	}
 }

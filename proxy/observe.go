@@ -58,6 +58,14 @@ func (p *Proxy) check(resource string, t uint64) error {
 		return &StaleError{Resource: resource, Token: t, Current: m}
 	case t > m && p.opts.MaxTokenJump > 0 && t-m > p.opts.MaxTokenJump:
 		return fmt.Errorf("%w: token %d is more than %d above the maximum %d of resource %q", ErrJump, t, p.opts.MaxTokenJump, m, resource)
+	case t == 0:
+		// Token 0 raises nothing: record the resource, so a later enforce-mode
+		// process knows a write may be in flight (start-up grace).
+		if sm, ok := p.store.(StartMaxer); ok {
+			if err := sm.MarkWritten(resource); err != nil {
+				return fmt.Errorf("%w: %w", ErrStore, err)
+			}
+		}
 	case t > m:
 		if _, err := p.store.Raise(resource, t); err != nil {
 			return fmt.Errorf("%w: %w", ErrStore, err)

@@ -219,8 +219,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// not open for a larger token before it is done. A client gone mid-upload
 	// still ends the exchange, since its body can no longer be read.
 	ctx := context.WithValue(context.WithoutCancel(fw.client), forwardedKey{}, fw)
-	var sent atomic.Int32
+	sent := &fw.wrote
 	if replayable(r) {
+		fw.traced = true
 		// net/http's Transport silently sends such a request again when a
 		// reused connection fails after sending it; the first copy may still
 		// be applied, so the write counts as abandoned.
@@ -267,7 +268,9 @@ type forwardedWrite struct {
 	fl              *flight
 	body            *uploadBody // nil: no body
 	resource, token string
-	answered        bool // upstreamError answered the client itself (cut or idle upload)
+	answered        bool         // upstreamError answered the client itself (cut or idle upload)
+	traced          bool         // wrote counts the copies sent (the write is replayable)
+	wrote           atomic.Int32 // copies of the request written upstream, when traced
 }
 
 type forwardedKey struct{}
@@ -526,7 +529,10 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		status, kind = http.StatusGatewayTimeout, "timeout"
 	}
 	p.opts.Metrics.upstreamError(kind)
-	abandoned := fw != nil && fw.fl.body.Load() == bodySent && !dialError(err) && p.opts.AbandonGrace > 0
+	// A dial error means the last attempt sent nothing; an earlier copy of a
+	// replayable write may have gone out on a reused connection.
+	abandoned := fw != nil && fw.fl.body.Load() == bodySent && p.opts.AbandonGrace > 0 &&
+		(!dialError(err) || (fw.traced && fw.wrote.Load() > 0))
 	if abandoned {
 		fw.fl.abandoned.Store(true)
 	}
