@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -130,6 +131,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	db, err := badger.Open(badgerOptions(dir, opts.Logger))
+	if err != nil && emptyMemtable(err) {
+		// A kill between Badger creating a memtable file and sizing it
+		// leaves it empty; the failed Open sized it, so the next one works.
+		// The file never held a write (dgraph-io/badger#2207).
+		log.Warn("badger found an empty memtable file left by a crash; opening again", slog.String("error", err.Error()))
+		db, err = badger.Open(badgerOptions(dir, opts.Logger))
+	}
 	if err != nil {
 		_ = lf.Close() // closing the file drops the flock
 		return nil, fmt.Errorf("tokenstore: open badger in %s: %w", dir, err)
@@ -139,6 +147,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.shards[i].m = make(map[string]uint64)
 	}
 	return s, nil
+}
+
+// emptyMemtable reports badger.Open's error for a zero-size .mem file. Badger
+// formats the cause with %+v, so only its text is left to match.
+func emptyMemtable(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "while opening memtables") && strings.Contains(msg, "Create a new file")
 }
 
 // lockDir takes an exclusive, non-blocking flock on dir/fenceproxy.lock.

@@ -666,3 +666,31 @@ func TestListAndReset(t *testing.T) {
 		t.Fatalf("raise after reset: %d, want 3", m)
 	}
 }
+
+// A SIGKILL between Badger creating a memtable file and sizing it leaves an
+// empty .mem file, which makes badger.Open fail once with "Create a new file"
+// (dgraph-io/badger#2207); the file never held data, and Open retries.
+func TestOpenAfterKillLeftEmptyMemtable(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Raise("bkt/k", 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "00099.mem"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open with an empty memtable file: %v", err)
+	}
+	defer s.Close()
+	if m, err := s.Max("bkt/k"); err != nil || m != 9 {
+		t.Fatalf("Max after reopen: %d, %v; want 9", m, err)
+	}
+}
