@@ -9,9 +9,10 @@
 //	    PUTs 1 KiB with token T to URL/bkt/obj-0, obj-S, obj-2S, ... (N
 //	    requests) from C concurrent keep-alive connections. Prints requests,
 //	    non2xx, errors, seconds and req/s (2xx only).
-//	load first -url URL -token T -since UNIXNANO [-timeout D]
-//	    Repeats one PUT (1 KiB, token T) every 2 ms until it is answered 2xx;
-//	    prints first_ms, the time from UNIXNANO (the proxy's start) to that answer.
+//	load first -url URL -method M -path P -token T -since UNIXNANO [-timeout D]
+//	    Repeats one request (a PUT sends 1 KiB with token T, a GET nothing)
+//	    every 2 ms until it is answered 2xx; prints first_ms, the time from
+//	    UNIXNANO (the proxy's start) to that answer.
 package main
 
 import (
@@ -50,10 +51,12 @@ func main() {
 		_ = fs.Parse(os.Args[2:])
 		err = fill(*url, *token, *n, *c, *stride)
 	case "first":
+		method := fs.String("method", http.MethodPut, "PUT or GET")
+		path := fs.String("path", "/bkt/obj-0", "request path")
 		since := fs.Int64("since", 0, "start time of the proxy, Unix nanoseconds")
 		timeout := fs.Duration("timeout", time.Minute, "give up after this long")
 		_ = fs.Parse(os.Args[2:])
-		err = first(*url+"/bkt/obj-0", *token, time.Unix(0, *since), *timeout)
+		err = first(*method, *url+*path, *token, time.Unix(0, *since), *timeout)
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}
@@ -96,11 +99,22 @@ func upload(url, token string, n int64) error {
 var body = bytes.Repeat([]byte("x"), 1024)
 
 func put(c *http.Client, url, token string) (int, error) {
-	req, err := http.NewRequest(http.MethodPut, url, bytes.NewReader(body))
+	return do(c, http.MethodPut, url, token)
+}
+
+// do sends one request, a PUT with a 1 KiB body and token, or a GET.
+func do(c *http.Client, method, url, token string) (int, error) {
+	var b io.Reader
+	if method == http.MethodPut {
+		b = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, b)
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("X-Fencing-Token", token)
+	if b != nil {
+		req.Header.Set("X-Fencing-Token", token)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err
@@ -149,12 +163,12 @@ func fill(base, token string, n, conns, stride int) error {
 	return nil
 }
 
-func first(url, token string, since time.Time, timeout time.Duration) error {
+func first(method, url, token string, since time.Time, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c := &http.Client{Timeout: timeout}
 	for {
-		status, err := put(c, url, token)
+		status, err := do(c, method, url, token)
 		if err == nil && status/100 == 2 {
 			fmt.Printf("BENCH first_ms=%.1f\n", float64(time.Since(since).Microseconds())/1000)
 			return nil

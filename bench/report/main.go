@@ -31,10 +31,12 @@ type run struct {
 	workload, pair, repeat, proxy   string
 	requests, non2xx, errors        float64
 	rps, p50, p99, rss, mibs, first float64
+	other                           float64 // largest share of a CPU used by other processes
+	kept                            bool    // false: repeated because of that share, not counted
 }
 
 var (
-	workloads = []string{"a", "b", "c", "d-fill", "d-restart"}
+	workloads = []string{"a", "b", "c", "d-fill", "d-first-get", "d-first-new", "d-first-old", "d-restart"}
 	proxies   = []string{"direct", "reverseproxy", "nginx", "haproxy", "fenceproxy-off", "fenceproxy"}
 	colors    = map[string]string{
 		"direct": "#9e9e9e", "reverseproxy": "#1f77b4", "nginx": "#2ca02c", "haproxy": "#9467bd",
@@ -45,16 +47,26 @@ var (
 func main() {
 	dir := flag.String("dir", ".", "directory holding runs.csv; the outputs are written there")
 	flag.Parse()
-	runs, err := readRuns(filepath.Join(*dir, "runs.csv"))
+	all, err := readRuns(filepath.Join(*dir, "runs.csv"))
 	if err != nil {
 		log.Fatal(err)
+	}
+	// Runs that bench/run repeated because other processes took too much of
+	// a CPU are listed but not counted.
+	var runs, discarded []run
+	for _, r := range all {
+		if r.kept {
+			runs = append(runs, r)
+		} else {
+			discarded = append(discarded, r)
+		}
 	}
 	rows := summarize(runs)
 	ratios := computeRatios(runs, rows)
 	for name, write := range map[string]func(io.Writer) error{
 		"table.csv": func(w io.Writer) error { return writeCSV(w, rows, ratios) },
-		"table.md":  func(w io.Writer) error { return writeMarkdown(w, rows, ratios) },
-		"table.svg": func(w io.Writer) error { return writeSVG(w, rows, ratios) },
+		"table.md":  func(w io.Writer) error { return writeMarkdown(w, rows, ratios, discarded) },
+		"table.svg": func(w io.Writer) error { return writeSVG(w, rows, ratios, caption(*dir)) },
 	} {
 		if err := writeFile(filepath.Join(*dir, name), write); err != nil {
 			log.Fatal(err)
@@ -87,7 +99,7 @@ func readRuns(path string) ([]run, error) {
 	for i, h := range recs[0] {
 		col[h] = i
 	}
-	for _, h := range []string{"workload", "pair", "repeat", "proxy", "requests", "non2xx", "errors", "rps", "p50_ms", "p99_ms", "peak_rss_mib", "mib_s", "first_ms"} {
+	for _, h := range []string{"workload", "pair", "repeat", "proxy", "requests", "non2xx", "errors", "rps", "p50_ms", "p99_ms", "peak_rss_mib", "mib_s", "first_ms", "other_load"} {
 		if _, ok := col[h]; !ok {
 			return nil, fmt.Errorf("%s: no column %q", path, h)
 		}
@@ -99,6 +111,7 @@ func readRuns(path string) ([]run, error) {
 		}
 		return v
 	}
+	_, hasKept := col["kept"]
 	var runs []run
 	for _, rec := range recs[1:] {
 		runs = append(runs, run{
@@ -106,6 +119,8 @@ func readRuns(path string) ([]run, error) {
 			requests: num(rec, "requests"), non2xx: num(rec, "non2xx"), errors: num(rec, "errors"),
 			rps: num(rec, "rps"), p50: num(rec, "p50_ms"), p99: num(rec, "p99_ms"),
 			rss: num(rec, "peak_rss_mib"), mibs: num(rec, "mib_s"), first: num(rec, "first_ms"),
+			other: num(rec, "other_load"),
+			kept:  !hasKept || rec[col["kept"]] != "0",
 		})
 	}
 	return runs, nil
@@ -152,13 +167,14 @@ type row struct {
 	runs                            int
 	rps, p50, p99, mibs, rss, first float64
 	non2xx, errors                  float64
+	other                           float64
 }
 
 func summarize(runs []run) []row {
 	var rows []row
 	for _, w := range workloads {
 		for _, p := range proxies {
-			var rps, p50, p99, mibs, rss, first, non2xx, errs []float64
+			var rps, p50, p99, mibs, rss, first, non2xx, errs, other []float64
 			for _, r := range runs {
 				if r.workload != w || r.proxy != p {
 					continue
@@ -166,6 +182,7 @@ func summarize(runs []run) []row {
 				rps, p50, p99 = append(rps, r.rps), append(p50, r.p50), append(p99, r.p99)
 				mibs, rss, first = append(mibs, r.mibs), append(rss, r.rss), append(first, r.first)
 				non2xx, errs = append(non2xx, r.non2xx), append(errs, r.errors)
+				other = append(other, r.other)
 			}
 			if len(rps) == 0 {
 				continue
@@ -173,7 +190,7 @@ func summarize(runs []run) []row {
 			rows = append(rows, row{
 				workload: w, proxy: p, runs: len(rps),
 				rps: median(rps), p50: median(p50), p99: median(p99), mibs: median(mibs),
-				rss: maxOf(rss), first: maxOf(first), non2xx: sum(non2xx), errors: sum(errs),
+				rss: maxOf(rss), first: maxOf(first), non2xx: sum(non2xx), errors: sum(errs), other: median(other),
 			})
 		}
 	}
@@ -189,6 +206,7 @@ type ratio struct {
 	atMost           bool    // the target is an upper bound
 	stretch          float64 // NaN: none
 	isRatio          bool    // dimensionless; plotted in the ratio panel
+	note             string
 }
 
 func (r ratio) met() string {
@@ -237,9 +255,25 @@ func computeRatios(runs []run, rows []row) []ratio {
 	nan := math.NaN()
 	rps := func(r run) float64 { return r.rps }
 	p99 := func(r run) float64 { return r.p99 }
+	// A baseline that ran near the rate of the sink without a proxy was held
+	// back by the load generator and sink, not by itself: a ratio to it is
+	// then an upper bound.
+	direct := math.NaN()
+	for _, r := range rows {
+		if r.workload == "a" && r.proxy == "direct" {
+			direct = r.rps
+		}
+	}
 	pr := func(name, pair string, f func(run) float64, target float64, atMost bool, stretch float64) ratio {
 		med, lo, hi, n := pairRatio(runs, pair, f)
-		return ratio{name: name, unit: "x", value: med, low: lo, high: hi, pairs: n, target: target, atMost: atMost, stretch: stretch, isRatio: true}
+		r := ratio{name: name, unit: "x", value: med, low: lo, high: hi, pairs: n, target: target, atMost: atMost, stretch: stretch, isRatio: true}
+		_, baseline, _ := strings.Cut(pair, "/")
+		for _, row := range rows {
+			if strings.Contains(name, "req/s") && row.workload == "a" && row.proxy == baseline && row.rps >= 0.9*direct {
+				r.note = fmt.Sprintf("%s ran at %.0f%% of the no-proxy rate: bound by the load side, so this is an upper bound", baseline, 100*row.rps/direct)
+			}
+		}
+		return r
 	}
 	out := []ratio{
 		pr("(a) req/s fenceproxy / fenceproxy-off (cost of fencing)", "a/fenceproxy-off", rps, 0.95, false, nan),
@@ -249,6 +283,7 @@ func computeRatios(runs []run, rows []row) []ratio {
 		pr("(a) p99 fenceproxy / stock ReverseProxy", "a/reverseproxy", p99, 1.2, true, nan),
 		pr("(b) req/s fenceproxy rising / ReverseProxy same-token", "b/reverseproxy", rps, 0.5, false, nan),
 	}
+	out = slices.DeleteFunc(out, func(r ratio) bool { return r.pairs == 0 }) // workload not run
 	find := func(w string) (row, bool) {
 		for _, r := range rows {
 			if r.workload == w && r.proxy == "fenceproxy" {
@@ -263,14 +298,17 @@ func computeRatios(runs []run, rows []row) []ratio {
 	fill, okF := find("d-fill")
 	restart, okR := find("d-restart")
 	if okF || okR {
-		rss := maxOf([]float64{fill.rss, restart.rss})
-		if !okF {
-			rss = restart.rss
-		}
+		rss := maxOf([]float64{fill.rss, restart.rss}) // a workload not run counts 0
 		out = append(out, ratio{name: "(d) fenceproxy peak RSS, fill and restart", unit: "MiB", value: rss, low: nan, high: nan, pairs: 1, target: 300, atMost: true, stretch: nan})
 	}
-	if okR {
-		out = append(out, ratio{name: "(d) first answered write after restart", unit: "ms", value: restart.first, low: nan, high: nan, pairs: 1, target: 1000, atMost: true, stretch: nan})
+	for _, fa := range []struct{ workload, name string }{
+		{"d-first-get", "(d) first answered GET after restart"},
+		{"d-first-new", "(d) first answered write after restart, new resource"},
+		{"d-first-old", "(d) first answered write after restart, resource written before, its own token"},
+	} {
+		if r, ok := find(fa.workload); ok {
+			out = append(out, ratio{name: fa.name, unit: "ms", value: r.first, low: nan, high: nan, pairs: 1, target: 1000, atMost: true, stretch: nan})
+		}
 	}
 	return out
 }
@@ -285,14 +323,14 @@ func f(v float64, prec int) string {
 
 func writeCSV(w io.Writer, rows []row, ratios []ratio) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"workload", "proxy", "runs", "rps_2xx", "p50_ms", "p99_ms", "upload_mib_s", "peak_rss_mib", "first_answer_ms", "non2xx", "socket_errors"})
+	_ = cw.Write([]string{"workload", "proxy", "runs", "rps_2xx", "p50_ms", "p99_ms", "upload_mib_s", "peak_rss_mib", "first_answer_ms", "non2xx", "socket_errors", "other_load"})
 	for _, r := range rows {
-		_ = cw.Write([]string{r.workload, r.proxy, strconv.Itoa(r.runs), f(r.rps, 0), f(r.p50, 2), f(r.p99, 2), f(r.mibs, 0), f(r.rss, 1), f(r.first, 0), f(r.non2xx, 0), f(r.errors, 0)})
+		_ = cw.Write([]string{r.workload, r.proxy, strconv.Itoa(r.runs), f(r.rps, 0), f(r.p50, 2), f(r.p99, 2), f(r.mibs, 0), f(r.rss, 1), f(r.first, 0), f(r.non2xx, 0), f(r.errors, 0), f(r.other, 2)})
 	}
 	_ = cw.Write(nil)
-	_ = cw.Write([]string{"measure", "unit", "median", "min", "max", "pairs", "target", "met"})
+	_ = cw.Write([]string{"measure", "unit", "median", "min", "max", "pairs", "target", "met", "note"})
 	for _, r := range ratios {
-		_ = cw.Write([]string{r.name, r.unit, f(r.value, 3), f(r.low, 3), f(r.high, 3), strconv.Itoa(r.pairs), target(r), r.met()})
+		_ = cw.Write([]string{r.name, r.unit, f(r.value, 3), f(r.low, 3), f(r.high, 3), strconv.Itoa(r.pairs), target(r), r.met(), r.note})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -313,15 +351,15 @@ func target(r ratio) string {
 	return s
 }
 
-func writeMarkdown(w io.Writer, rows []row, ratios []ratio) error {
+func writeMarkdown(w io.Writer, rows []row, ratios []ratio, discarded []run) error {
 	var b strings.Builder
-	b.WriteString("| workload | proxy | runs | req/s (2xx) | p50 ms | p99 ms | upload MiB/s | peak RSS MiB | first answer ms | non-2xx | socket errors |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| workload | proxy | runs | req/s (2xx) | p50 ms | p99 ms | upload MiB/s | peak RSS MiB | first answer ms | non-2xx | socket errors | other load |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.workload, r.proxy, r.runs,
-			f(r.rps, 0), f(r.p50, 2), f(r.p99, 2), f(r.mibs, 0), f(r.rss, 1), f(r.first, 0), f(r.non2xx, 0), f(r.errors, 0))
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.workload, r.proxy, r.runs,
+			f(r.rps, 0), f(r.p50, 2), f(r.p99, 2), f(r.mibs, 0), f(r.rss, 1), f(r.first, 0), f(r.non2xx, 0), f(r.errors, 0), f(r.other, 2))
 	}
-	b.WriteString("\n| measure | median | range over pairs | pairs | target | met |\n|---|--:|--:|--:|---|---|\n")
+	b.WriteString("\n| measure | median | range over pairs | pairs | target | met | note |\n|---|--:|--:|--:|---|---|---|\n")
 	for _, r := range ratios {
 		rng := ""
 		if !math.IsNaN(r.low) {
@@ -331,10 +369,42 @@ func writeMarkdown(w io.Writer, rows []row, ratios []ratio) error {
 		if !r.isRatio {
 			prec = 1
 		}
-		fmt.Fprintf(&b, "| %s | %s %s | %s | %d | %s | %s |\n", r.name, f(r.value, prec), r.unit, rng, r.pairs, target(r), r.met())
+		fmt.Fprintf(&b, "| %s | %s %s | %s | %d | %s | %s | %s |\n", r.name, f(r.value, prec), r.unit, rng, r.pairs, target(r), r.met(), r.note)
+	}
+	if len(discarded) > 0 {
+		fmt.Fprintf(&b, "\n%d run(s) not counted, repeated because other processes used more of a CPU than BENCH_MAX_OTHER_LOAD allows:", len(discarded))
+		for _, r := range discarded {
+			fmt.Fprintf(&b, " %s %s rep %s (%s);", r.workload, r.proxy, r.repeat, f(r.other, 2))
+		}
+		b.WriteString("\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// caption is the plot's heading: the machine lines of machine.txt (written
+// by bench/run) that say where and how the numbers were taken.
+func caption(dir string) []string {
+	b, err := os.ReadFile(filepath.Join(dir, "machine.txt"))
+	if err != nil {
+		return nil
+	}
+	keep := map[string]bool{"date": true, "cpu": true, "nproc": true, "go": true, "pinning": true, "load": true, "fenceproxy": true}
+	var out []string
+	var head []string
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok || !keep[k] {
+			continue
+		}
+		switch k {
+		case "date", "cpu", "nproc", "go", "fenceproxy":
+			head = append(head, k+" "+v)
+		default:
+			out = append(out, k+": "+v)
+		}
+	}
+	return append([]string{"fenceproxy benchmark: " + strings.Join(head, ", ")}, out...)
 }
 
 // bar is one horizontal bar of a panel.
@@ -349,7 +419,7 @@ type panel struct {
 	bars        []bar
 }
 
-func writeSVG(w io.Writer, rows []row, ratios []ratio) error {
+func writeSVG(w io.Writer, rows []row, ratios []ratio, caption []string) error {
 	var panels []panel
 	metric := func(title, unit string, ws []string, v func(row) float64) {
 		p := panel{title: title, unit: unit}
@@ -366,10 +436,14 @@ func writeSVG(w io.Writer, rows []row, ratios []ratio) error {
 	metric("p99 latency (median)", "ms", []string{"a", "b"}, func(r row) float64 { return r.p99 })
 	metric("streamed upload throughput (median)", "MiB/s", []string{"c"}, func(r row) float64 { return r.mibs })
 	metric("peak RSS of the proxy (largest)", "MiB", workloads, func(r row) float64 { return r.rss })
-	rp := panel{title: "fenceproxy ratios (median of interleaved pairs); tick = target", unit: "x"}
+	rp := panel{title: "fenceproxy ratios (median of interleaved pairs); red tick = target", unit: "x"}
 	for _, r := range ratios {
 		if r.isRatio && !math.IsNaN(r.value) {
-			rp.bars = append(rp.bars, bar{label: r.name, color: colors["fenceproxy"], value: r.value, target: r.target})
+			label := r.name
+			if t := target(r); t != "" {
+				label += "  [" + t + "]"
+			}
+			rp.bars = append(rp.bars, bar{label: label, color: colors["fenceproxy"], value: r.value, target: r.target})
 		}
 	}
 	if len(rp.bars) > 0 {
@@ -377,9 +451,9 @@ func writeSVG(w io.Writer, rows []row, ratios []ratio) error {
 	}
 
 	const (
-		width, labelW, barW, rowH, titleH, gap = 1000, 400, 480, 18, 26, 18
+		width, labelW, barW, rowH, titleH, gap = 1060, 520, 440, 18, 26, 18
 	)
-	height := gap
+	height := gap + titleH*len(caption)
 	for _, p := range panels {
 		height += titleH + len(p.bars)*rowH + gap
 	}
@@ -387,25 +461,33 @@ func writeSVG(w io.Writer, rows []row, ratios []ratio) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	y := gap
+	for _, line := range caption {
+		fmt.Fprintf(&b, `<text x="10" y="%d" fill="#444">%s</text>`+"\n", y+14, html.EscapeString(line))
+		y += titleH
+	}
 	for _, p := range panels {
 		fmt.Fprintf(&b, `<text x="10" y="%d" font-size="14" font-weight="bold">%s</text>`+"\n", y+16, html.EscapeString(p.title))
 		y += titleH
 		top := 0.0
 		for _, br := range p.bars {
-			top = math.Max(top, math.Max(br.value, br.target))
+			top = math.Max(top, br.value)
+			if !math.IsNaN(br.target) {
+				top = math.Max(top, br.target)
+			}
 		}
-		if top <= 0 || math.IsNaN(top) {
+		if top <= 0 {
 			top = 1
 		}
 		for _, br := range p.bars {
 			bw := float64(barW) * br.value / top
 			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`, labelW-6, y+13, html.EscapeString(br.label))
 			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`, labelW, y+2, bw, rowH-4, br.color)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s %s</text>`, float64(labelW)+bw+4, y+13, short(br.value), p.unit)
 			if !math.IsNaN(br.target) {
 				tx := float64(labelW) + float64(barW)*br.target/top
-				fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="black" stroke-width="2"/>`, tx, tx, y, y+rowH)
+				fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#d62728" stroke-width="2"/>`, tx, tx, y, y+rowH)
 			}
+			// The white outline keeps the value legible over a target tick.
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" stroke="white" stroke-width="3" paint-order="stroke">%s %s</text>`, float64(labelW)+bw+4, y+13, short(br.value), p.unit)
 			b.WriteString("\n")
 			y += rowH
 		}
