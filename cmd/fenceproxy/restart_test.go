@@ -6,9 +6,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -369,5 +372,34 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	case id := <-backend.arrived:
 		t.Errorf("the backend received %q after the stop began", id)
 	default:
+	}
+}
+
+// With DATA_DIR removed under it, fenceproxy fails closed and still exits on
+// SIGTERM: Badger would retry its final flush forever, so the close is
+// bounded (every maximum is fsynced already).
+func TestSIGTERMAfterDataDirRemoved(t *testing.T) {
+	backend := newRecordingBackend(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	p := startProcess(t, serveEnv(backend.URL(), dataDir))
+	p.waitServing(t)
+	client := newTestClient(t)
+	if st, _ := putToken(t, client, "http://"+p.Proxy, "/bkt/obj", "3", "before"); st != http.StatusOK {
+		t.Fatalf("PUT before removal: %d", st)
+	}
+	if err := os.RemoveAll(dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := putToken(t, client, "http://"+p.Proxy, "/bkt/obj", "4", "after"); st != http.StatusServiceUnavailable {
+		t.Errorf("raise after removal: %d, want 503", st)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.wait(storeCloseTimeout + 10*time.Second); err != nil {
+		t.Fatalf("no exit after SIGTERM: %v\nstderr:\n%s", err, p.Stderr)
+	}
+	if !strings.Contains(p.Stderr.String(), "fenceproxy stopped") {
+		t.Errorf("no stop logged:\n%s", p.Stderr)
 	}
 }

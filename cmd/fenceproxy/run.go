@@ -101,11 +101,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	if err != nil {
 		return fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
 	}
-	defer func() {
-		if err := store.Close(); err != nil {
-			log.Error("closing the token store failed", "error", err.Error())
-		}
-	}()
+	defer closeStore(store, storeCloseTimeout, log)
 
 	metrics := prometheus.NewRegistry()
 	proxyMetrics := proxy.NewMetrics(metrics)
@@ -242,6 +238,26 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	}
 	log.Info("fenceproxy stopped")
 	return serveErr
+}
+
+// storeCloseTimeout bounds Close of the token store at exit. Badger retries a
+// failing memtable flush forever (a removed DATA_DIR); every maximum is
+// fsynced already, so giving up on the flush loses nothing.
+const storeCloseTimeout = 10 * time.Second
+
+// closeStore closes store, giving up after timeout.
+func closeStore(store *tokenstore.Store, timeout time.Duration, log *slog.Logger) {
+	done := make(chan error, 1)
+	go func() { done <- store.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Error("closing the token store failed", "error", err.Error())
+		}
+	case <-time.After(timeout):
+		log.Error("closing the token store did not finish; exiting without it (every maximum is already fsynced)",
+			"timeout", timeout.String())
+	}
 }
 
 // serveMaybeTLS serves srv on ln, with TLS when cert and key are set.
