@@ -454,19 +454,8 @@ func TestTransportResendCountsAsAbandoned(t *testing.T) {
 	t.Cleanup(backend.Close)
 	const grace = 1500 * time.Millisecond
 	proxy := newTestProxy(t, newMemStore(), backend.URL, func(o *Options) { o.AbandonGrace = grace })
-	if r := send(context.Background(), http.MethodGet, proxy.URL+"/bkt/warm", "", "warm"); r.status != http.StatusNoContent {
-		t.Fatalf("warm-up: %d", r.status) // leaves an idle upstream connection to reuse
-	}
-	del, _ := http.NewRequest(http.MethodDelete, proxy.URL+"/bkt/obj", nil) // no body: replayable
-	del.Header.Set("X-Fencing-Token", "5")
-	del.Header.Set("Idempotency-Key", "abc")
-	resp, err := http.DefaultClient.Do(del)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("DELETE: %d", resp.StatusCode)
+	if status := replayableDelete(t, proxy.URL); status != http.StatusNoContent {
+		t.Fatalf("DELETE: %d", status)
 	}
 	done := time.Now()
 	mu.Lock()
@@ -502,10 +491,25 @@ func TestTransportResendThatCannotConnectCountsAsAbandoned(t *testing.T) {
 	t.Cleanup(backend.Close)
 	const grace = 1500 * time.Millisecond
 	proxy := newTestProxy(t, newMemStore(), backend.URL, func(o *Options) { o.AbandonGrace = grace })
-	if r := send(context.Background(), http.MethodGet, proxy.URL+"/bkt/warm", "", "warm"); r.status != http.StatusNoContent {
+	if status := replayableDelete(t, proxy.URL); status != http.StatusBadGateway {
+		t.Fatalf("DELETE: %d, want 502 (the resend could not connect)", status)
+	}
+	start := time.Now()
+	put(context.Background(), proxy.URL, "/bkt/obj", "6", "B") // 502 too: the backend is gone
+	if waited := time.Since(start); waited < grace-100*time.Millisecond {
+		t.Fatalf("token 6 went upstream %s after the abandoned DELETE, before the %s grace", waited, grace)
+	}
+}
+
+// replayableDelete leaves an idle upstream connection to reuse (a GET), then
+// sends a bodyless DELETE with token 5 and an Idempotency-Key, which the
+// upstream Transport may send twice; it returns the DELETE's status.
+func replayableDelete(t *testing.T, proxyURL string) int {
+	t.Helper()
+	if r := send(context.Background(), http.MethodGet, proxyURL+"/bkt/warm", "", "warm"); r.status != http.StatusNoContent {
 		t.Fatalf("warm-up: %d", r.status)
 	}
-	del, _ := http.NewRequest(http.MethodDelete, proxy.URL+"/bkt/obj", nil)
+	del, _ := http.NewRequest(http.MethodDelete, proxyURL+"/bkt/obj", nil) // no body: replayable
 	del.Header.Set("X-Fencing-Token", "5")
 	del.Header.Set("Idempotency-Key", "abc")
 	resp, err := http.DefaultClient.Do(del)
@@ -513,12 +517,5 @@ func TestTransportResendThatCannotConnectCountsAsAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadGateway {
-		t.Fatalf("DELETE: %d, want 502 (the resend could not connect)", resp.StatusCode)
-	}
-	start := time.Now()
-	put(context.Background(), proxy.URL, "/bkt/obj", "6", "B") // 502 too: the backend is gone
-	if waited := time.Since(start); waited < grace-100*time.Millisecond {
-		t.Fatalf("token 6 went upstream %s after the abandoned DELETE, before the %s grace", waited, grace)
-	}
+	return resp.StatusCode
 }
