@@ -681,6 +681,18 @@ func startS3Gofakes3(t *testing.T, bucket string) (*s3mem.Backend, string) {
 	return backend, srv.URL
 }
 
+// startS3Fenced starts gofakes3 with bucket, fenceproxy in front of it, and
+// a path-style S3 client (newS3Client) pointed at the proxy.
+func startS3Fenced(t *testing.T, bucket string) (*instance, *s3.Client) {
+	t.Helper()
+	_, upstream := startS3Gofakes3(t, bucket)
+	in := startFenceproxy(t, map[string]string{
+		"FENCEPROXY_UPSTREAM": upstream,
+		"FENCEPROXY_DATA_DIR": t.TempDir(),
+	})
+	return in, newS3Client(in.proxyURL(), newS3RecordingClient())
+}
+
 // s3GetObject returns the object's bytes through client.
 func s3GetObject(ctx context.Context, t *testing.T, client *s3.Client, bucket, key string) string {
 	t.Helper()
@@ -702,12 +714,7 @@ func s3GetObject(ctx context.Context, t *testing.T, client *s3.Client, bucket, k
 // holder's remaining calls are refused and never complete its upload.
 func TestS3MultipartHolderAndStaleParts(t *testing.T) {
 	const bucket, key = "jobs", "shard-7/output.bin"
-	_, upstream := startS3Gofakes3(t, bucket)
-	in := startFenceproxy(t, map[string]string{
-		"FENCEPROXY_UPSTREAM": upstream,
-		"FENCEPROXY_DATA_DIR": t.TempDir(),
-	})
-	client := newS3Client(in.proxyURL(), newS3RecordingClient())
+	in, client := startS3Fenced(t, bucket)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 
@@ -788,12 +795,7 @@ func TestS3MultipartHolderAndStaleParts(t *testing.T) {
 // not be able to delete an object whose fence is above its token this way.
 func TestS3DeleteObjectsStaleKeysRefused(t *testing.T) {
 	const bucket, key = "jobs", "reports/final.txt"
-	_, upstream := startS3Gofakes3(t, bucket)
-	in := startFenceproxy(t, map[string]string{
-		"FENCEPROXY_UPSTREAM": upstream,
-		"FENCEPROXY_DATA_DIR": t.TempDir(),
-	})
-	client := newS3Client(in.proxyURL(), newS3RecordingClient())
+	_, client := startS3Fenced(t, bucket)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 
@@ -835,12 +837,7 @@ func TestS3DeleteObjectsStaleKeysRefused(t *testing.T) {
 // holder's copy goes through. The source is only read.
 func TestS3CopyObjectFencesDestination(t *testing.T) {
 	const bucket = "jobs"
-	_, upstream := startS3Gofakes3(t, bucket)
-	in := startFenceproxy(t, map[string]string{
-		"FENCEPROXY_UPSTREAM": upstream,
-		"FENCEPROXY_DATA_DIR": t.TempDir(),
-	})
-	client := newS3Client(in.proxyURL(), newS3RecordingClient())
+	in, client := startS3Fenced(t, bucket)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	put := func(token uint64, key, body string) {
