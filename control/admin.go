@@ -3,6 +3,7 @@ package control
 import (
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 
@@ -30,6 +31,26 @@ func (a *admin) routes(r chi.Router) {
 	r.With(a.authorize).Get("/v1/fences", a.list)
 	r.With(a.authorize).Put(FencePrefix+"*", a.raise)
 	r.With(a.authorize).Delete(FencePrefix+"*", a.reset)
+	// Go's profiler, for "where does the CPU go" on a live proxy.
+	r.With(a.authorize).Get("/debug/pprof/*", profiler)
+}
+
+// profiler serves net/http/pprof: GET /debug/pprof/ lists the profiles,
+// /debug/pprof/profile?seconds=N is a CPU profile, /debug/pprof/trace an
+// execution trace, /debug/pprof/{heap,goroutine,allocs,...} the rest.
+func profiler(w http.ResponseWriter, r *http.Request) {
+	switch strings.TrimPrefix(r.URL.Path, "/debug/pprof/") {
+	case "cmdline":
+		pprof.Cmdline(w, r)
+	case "profile":
+		pprof.Profile(w, r)
+	case "symbol":
+		pprof.Symbol(w, r)
+	case "trace":
+		pprof.Trace(w, r)
+	default:
+		pprof.Index(w, r) // the list, or the named profile
+	}
 }
 
 // authorize requires Authorization: Bearer $FENCEPROXY_ADMIN_TOKEN (constant

@@ -49,6 +49,7 @@ type Options struct {
 //	GET /v1/fences/{key}  {"resource": key, "token": "<decimal string>"}; 404 if never raised
 //	POST, PUT, DELETE, GET /v1/leases/{name}  acquire, renew, release, read (with Options.Leases)
 //	GET /metrics          Prometheus metrics (with Options.Metrics)
+//	GET /debug/pprof/...  Go profiles, e.g. profile?seconds=10 (with Options.Admin; admin bearer)
 //
 // Keys and names after the prefix are percent-decoded resource keys and may contain slashes.
 func Handler(store Store, log *slog.Logger, opts Options) http.Handler {

@@ -432,7 +432,7 @@ func TestTransportResendCountsAsAbandoned(t *testing.T) {
 	var sixAt time.Time
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.Method == http.MethodDelete:
+		case r.Method == http.MethodDelete && r.URL.Path == "/bkt/obj":
 			mu.Lock()
 			deletes++
 			first := deletes == 1
@@ -479,7 +479,7 @@ func TestTransportResendCountsAsAbandoned(t *testing.T) {
 func TestTransportResendThatCannotConnectCountsAsAbandoned(t *testing.T) {
 	var backend *httptest.Server
 	backend = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodDelete { // taken; then the backend goes away
+		if r.Method == http.MethodDelete && r.URL.Path == "/bkt/obj" { // taken; then the backend goes away
 			backend.Listener.Close()
 			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
 				conn.Close()
@@ -501,17 +501,24 @@ func TestTransportResendThatCannotConnectCountsAsAbandoned(t *testing.T) {
 	}
 }
 
-// replayableDelete leaves an idle upstream connection to reuse (a GET), then
-// sends a bodyless DELETE with token 5 and an Idempotency-Key, which the
-// upstream Transport may send twice; it returns the DELETE's status.
+// replayableDelete leaves an idle upstream connection to reuse, then sends a
+// bodyless DELETE with token 5 and an Idempotency-Key, which the upstream
+// Transport may send twice; it returns the DELETE's status. The warm-up is a
+// replayable write too: the proxy sends those through net/http's Transport
+// (whose resends it counts), and the fast client keeps its own connections.
 func replayableDelete(t *testing.T, proxyURL string) int {
 	t.Helper()
-	if r := send(context.Background(), http.MethodGet, proxyURL+"/bkt/warm", "", "warm"); r.status != http.StatusNoContent {
-		t.Fatalf("warm-up: %d", r.status)
+	if status := idempotentDelete(t, proxyURL+"/bkt/warm", "1"); status != http.StatusNoContent {
+		t.Fatalf("warm-up: %d", status)
 	}
-	del, _ := http.NewRequest(http.MethodDelete, proxyURL+"/bkt/obj", nil) // no body: replayable
-	del.Header.Set("X-Fencing-Token", "5")
-	del.Header.Set("Idempotency-Key", "abc")
+	return idempotentDelete(t, proxyURL+"/bkt/obj", "5")
+}
+
+func idempotentDelete(t *testing.T, url, token string) int {
+	t.Helper()
+	del, _ := http.NewRequest(http.MethodDelete, url, nil) // no body: replayable
+	del.Header.Set("X-Fencing-Token", token)
+	del.Header.Set("Idempotency-Key", "abc-"+token)
 	resp, err := http.DefaultClient.Do(del)
 	if err != nil {
 		t.Fatal(err)

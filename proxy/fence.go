@@ -15,8 +15,9 @@ import (
 // provides it).
 type Store interface {
 	// Max returns the stored maximum of resource, 0 if it was never raised.
-	// It must answer from memory after the first load: it is called under the
-	// resource's lock.
+	// It is called under the resource's lock (once per admitted write), so it
+	// should answer from memory for resources in use; a load from disk only
+	// holds up writes to the same resource.
 	Max(resource string) (uint64, error)
 	// Raise makes max(stored, t) durable (fsynced) and returns it.
 	Raise(resource string, t uint64) (uint64, error)
@@ -65,6 +66,7 @@ type Fence struct {
 	abandonGrace time.Duration // an abandoned write holds its barrier this much longer
 	maxJump      uint64        // 0: off; else ErrJump when t > max+maxJump
 	startUntil   time.Time     // until then tokens above the maximum at start wait (start-up grace)
+	started      atomic.Bool   // startUntil has passed: skip the clock read
 }
 
 // StartMaxer is implemented by stores that can tell whether a resource had a
@@ -151,13 +153,13 @@ func (f *Fence) Admit(ctx context.Context, resource string, t uint64) (release f
 // is the drain timer, started at the first wait and shared by the resources
 // of one write, so a COPY or MOVE waits DRAIN_TIMEOUT in all.
 func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight, deadline *<-chan time.Time) (release func(), err error) {
-	// The first load of a maximum may hit disk: do it before taking any lock.
-	if _, err := f.store.Max(resource); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStore, err)
-	}
 	var startGrace <-chan time.Time // fires when the start-up grace is over; nil: no wait
-	if wait := time.Until(f.startUntil); wait > 0 && f.waitsAtStart(resource, t) {
-		startGrace = time.After(wait)
+	if !f.started.Load() {
+		if wait := time.Until(f.startUntil); wait <= 0 {
+			f.started.Store(true)
+		} else if f.waitsAtStart(resource, t) {
+			startGrace = time.After(wait)
+		}
 	}
 	if t == 0 {
 		// Token 0 raises nothing; record the resource so that after a
@@ -178,6 +180,8 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 	}()
 
 	st.mu.Lock()
+	var m uint64
+	fresh := false // m is the maximum as our own raise left it: no need to read it again
 	for {
 		if st.raising {
 			if err := st.wait(ctx, deadline, f.drain, nil); err != nil {
@@ -185,11 +189,16 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 			}
 			continue
 		}
-		m, err := f.store.Max(resource)
-		if err != nil {
-			st.mu.Unlock()
-			return nil, fmt.Errorf("%w: %w", ErrStore, err)
+		if !fresh {
+			// Read under st.mu: a raise by another write on this resource
+			// happens under st.raising, so m stays current while we hold it.
+			var err error
+			if m, err = f.store.Max(resource); err != nil {
+				st.mu.Unlock()
+				return nil, fmt.Errorf("%w: %w", ErrStore, err)
+			}
 		}
+		fresh = false
 		if t < m {
 			st.mu.Unlock()
 			return nil, &StaleError{Resource: resource, Token: t, Current: m}
@@ -202,7 +211,7 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 			// Newcomers wait for the outcome: refused if it succeeds, admitted if not.
 			st.raising = true
 			st.mu.Unlock()
-			_, err := f.store.Raise(resource, t)
+			raised, err := f.store.Raise(resource, t)
 			st.mu.Lock()
 			st.raising = false
 			st.broadcast()
@@ -210,7 +219,10 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 				st.mu.Unlock()
 				return nil, fmt.Errorf("%w: %w", ErrStore, err)
 			}
-			continue // check again: a larger token may have been raised meanwhile
+			// Check again with the maximum Raise returns (above t when a
+			// larger token was raised meanwhile, by the admin API say).
+			m, fresh = raised, true
+			continue
 		}
 		if st.inflightBelow(t) {
 			// t is the maximum now: smaller-token uploads still sending their

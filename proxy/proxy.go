@@ -20,8 +20,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/upstream"
 )
 
 // Options configures a Proxy. Zero durations get the defaults in brackets.
@@ -40,7 +43,8 @@ type Options struct {
 	// Observe logs and counts what would be refused but forwards everything,
 	// for rolling fenceproxy out (FENCEPROXY_MODE=observe). Maxima are still raised.
 	Observe bool
-	// Transport replaces the upstream client (tests); nil builds one from the timeouts.
+	// Transport replaces the upstream client (tests); nil builds an
+	// upstream.Client from the timeouts, over an http.Transport.
 	Transport http.RoundTripper
 	// Verifier turns on signed-token mode: fenced writes need a valid
 	// X-Fencing-Token-Signature (403 otherwise). nil: off.
@@ -113,7 +117,7 @@ func New(store Store, opts Options) (*Proxy, error) {
 	p.fence.startUntil = time.Now().Add(opts.AbandonGrace)
 	transport := opts.Transport
 	if transport == nil {
-		transport = &http.Transport{
+		std := &http.Transport{
 			Proxy:                 nil, // never send the backend's traffic through HTTP_PROXY
 			DialContext:           (&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:          512,
@@ -125,10 +129,15 @@ func New(store Store, opts Options) (*Proxy, error) {
 			DisableCompression:    true, // would add Accept-Encoding and change the signed request
 			TLSClientConfig:       &tls.Config{RootCAs: opts.UpstreamCAs, MinVersion: tls.VersionTLS12},
 		}
+		// The common request shape goes through fasthttp's client, the rest
+		// through std; see package upstream.
+		transport = upstream.New(opts.Upstream, std, upstream.Options{
+			DialTimeout: opts.DialTimeout, ResponseTimeout: opts.ResponseTimeout})
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:      p.rewrite,
 		Transport:    transport,
+		BufferPool:   copyBuffers,
 		ErrorHandler: p.upstreamError,
 		ErrorLog:     slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
 	}
@@ -595,4 +604,17 @@ func (p *Proxy) uploadStopped(w http.ResponseWriter, r *http.Request, fw *forwar
 func dialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// copyBuffers lends ReverseProxy its 32 KiB body copy buffers: allocating one
+// per request was the largest allocation of a small write (pprof).
+var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { return new([32 << 10]byte) }}}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte { return b.p.Get().(*[32 << 10]byte)[:] }
+func (b *bufferPool) Put(s []byte) {
+	if cap(s) >= 32<<10 {
+		b.p.Put((*[32 << 10]byte)(s[:32<<10]))
+	}
 }

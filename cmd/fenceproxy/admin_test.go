@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -350,5 +351,42 @@ func TestAdminListAfterOutsidePrefix(t *testing.T) {
 		if status != http.StatusOK || strings.Join(items, ",") != tc.want || next != "" {
 			t.Errorf("GET /v1/fences?%s: %d %q next %q, want %q", tc.query, status, items, next, tc.want)
 		}
+	}
+}
+
+// Go's profiler is on the control listener behind the admin bearer.
+func TestAdminProfiler(t *testing.T) {
+	in, _ := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken})
+	for _, tc := range []struct {
+		path, bearer string
+		want         int
+	}{
+		{"/debug/pprof/", "", http.StatusUnauthorized},
+		{"/debug/pprof/", "wrong", http.StatusUnauthorized},
+		{"/debug/pprof/heap?debug=1", "", http.StatusUnauthorized},
+		{"/debug/pprof/", admToken, http.StatusOK},
+		{"/debug/pprof/goroutine?debug=1", admToken, http.StatusOK},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, in.controlURL()+tc.path, nil)
+		if tc.bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.bearer)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Fatalf("GET %s (bearer %q): %d, want %d", tc.path, tc.bearer, resp.StatusCode, tc.want)
+		}
+		if tc.want == http.StatusOK && !strings.Contains(string(body), "goroutine") {
+			t.Fatalf("GET %s: no profile in %.200q", tc.path, body)
+		}
+	}
+	// With no admin token set, the profiler is off like every admin call.
+	off, _ := admStart(t, nil)
+	if status, _ := call(t, "GET", off.controlURL()+"/debug/pprof/", "", ""); status != http.StatusForbidden {
+		t.Fatalf("profiler without FENCEPROXY_ADMIN_TOKEN: %d, want 403", status)
 	}
 }

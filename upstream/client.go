@@ -1,0 +1,361 @@
+// Package upstream is fenceproxy's client for its one backend: an
+// http.RoundTripper that sends the common request shape (HTTP/1.1 over plain
+// TCP, a Content-Length body of at most SmallBodyMax bytes) through
+// fasthttp's HostClient, which writes and reads on the calling goroutine, and
+// everything else through a standard *http.Transport.
+//
+// Measured in the project's benchmark (docs/PERFORMANCE.md), the upstream
+// client is where a Go proxy loses most of its time; net/http's Transport
+// hands every request between three goroutines.
+//
+// What the fast path keeps of net/http's behaviour: header names and values
+// as given (canonical keys, one line per value, nothing added: no User-Agent,
+// no Accept-Encoding), the request target as url.URL.RequestURI gives it,
+// streamed request and response bodies, response trailers, the dial timeout
+// (a *net.OpError with Op "dial") and the response-header timeout (an error
+// whose Timeout() is true). What it does not do, and so leaves to the
+// Transport: TLS, Expect: 100-continue, chunked or large request bodies,
+// request trailers, protocol upgrades, requests whose httptrace asks for
+// connection events. Like the Transport, the fast path sends a bodyless read
+// (GET, HEAD) a second time when its connection closed before any answer, and
+// never a write. Informational (1xx) responses are read and dropped.
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// SmallBodyMax is the largest request body (bytes, from Content-Length) the
+// fast path sends. It fits the socket buffers, so a backend that answers
+// before reading the body (a 403, a 413) is still heard; larger uploads go
+// through the Transport, which reads the answer while it writes.
+const SmallBodyMax = 64 << 10
+
+// MaxResponseHeaderBytes bounds a response's header block on the fast path
+// (the same 64 KiB fenceproxy allows inbound); a larger one is a 502.
+const MaxResponseHeaderBytes = 64 << 10
+
+// Options configures a Client.
+type Options struct {
+	// DialTimeout bounds a TCP connect; a Go duration such as 5s. 0: 5s.
+	DialTimeout time.Duration
+	// ResponseTimeout bounds the wait for the response headers after the
+	// request was written, like http.Transport.ResponseHeaderTimeout. 0: none.
+	ResponseTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long; keep it below
+	// the backend's own idle timeout, since the fast path does not resend a
+	// request that met a connection the backend had just closed. 0: 10s.
+	IdleTimeout time.Duration
+}
+
+// Client is an http.RoundTripper for one upstream: Fallback carries what the
+// fast path does not (see the package comment).
+type Client struct {
+	host     string // host:port dialled
+	urlHost  string // the base URL's host, as requests to it carry it
+	hc       *fasthttp.HostClient
+	fallback http.RoundTripper
+	timeout  time.Duration
+	conns    sync.Map // netip.AddrPort (local) -> *conn, to clear a read deadline
+}
+
+// New returns a Client for base, an http URL (an https one gets no fast path:
+// every request goes to fallback). fallback must not be nil.
+func New(base *url.URL, fallback http.RoundTripper, opts Options) *Client {
+	c := &Client{fallback: fallback, timeout: opts.ResponseTimeout}
+	if base == nil || base.Scheme != "http" {
+		return c
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 10 * time.Second
+	}
+	c.host, c.urlHost = base.Host, base.Host
+	if base.Port() == "" {
+		c.host = net.JoinHostPort(base.Hostname(), "80")
+	}
+	dialer := &net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}
+	c.hc = &fasthttp.HostClient{
+		Addr: c.host,
+		Dial: func(addr string) (net.Conn, error) {
+			nc, err := dialer.Dial("tcp", addr)
+			if err != nil {
+				return nil, err // a *net.OpError with Op "dial": nothing was sent
+			}
+			cn := &conn{Conn: nc, owner: c}
+			if ap, ok := addrPort(nc.LocalAddr()); ok {
+				cn.key = ap
+				c.conns.Store(ap, cn)
+			}
+			return cn, nil
+		},
+		MaxConns:                      math.MaxInt32, // like the Transport: no cap per host
+		MaxIdleConnDuration:           opts.IdleTimeout,
+		ReadTimeout:                   opts.ResponseTimeout,
+		ReadBufferSize:                MaxResponseHeaderBytes,
+		MaxIdemponentCallAttempts:     2,
+		RetryIfErr:                    retryIfErr,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		NoDefaultUserAgentHeader:      true,
+		StreamResponseBody:            true,
+	}
+	return c
+}
+
+// retryIfErr sends a request a second time only as net/http's Transport
+// would: a read (GET, HEAD, OPTIONS, TRACE; no body) whose connection closed
+// before any answer, as happens when a backend restarted or dropped an idle
+// connection. Writes are never resent (the first copy may be applied); the
+// proxy sends replayable writes through the Transport, which reports resends.
+func retryIfErr(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+	if attempts > 1 || req.IsBodyStream() || len(req.Body()) > 0 {
+		return false, false
+	}
+	switch string(req.Header.Method()) {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+	default:
+		return false, false
+	}
+	return false, errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// CloseIdleConnections closes idle keep-alive connections of both paths.
+func (c *Client) CloseIdleConnections() {
+	if c.hc != nil {
+		c.hc.CloseIdleConnections()
+	}
+	if ci, ok := c.fallback.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
+// Fast reports whether RoundTrip sends r through the fast path.
+func (c *Client) Fast(r *http.Request) bool {
+	if c.hc == nil || r.URL.Scheme != "http" || r.URL.Host != c.urlHost {
+		return false
+	}
+	if r.Method == http.MethodConnect || r.Host == "" || r.URL.Opaque != "" || !strings.HasPrefix(r.URL.RawPath+r.URL.Path, "/") {
+		return false
+	}
+	if r.ContentLength < 0 || r.ContentLength > SmallBodyMax || len(r.TransferEncoding) > 0 || len(r.Trailer) > 0 || r.Close {
+		return false
+	}
+	if r.ContentLength == 0 {
+		if r.Body != nil && r.Body != http.NoBody {
+			return false // a body of unknown length
+		}
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch:
+			// fasthttp frames these without a body as net/http does: no
+			// Content-Length for GET and HEAD, "Content-Length: 0" for the rest.
+		default:
+			return false // fasthttp would add "Content-Length: 0"; net/http does not
+		}
+	}
+	for _, h := range [...]string{"Expect", "Upgrade", "Transfer-Encoding", "Trailer", "Connection"} {
+		if _, ok := r.Header[h]; ok {
+			return false
+		}
+	}
+	if t := httptrace.ContextClientTrace(r.Context()); t != nil && wantsConnEvents(t) {
+		return false
+	}
+	return true
+}
+
+// wantsConnEvents reports a trace that asks for events only net/http's
+// Transport reports (ReverseProxy's own trace asks for 1xx responses only).
+func wantsConnEvents(t *httptrace.ClientTrace) bool {
+	return t.GetConn != nil || t.GotConn != nil || t.PutIdleConn != nil || t.GotFirstResponseByte != nil ||
+		t.Got100Continue != nil || t.DNSStart != nil || t.DNSDone != nil || t.ConnectStart != nil ||
+		t.ConnectDone != nil || t.TLSHandshakeStart != nil || t.TLSHandshakeDone != nil ||
+		t.WroteHeaderField != nil || t.WroteHeaders != nil || t.Wait100Continue != nil || t.WroteRequest != nil
+}
+
+// RoundTrip implements http.RoundTripper. Errors: a *net.OpError with Op
+// "dial" when no connection could be made (nothing was sent); an error whose
+// Timeout() is true when the response headers did not come within
+// ResponseTimeout; otherwise the request may have reached the backend.
+func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !c.Fast(r) {
+		return c.fallback.RoundTrip(r)
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.DisableSpecialHeader() // send exactly the headers below
+	req.Header.DisableNormalizing()
+	req.UseHostHeader = true
+	req.Header.SetMethod(r.Method)
+	// An absolute URI keeps a leading "//" in the path a path and not a host;
+	// the request line is its path and query, byte for byte.
+	req.SetRequestURI("http://" + c.host + r.URL.RequestURI())
+	req.Header.Add("Host", r.Host)
+	if ua := r.Header["User-Agent"]; len(ua) > 0 && ua[0] != "" {
+		req.Header.Add("User-Agent", ua[0]) // net/http sends the first, and none when empty
+	}
+	for k, vs := range r.Header {
+		switch k {
+		case "Host", "User-Agent", "Content-Length":
+			continue
+		}
+		for _, v := range vs {
+			// As net/http writes values: surrounding blanks off, line breaks
+			// as spaces (inbound values have neither; this keeps the paths alike).
+			req.Header.Add(k, headerValue.Replace(textproto.TrimString(v)))
+		}
+	}
+	if r.ContentLength > 0 {
+		req.SetBodyStream(r.Body, int(r.ContentLength))
+	} else if r.Body != nil {
+		r.Body.Close()
+	}
+
+	resp := fasthttp.AcquireResponse()
+	resp.Header.SetNoDefaultContentType(true)
+	if err := c.hc.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, c.mapError(err)
+	}
+	body := resp.BodyStream()
+	if body != nil {
+		// Do returned with the headers: the response-header timeout is over
+		// and the body streams without one, as with the Transport.
+		if ap, ok := addrPort(resp.LocalAddr()); ok {
+			if cn, ok := c.conns.Load(ap); ok {
+				cn.(*conn).Conn.SetReadDeadline(time.Time{})
+			}
+		}
+	}
+	out := &http.Response{
+		Status:        fmt.Sprintf("%d %s", resp.StatusCode(), http.StatusText(resp.StatusCode())),
+		StatusCode:    resp.StatusCode(),
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        make(http.Header, 8),
+		ContentLength: int64(resp.Header.ContentLength()),
+		Close:         resp.ConnectionClose(),
+		Request:       r,
+	}
+	for k, v := range resp.Header.All() {
+		key := http.CanonicalHeaderKey(string(k))
+		switch key {
+		case "Transfer-Encoding":
+			out.TransferEncoding = []string{"chunked"}
+			continue
+		case "Trailer":
+			continue
+		}
+		out.Header[key] = append(out.Header[key], string(v))
+	}
+	if out.ContentLength < 0 {
+		out.ContentLength = -1
+	}
+	for k := range resp.Header.Trailers() {
+		if out.Trailer == nil {
+			out.Trailer = make(http.Header)
+		}
+		out.Trailer[http.CanonicalHeaderKey(string(k))] = nil
+	}
+	if body == nil || r.Method == http.MethodHead {
+		out.Body = http.NoBody
+		if body != nil {
+			resp.CloseBodyStream()
+		}
+		fasthttp.ReleaseResponse(resp)
+		return out, nil
+	}
+	out.Body = &responseBody{resp: resp, body: body, out: out}
+	return out, nil
+}
+
+var headerValue = strings.NewReplacer("\n", " ", "\r", " ")
+
+// mapError gives fasthttp's errors the shapes net/http's Transport gives:
+// a timeout is a net.Error whose Timeout() is true.
+func (c *Client) mapError(err error) error {
+	if errors.Is(err, fasthttp.ErrTimeout) {
+		return fmt.Errorf("upstream: no response headers within %s: %w", c.timeout, os.ErrDeadlineExceeded)
+	}
+	return err
+}
+
+// responseBody streams a fast-path response body; at its end it fills the
+// announced trailers, which ReverseProxy copies after the body.
+type responseBody struct {
+	resp *fasthttp.Response
+	body io.Reader
+	out  *http.Response
+	once sync.Once
+	done bool
+}
+
+func (b *responseBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.body.Read(p)
+	if err == io.EOF {
+		b.done = true
+		for k := range b.out.Trailer {
+			for _, v := range b.resp.Header.PeekAll(k) {
+				b.out.Trailer[k] = append(b.out.Trailer[k], string(v))
+			}
+		}
+	}
+	return n, err
+}
+
+// Close returns a fully read connection to the pool and closes any other.
+func (b *responseBody) Close() error {
+	var err error
+	b.once.Do(func() {
+		err = b.resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(b.resp)
+	})
+	return err
+}
+
+// conn is a fast-path connection, known by its local address so that
+// RoundTrip can find it after fasthttp's Do.
+type conn struct {
+	net.Conn
+	owner *Client
+	key   netip.AddrPort
+	once  sync.Once
+}
+
+func (c *conn) Close() error {
+	c.once.Do(func() {
+		if c.key.IsValid() {
+			c.owner.conns.Delete(c.key)
+		}
+	})
+	return c.Conn.Close()
+}
+
+func addrPort(a net.Addr) (netip.AddrPort, bool) {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.AddrPort(), true
+	}
+	return netip.AddrPort{}, false
+}

@@ -1,0 +1,563 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawBackend answers every request with 204 and records each request's raw
+// head (request line and header lines, sorted after the first) and body.
+type rawBackend struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	heads []string
+	conns atomic.Int32
+}
+
+func newRawBackend(t *testing.T) *rawBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &rawBackend{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.conns.Add(1)
+			go b.serve(c)
+		}
+	}()
+	return b
+}
+
+func (b *rawBackend) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		var lines []string
+		n := int64(0)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimRight(line, "\r\n")
+			if line == "" {
+				break
+			}
+			lines = append(lines, line)
+			if k, v, ok := strings.Cut(line, ": "); ok && strings.EqualFold(k, "Content-Length") {
+				for _, d := range v {
+					n = n*10 + int64(d-'0')
+				}
+			}
+		}
+		body, _ := io.ReadAll(io.LimitReader(br, n))
+		if int64(len(body)) != n {
+			return // cut short: no request
+		}
+		slices.Sort(lines[1:])
+		b.mu.Lock()
+		b.heads = append(b.heads, strings.Join(lines, "\n")+"\n\n"+string(body))
+		b.mu.Unlock()
+		if _, err := io.WriteString(c, "HTTP/1.1 204 No Content\r\nX-Seen: 1\r\n\r\n"); err != nil {
+			return
+		}
+	}
+}
+
+func (b *rawBackend) last() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.heads[len(b.heads)-1]
+}
+
+// outbound builds a request as ReverseProxy hands it to its Transport.
+func outbound(t *testing.T, base, method, target string, body []byte, h http.Header) *http.Request {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &http.Request{Method: method, URL: u, Host: "bucket.example:9000", Header: h.Clone(), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
+	if r.Header == nil {
+		r.Header = make(http.Header)
+	}
+	if _, ok := r.Header["User-Agent"]; !ok {
+		r.Header.Set("User-Agent", "") // as ReverseProxy does: net/http then sends none
+	}
+	ref, err := url.ParseRequestURI(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.URL.Path, r.URL.RawPath, r.URL.RawQuery = ref.Path, ref.RawPath, ref.RawQuery
+	if body != nil {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+	}
+	return r.WithContext(context.Background())
+}
+
+func stdTransport() *http.Transport {
+	return &http.Transport{Proxy: nil, DisableCompression: true}
+}
+
+// The fast path sends the same request line, header lines and body as
+// net/http's Transport (sorted: the order of header fields is not kept by
+// either), so S3 SigV4 signatures and every other header survive.
+func TestFastPathSendsWhatTheTransportSends(t *testing.T) {
+	backend := newRawBackend(t)
+	base := "http://" + backend.ln.Addr().String()
+	u, _ := url.Parse(base)
+	fast := New(u, stdTransport(), Options{})
+	std := stdTransport()
+	t.Cleanup(fast.CloseIdleConnections)
+	t.Cleanup(std.CloseIdleConnections)
+	kib := bytes.Repeat([]byte("x"), 1024)
+	cases := []struct {
+		name, method, target string
+		body                 []byte
+		header               http.Header
+	}{
+		{"put 1 KiB", "PUT", "/bkt/obj-1", kib, http.Header{"X-Fencing-Token": {"42"}, "Content-Type": {"application/octet-stream"}}},
+		{"put empty", "PUT", "/bkt/empty", nil, http.Header{"X-Fencing-Token": {"7"}}},
+		{"get", "GET", "/bkt/obj-1?versionId=3&x", nil, http.Header{"Range": {"bytes=0-9"}}},
+		{"delete with a body", "DELETE", "/bkt/obj-1", []byte("b"), http.Header{"X-Fencing-Token": {"7"}}},
+		{"patch empty", "PATCH", "/bkt/obj-1", nil, http.Header{"X-Fencing-Token": {"7"}}},
+		{"move with a body", "MOVE", "/bkt/obj-1", []byte("b"), http.Header{"Destination": {"/bkt/obj-2"}}},
+		{"head", "HEAD", "/bkt/obj-1", nil, nil},
+		{"post", "POST", "/bkt/obj?uploads", nil, http.Header{"X-Fencing-Token": {"7"}}},
+		{"escaped path", "PUT", "/bkt/a%2Fb%20c/%7Euser/%E2%82%AC", []byte("e"), http.Header{"X-Fencing-Token": {"1"}}},
+		{"double slash", "PUT", "//bkt//obj", []byte("d"), http.Header{"X-Fencing-Token": {"1"}}},
+		{"query bytes", "GET", "/bkt/?list-type=2&prefix=a%2Fb&delimiter=%2F&x=a+b", nil, nil},
+		{"sigv4", "PUT", "/bkt/signed", kib, http.Header{
+			"Authorization":        {"AWS4-HMAC-SHA256 Credential=AKIA/20261201/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=abc"},
+			"X-Amz-Content-Sha256": {"UNSIGNED-PAYLOAD"},
+			"X-Amz-Date":           {"20261201T000000Z"},
+			"X-Amz-Meta-Odd":       {"  spaced\tvalue  "},
+		}},
+		{"many values", "PUT", "/bkt/multi", []byte("m"), http.Header{"X-Multi": {"a", "b", "a"}, "Cookie": {"a=1;b=2", "c=3"}}},
+		{"empty user agent", "GET", "/bkt/ua", nil, http.Header{"User-Agent": {""}}},
+		{"user agent", "GET", "/bkt/ua", nil, http.Header{"User-Agent": {"aws-sdk-go-v2/1.0"}}},
+		{"empty value", "PUT", "/bkt/ev", []byte("v"), http.Header{"X-Empty": {""}}},
+		{"64 KiB", "PUT", "/bkt/big", bytes.Repeat([]byte("b"), SmallBodyMax), nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if !fast.Fast(outbound(t, base, tc.method, tc.target, tc.body, tc.header)) {
+				t.Fatal("not on the fast path")
+			}
+			var got [2]string
+			for i, rt := range []http.RoundTripper{fast, std} {
+				resp, err := rt.RoundTrip(outbound(t, base, tc.method, tc.target, tc.body, tc.header))
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNoContent || resp.Header.Get("X-Seen") != "1" {
+					t.Fatalf("response %d %v", resp.StatusCode, resp.Header)
+				}
+				got[i] = backend.last()
+			}
+			if got[0] != got[1] {
+				t.Fatalf("fast path sent\n%q\nthe Transport sent\n%q", got[0], got[1])
+			}
+		})
+	}
+}
+
+// recorder is a fallback that records what reached it.
+type recorder struct {
+	mu   sync.Mutex
+	seen int
+	next http.RoundTripper
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.seen++
+	r.mu.Unlock()
+	return r.next.RoundTrip(req)
+}
+
+func TestFallbackCarriesWhatTheFastPathDoesNot(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(backend.Close)
+	u, _ := url.Parse(backend.URL)
+	traced := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {}})
+	only1xx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error { return nil }})
+	cases := []struct {
+		name string
+		fast bool
+		edit func(r *http.Request) *http.Request
+	}{
+		{"small put", true, func(r *http.Request) *http.Request { return r }},
+		{"1xx trace only", true, func(r *http.Request) *http.Request { return r.WithContext(only1xx) }},
+		{"expect 100-continue", false, func(r *http.Request) *http.Request { r.Header.Set("Expect", "100-continue"); return r }},
+		{"chunked body", false, func(r *http.Request) *http.Request { r.ContentLength = -1; return r }},
+		{"body over SmallBodyMax", false, func(r *http.Request) *http.Request {
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(make([]byte, SmallBodyMax+1))), SmallBodyMax+1
+			return r
+		}},
+		{"request trailer", false, func(r *http.Request) *http.Request { r.Trailer = http.Header{"X-Sum": nil}; return r }},
+		{"upgrade", false, func(r *http.Request) *http.Request {
+			r.Header.Set("Connection", "Upgrade")
+			r.Header.Set("Upgrade", "websocket")
+			return r
+		}},
+		{"connection trace", false, func(r *http.Request) *http.Request { return r.WithContext(traced) }},
+		{"other host", false, func(r *http.Request) *http.Request { r.URL.Host = "127.0.0.1:1"; return r }},
+		{"close", false, func(r *http.Request) *http.Request { r.Close = true; return r }},
+		{"bodyless delete", false, func(r *http.Request) *http.Request {
+			r.Method, r.Body, r.ContentLength = http.MethodDelete, nil, 0
+			return r
+		}},
+		{"bodyless put", true, func(r *http.Request) *http.Request { r.Body, r.ContentLength = nil, 0; return r }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{next: stdTransport()}
+			c := New(u, rec, Options{})
+			t.Cleanup(c.CloseIdleConnections)
+			r := tc.edit(outbound(t, backend.URL, "PUT", "/bkt/obj", []byte("body"), nil))
+			if got := c.Fast(r); got != tc.fast {
+				t.Fatalf("Fast = %v, want %v", got, tc.fast)
+			}
+			if tc.name == "other host" {
+				return // nothing listens there
+			}
+			resp, err := c.RoundTrip(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if want := map[bool]int{true: 0, false: 1}[tc.fast]; rec.seen != want {
+				t.Fatalf("fallback carried %d requests, want %d", rec.seen, want)
+			}
+		})
+	}
+	t.Run("https upstream", func(t *testing.T) {
+		c := New(&url.URL{Scheme: "https", Host: "backend.example"}, stdTransport(), Options{})
+		r := outbound(t, "https://backend.example", "PUT", "/bkt/obj", []byte("b"), nil)
+		if c.Fast(r) {
+			t.Fatal("an https upstream took the fast path")
+		}
+	})
+}
+
+// Responses come back as net/http's Transport gives them: canonical keys,
+// every Set-Cookie, no Content-Type the backend did not send, chunked bodies
+// streamed, and trailers filled at the end of the body.
+func TestFastPathResponses(t *testing.T) {
+	release := make(chan struct{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/cookies":
+			w.Header()["set-cookie"] = []string{"a=1; Path=/x", "a=2; Path=/y"}
+			w.Header()["x-lower"] = []string{"v"}
+			w.Header()["Content-Type"] = nil
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "ok")
+		case "/trailers":
+			w.Header().Set("Trailer", "X-Checksum")
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "part1")
+			w.(http.Flusher).Flush()
+			<-release // the client reads part1 while the backend is still writing
+			io.WriteString(w, "part2")
+			w.Header().Set("X-Checksum", "c0ffee")
+		case "/head":
+			w.Header().Set("Content-Length", "12345")
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+	t.Cleanup(backend.Close)
+	u, _ := url.Parse(backend.URL)
+	c := New(u, stdTransport(), Options{})
+	t.Cleanup(c.CloseIdleConnections)
+
+	t.Run("headers", func(t *testing.T) {
+		resp, err := c.RoundTrip(outbound(t, backend.URL, "GET", "/cookies", nil, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if string(b) != "ok" || resp.ContentLength != 2 {
+			t.Fatalf("body %q length %d", b, resp.ContentLength)
+		}
+		if got := resp.Header["Set-Cookie"]; !slices.Equal(got, []string{"a=1; Path=/x", "a=2; Path=/y"}) {
+			t.Fatalf("Set-Cookie %q", got)
+		}
+		if resp.Header.Get("X-Lower") != "v" {
+			t.Fatalf("header keys not canonical: %v", resp.Header)
+		}
+		if _, ok := resp.Header["Content-Type"]; ok {
+			t.Fatalf("a Content-Type was added: %v", resp.Header)
+		}
+	})
+	t.Run("streamed chunked body and trailers", func(t *testing.T) {
+		resp, err := c.RoundTrip(outbound(t, backend.URL, "GET", "/trailers", nil, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.ContentLength != -1 || !slices.Equal(resp.TransferEncoding, []string{"chunked"}) {
+			t.Fatalf("length %d, transfer encoding %v", resp.ContentLength, resp.TransferEncoding)
+		}
+		if _, ok := resp.Trailer["X-Checksum"]; !ok {
+			t.Fatalf("announced trailer missing: %v", resp.Trailer)
+		}
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "part1" {
+			t.Fatalf("first part %q %v", buf, err)
+		}
+		close(release)
+		rest, err := io.ReadAll(resp.Body)
+		if err != nil || string(rest) != "part2" {
+			t.Fatalf("rest %q %v", rest, err)
+		}
+		if got := resp.Trailer.Get("X-Checksum"); got != "c0ffee" {
+			t.Fatalf("trailer %q", got)
+		}
+	})
+	t.Run("head", func(t *testing.T) {
+		resp, err := c.RoundTrip(outbound(t, backend.URL, "HEAD", "/head", nil, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.Header.Get("Content-Length") != "12345" || resp.Body != http.NoBody {
+			t.Fatalf("HEAD: %v %T", resp.Header, resp.Body)
+		}
+	})
+}
+
+// Keep-alive connections are reused, and a response body read to its end
+// gives its connection back.
+func TestFastPathReusesConnections(t *testing.T) {
+	backend := newRawBackend(t)
+	u, _ := url.Parse("http://" + backend.ln.Addr().String())
+	c := New(u, stdTransport(), Options{})
+	t.Cleanup(c.CloseIdleConnections)
+	for i := range 20 {
+		resp, err := c.RoundTrip(outbound(t, u.String(), "PUT", "/bkt/obj", []byte{byte('a' + i)}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if n := backend.conns.Load(); n != 1 {
+		t.Fatalf("20 sequential requests used %d connections, want 1", n)
+	}
+}
+
+func TestFastPathErrors(t *testing.T) {
+	t.Run("dial error is a dial *net.OpError", func(t *testing.T) {
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		addr := ln.Addr().String()
+		ln.Close()
+		u, _ := url.Parse("http://" + addr)
+		c := New(u, stdTransport(), Options{DialTimeout: time.Second})
+		_, err := c.RoundTrip(outbound(t, u.String(), "PUT", "/bkt/obj", []byte("x"), nil))
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" {
+			t.Fatalf("err %v (%T), want a dial *net.OpError", err, err)
+		}
+	})
+	t.Run("response header timeout is a timeout; a slow body after it is not", func(t *testing.T) {
+		backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow-headers" {
+				time.Sleep(600 * time.Millisecond)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			time.Sleep(600 * time.Millisecond) // longer than the header timeout
+			io.WriteString(w, "late body")
+		}))
+		t.Cleanup(backend.Close)
+		u, _ := url.Parse(backend.URL)
+		c := New(u, stdTransport(), Options{ResponseTimeout: 200 * time.Millisecond})
+		t.Cleanup(c.CloseIdleConnections)
+		_, err := c.RoundTrip(outbound(t, backend.URL, "GET", "/slow-headers", nil, nil))
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("err %v, want a net.Error with Timeout()", err)
+		}
+		resp, err := c.RoundTrip(outbound(t, backend.URL, "GET", "/slow-body", nil, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || string(b) != "late body" {
+			t.Fatalf("body %q err %v", b, err)
+		}
+	})
+	t.Run("backend answers before reading the body", func(t *testing.T) {
+		backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusForbidden)
+		}))
+		t.Cleanup(backend.Close)
+		u, _ := url.Parse(backend.URL)
+		c := New(u, stdTransport(), Options{})
+		t.Cleanup(c.CloseIdleConnections)
+		resp, err := c.RoundTrip(outbound(t, backend.URL, "PUT", "/bkt/obj", bytes.Repeat([]byte("z"), SmallBodyMax), nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	})
+	t.Run("a body that fails midway never arrives whole", func(t *testing.T) {
+		backend := newRawBackend(t)
+		u, _ := url.Parse("http://" + backend.ln.Addr().String())
+		c := New(u, stdTransport(), Options{})
+		t.Cleanup(c.CloseIdleConnections)
+		r := outbound(t, u.String(), "PUT", "/bkt/obj", nil, nil)
+		r.Body = io.NopCloser(io.MultiReader(strings.NewReader("half"), iotestErr{}))
+		r.ContentLength = 8
+		if _, err := c.RoundTrip(r); err == nil {
+			t.Fatal("no error for a failed body")
+		}
+		time.Sleep(50 * time.Millisecond)
+		backend.mu.Lock()
+		defer backend.mu.Unlock()
+		if len(backend.heads) != 0 {
+			t.Fatalf("backend got a whole request: %q", backend.heads)
+		}
+	})
+}
+
+type iotestErr struct{}
+
+func (iotestErr) Read([]byte) (int, error) { return 0, errors.New("client went away") }
+
+// Concurrent requests with streamed bodies each get their own answer.
+func TestFastPathConcurrent(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Path", r.URL.Path)
+		w.Write(b)
+	}))
+	t.Cleanup(backend.Close)
+	u, _ := url.Parse(backend.URL)
+	c := New(u, stdTransport(), Options{})
+	t.Cleanup(c.CloseIdleConnections)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Go(func() {
+			for j := range 20 {
+				path := "/bkt/obj-" + string(rune('a'+i%26)) + string(rune('a'+j%26))
+				body := bytes.Repeat([]byte{byte(i)}, 100+i*37)
+				resp, err := c.RoundTrip(outbound(t, backend.URL, "PUT", path, body, nil))
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.Header.Get("X-Path") != path || !bytes.Equal(got, body) {
+					errs <- errors.New("answer for another request: " + resp.Header.Get("X-Path") + " for " + path)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// A backend that drops a keep-alive connection after answering: the next
+// request meets the dropped connection. A GET is sent again on a new one, as
+// net/http's Transport does; a PUT is not (its first copy may be applied).
+func TestFastPathResendsOnlyReads(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var got []string
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close() // after one answer, without saying so
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				mu.Lock()
+				got = append(got, req.Method)
+				mu.Unlock()
+				io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
+			}()
+		}
+	}()
+	u, _ := url.Parse("http://" + ln.Addr().String())
+	c := New(u, stdTransport(), Options{})
+	t.Cleanup(c.CloseIdleConnections)
+	roundTrip := func(method string, body []byte) error {
+		resp, err := c.RoundTrip(outbound(t, u.String(), method, "/bkt/obj", body, nil))
+		if err == nil {
+			resp.Body.Close()
+		}
+		time.Sleep(50 * time.Millisecond) // the backend's close reaches the pooled connection
+		return err
+	}
+	if err := roundTrip("GET", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := roundTrip("GET", nil); err != nil {
+		t.Fatalf("GET on a dropped connection was not sent again: %v", err)
+	}
+	// The resent GET's connection was dropped too: this PUT meets it.
+	if err := roundTrip("PUT", []byte("x")); err == nil {
+		t.Fatal("PUT on a dropped connection succeeded")
+	}
+	if err := roundTrip("PUT", []byte("y")); err != nil {
+		t.Fatalf("PUT on a new connection: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"GET", "GET", "PUT"}; !slices.Equal(got, want) {
+		t.Fatalf("backend saw %v, want %v (the failed PUT not sent again)", got, want)
+	}
+}
