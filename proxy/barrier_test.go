@@ -526,3 +526,73 @@ func idempotentDelete(t *testing.T, url, token string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// WaitIdle returns once no admitted write is unfinished, counting an
+// abandoned write until its grace is over: a clean shutdown may then tell the
+// next process that nothing is in flight.
+func TestWaitIdle(t *testing.T) {
+	backend, srv := newLateBackend(t)
+	backend.delay["5"] = 600 * time.Millisecond
+	u, _ := url.Parse(srv.URL)
+	const grace = 800 * time.Millisecond
+	p, err := New(newMemStore(), Options{Upstream: u, DrainTimeout: 5 * time.Second,
+		ResponseTimeout: 200 * time.Millisecond, AbandonGrace: grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	if err := p.Fence().WaitIdle(context.Background()); err != nil {
+		t.Fatalf("idle fence: %v", err)
+	}
+	start := time.Now()
+	if r := put(context.Background(), front.URL, "/bkt/obj", "5", "A"); r.status != http.StatusGatewayTimeout {
+		t.Fatalf("token 5: %d, want 504 (abandoned)", r.status)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := p.Fence().WaitIdle(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitIdle during the abandon grace: %v, want the context's deadline", err)
+	}
+	if err := p.Fence().WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < grace {
+		t.Fatalf("WaitIdle returned %s after the abandoned write, before its %s grace", waited, grace)
+	}
+}
+
+// After a clean stop (CleanStart) a resource with a record at open does not
+// wait out the start-up grace: nothing of the previous process is in flight.
+func TestCleanStartSkipsStartupGrace(t *testing.T) {
+	dir := t.TempDir()
+	s, err := tokenstore.Open(dir, tokenstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Raise("bkt/a", 5); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, tc := range []struct {
+		clean bool
+		min   time.Duration
+		max   time.Duration
+	}{{false, time.Second, time.Hour}, {true, 0, 500 * time.Millisecond}} {
+		s, err := tokenstore.Open(dir, tokenstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, srv := newLateBackend(t)
+		start := time.Now()
+		proxy := newTestProxy(t, s, srv.URL, func(o *Options) { o.AbandonGrace = time.Second; o.CleanStart = tc.clean })
+		if r := put(context.Background(), proxy.URL, "/bkt/a", "5", "x"); r.status != http.StatusNoContent {
+			t.Fatalf("clean=%v: %d", tc.clean, r.status)
+		}
+		if took := time.Since(start); took < tc.min || took > tc.max {
+			t.Fatalf("clean=%v: the write took %s, want between %s and %s", tc.clean, took, tc.min, tc.max)
+		}
+		proxy.Close()
+		s.Close()
+	}
+}

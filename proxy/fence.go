@@ -67,6 +67,8 @@ type Fence struct {
 	maxJump      uint64        // 0: off; else ErrJump when t > max+maxJump
 	startUntil   time.Time     // until then tokens above the maximum at start wait (start-up grace)
 	started      atomic.Bool   // startUntil has passed: skip the clock read
+
+	active atomic.Int64 // admitted writes not finished yet, abandoned ones in their grace included
 }
 
 // StartMaxer is implemented by stores that can tell whether a resource had a
@@ -249,6 +251,7 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 		}
 		st.mu.Unlock()
 		admitted = true
+		f.active.Add(1)
 		var once sync.Once
 		return func() { once.Do(func() { f.release(sh, resource, st, t, fl) }) }, nil
 	}
@@ -335,6 +338,25 @@ func (f *Fence) finish(sh *fenceShard, resource string, st *resourceState, t uin
 	st.broadcast()
 	st.mu.Unlock()
 	sh.unref(resource, st)
+	f.active.Add(-1)
+}
+
+// WaitIdle waits until no admitted write is unfinished, the abandoned ones
+// holding their barrier for the abandon grace included: from then on no write
+// this fence let through can still reach the backend. It returns ctx's error
+// if ctx ends first. For a clean shutdown, after the listener stopped taking
+// requests.
+func (f *Fence) WaitIdle(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for f.active.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // InFlight returns the number of admitted, unfinished writes on resource.

@@ -58,6 +58,10 @@ type Options struct {
 	AbandonGrace time.Duration
 	// UploadIdleTimeout cuts off a request body that pauses longer [30s].
 	UploadIdleTimeout time.Duration
+	// CleanStart: the previous process on this store stopped cleanly, with
+	// no write it forwarded still unfinished (tokenstore.Store.CleanStart),
+	// so no write can be in flight from it and there is no start-up grace.
+	CleanStart bool
 }
 
 // Proxy is an http.Handler that fences writes and forwards requests to the
@@ -114,7 +118,9 @@ func New(store Store, opts Options) (*Proxy, error) {
 	}
 	p.fence.abandonGrace = opts.AbandonGrace
 	p.fence.maxJump = opts.MaxTokenJump
-	p.fence.startUntil = time.Now().Add(opts.AbandonGrace)
+	if !opts.CleanStart {
+		p.fence.startUntil = time.Now().Add(opts.AbandonGrace)
+	}
 	transport := opts.Transport
 	if transport == nil {
 		std := &http.Transport{
@@ -201,11 +207,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body stays unread until the request is admitted: a stale client that
 	// sent Expect: 100-continue never uploads.
-	fw := &forwardedWrite{client: r.Context(), fl: &flight{token: t}, resource: resource, token: token}
+	fw := &forwardedWrite{client: r.Context(), resource: resource, token: token}
+	fw.fl = &fw.flight
+	fw.fl.token = t
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		fw.fl.body.Store(bodySent)
 	} else {
-		fw.body = newUploadBody(w, r, fw.fl, p.opts.UploadIdleTimeout)
+		fw.body = &fw.upload
+		fw.upload.init(w, r, fw.fl, p.opts.UploadIdleTimeout)
 	}
 	var release func()
 	if len(resources) == 1 {
@@ -280,6 +289,9 @@ type forwardedWrite struct {
 	answered        bool         // upstreamError answered the client itself (cut or idle upload)
 	traced          bool         // wrote counts the copies sent (the write is replayable)
 	wrote           atomic.Int32 // copies of the request written upstream, when traced
+
+	flight flight     // what fl points to (one allocation for the three)
+	upload uploadBody // what body points to, when there is a body
 }
 
 type forwardedKey struct{}
@@ -312,10 +324,22 @@ func methods(r *http.Request) []string {
 	return ms
 }
 
+func hasMethodOverride(r *http.Request) bool {
+	for _, h := range methodOverrideHeaders {
+		if _, ok := r.Header[h]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // unfencedRequest reports whether every method the request may run as (its
 // own and any override header's) is unfenced: a GET asking the backend to
 // DELETE is fenced like the DELETE.
 func (p *Proxy) unfencedRequest(r *http.Request) bool {
+	if !hasMethodOverride(r) {
+		return p.unfenced[r.Method] // the common case, without allocating
+	}
 	for _, m := range methods(r) {
 		if !p.unfenced[m] {
 			return false
@@ -335,7 +359,7 @@ func (p *Proxy) resources(r *http.Request) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if slices.Contains(methods(r), http.MethodPost) {
+	if r.Method == http.MethodPost || (hasMethodOverride(r) && slices.Contains(methods(r), http.MethodPost)) {
 		if bulkDelete(r.URL.RawQuery) {
 			return []string{key}, ErrUnsupported
 		}

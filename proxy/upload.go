@@ -37,12 +37,11 @@ type uploadBody struct {
 	stopped error // errUploadCut, errUploadIdle or the client's read error
 }
 
-// newUploadBody wraps r's body for fl; contentLength -1 means read to EOF.
-func newUploadBody(w http.ResponseWriter, r *http.Request, fl *flight, idle time.Duration) *uploadBody {
-	b := &uploadBody{body: r.Body, fl: fl, rc: http.NewResponseController(w), idle: idle, remaining: r.ContentLength}
+// init makes b wrap r's body for fl (r.ContentLength -1: read to EOF).
+func (b *uploadBody) init(w http.ResponseWriter, r *http.Request, fl *flight, idle time.Duration) {
+	b.body, b.fl, b.rc, b.idle, b.remaining = r.Body, fl, http.NewResponseController(w), idle, r.ContentLength
 	// A past deadline wakes a read blocked on a stalled client.
 	fl.interrupt = func() { _ = b.rc.SetReadDeadline(time.Now()) }
-	return b
 }
 
 func (b *uploadBody) Read(p []byte) (int, error) {
