@@ -71,6 +71,10 @@ type Config struct {
 	// UpstreamResponseTimeout bounds the wait for response headers after the request was sent.
 	UpstreamResponseTimeout time.Duration `env:"UPSTREAM_RESPONSE_TIMEOUT" envDefault:"60s" help:"longest wait for the backend's response headers after the whole request was sent; past it 504"`
 
+	// UpstreamFastPath sends small plain-HTTP requests through fasthttp's
+	// client (package upstream); false sends everything through net/http's.
+	UpstreamFastPath bool `env:"UPSTREAM_FAST_PATH" envDefault:"true" help:"true: requests with a body of at most 64 KiB to an http:// backend go through fasthttp's client (faster; see docs/PERFORMANCE.md for what differs); false: everything through net/http's client"`
+
 	// UploadIdleTimeout bounds the pause between bytes of a request body.
 	UploadIdleTimeout time.Duration `env:"UPLOAD_IDLE_TIMEOUT" envDefault:"30s" help:"longest pause between bytes of a request body; past it the upload is cut off before its end (the backend never gets the whole body), so a stalled client cannot hold a resource's barrier longer"`
 

@@ -58,6 +58,9 @@ type Options struct {
 	AbandonGrace time.Duration
 	// UploadIdleTimeout cuts off a request body that pauses longer [30s].
 	UploadIdleTimeout time.Duration
+	// StandardClient sends every request through net/http's Transport
+	// instead of package upstream's fast path (FENCEPROXY_UPSTREAM_FAST_PATH=false).
+	StandardClient bool
 	// CleanStart: the previous process on this store stopped cleanly, with
 	// no write it forwarded still unfinished (tokenstore.Store.CleanStart),
 	// so no write can be in flight from it and there is no start-up grace.
@@ -137,8 +140,11 @@ func New(store Store, opts Options) (*Proxy, error) {
 		}
 		// The common request shape goes through fasthttp's client, the rest
 		// through std; see package upstream.
-		transport = upstream.New(opts.Upstream, std, upstream.Options{
-			DialTimeout: opts.DialTimeout, ResponseTimeout: opts.ResponseTimeout})
+		transport = std
+		if !opts.StandardClient {
+			transport = upstream.New(opts.Upstream, std, upstream.Options{
+				DialTimeout: opts.DialTimeout, ResponseTimeout: opts.ResponseTimeout})
+		}
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:      p.rewrite,

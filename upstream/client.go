@@ -111,7 +111,7 @@ func New(base *url.URL, fallback http.RoundTripper, opts Options) *Client {
 		MaxIdleConnDuration:           opts.IdleTimeout,
 		ReadTimeout:                   opts.ResponseTimeout,
 		ReadBufferSize:                MaxResponseHeaderBytes,
-		MaxIdemponentCallAttempts:     2,
+		MaxIdemponentCallAttempts:     maxAttempts,
 		RetryIfErr:                    retryIfErr,
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
@@ -127,6 +127,9 @@ func New(base *url.URL, fallback http.RoundTripper, opts Options) *Client {
 // connection. Writes are never resent (the first copy may be applied); the
 // proxy sends replayable writes through the Transport, which reports resends.
 func retryIfErr(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+	if errors.Is(err, errConnDead) {
+		return false, true // nothing was written: safe for any request
+	}
 	if attempts > 1 || req.IsBodyStream() || len(req.Body()) > 0 {
 		return false, false
 	}
@@ -155,6 +158,9 @@ func (c *Client) Fast(r *http.Request) bool {
 	}
 	if r.Method == http.MethodConnect || r.Host == "" || r.URL.Opaque != "" || !strings.HasPrefix(r.URL.RawPath+r.URL.Path, "/") {
 		return false
+	}
+	if strings.Contains(r.URL.RawQuery, "#") || strings.Contains(r.URL.RawPath, "#") {
+		return false // fasthttp would cut the target at "#" (a fragment); net/http sends it as is
 	}
 	if r.ContentLength < 0 || r.ContentLength > SmallBodyMax || len(r.TransferEncoding) > 0 || len(r.Trailer) > 0 || r.Close {
 		return false
@@ -224,7 +230,18 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	if r.ContentLength > 0 {
-		req.SetBodyStream(r.Body, int(r.ContentLength))
+		// The body is read whole before anything goes upstream: a stalled or
+		// cut upload then never reaches the backend at all, and a request
+		// that met a dead keep-alive connection can be sent on another.
+		buf := bodyBuffers.Get().(*[SmallBodyMax]byte)
+		defer bodyBuffers.Put(buf)
+		_, err := io.ReadFull(r.Body, buf[:r.ContentLength])
+		r.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("upstream: reading the request body: %w", err)
+		}
+		req.SetBodyRaw(buf[:r.ContentLength])
+		// setRawBodyFraming adds the Content-Length line for a raw body.
 	} else if r.Body != nil {
 		r.Body.Close()
 	}
@@ -335,13 +352,44 @@ func (b *responseBody) Close() error {
 	return err
 }
 
+// maxAttempts bounds the sends of one request: dead pooled connections (a
+// backend restart closes them all) are skipped without a send, the rest as
+// retryIfErr says.
+const maxAttempts = 8
+
+var bodyBuffers = sync.Pool{New: func() any { return new([SmallBodyMax]byte) }}
+
+// errConnDead: a pooled connection was found closed, or holding bytes no
+// request asked for, before anything of the request was written on it.
+var errConnDead = errors.New("upstream: pooled connection closed by the backend (nothing sent on it)")
+
 // conn is a fast-path connection, known by its local address so that
-// RoundTrip can find it after fasthttp's Do.
+// RoundTrip can find it after fasthttp's Do. Before a request reuses it, it
+// checks that the backend has not closed it and sent nothing unasked since
+// the last response, as net/http's Transport notices with its read loop: a
+// request sent on a closed connection fails after it may have been written,
+// and stray bytes would be read as the next request's response.
 type conn struct {
 	net.Conn
 	owner *Client
 	key   netip.AddrPort
 	once  sync.Once
+	read  bool // a response was read since the last write: the next write starts a request on a reused connection
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	c.read = true
+	return c.Conn.Read(p)
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	if c.read {
+		c.read = false
+		if !idle(c.Conn) {
+			return 0, errConnDead
+		}
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *conn) Close() error {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -501,9 +502,9 @@ func TestFastPathConcurrent(t *testing.T) {
 }
 
 // A backend that drops a keep-alive connection after answering: the next
-// request meets the dropped connection. A GET is sent again on a new one, as
-// net/http's Transport does; a PUT is not (its first copy may be applied).
-func TestFastPathResendsOnlyReads(t *testing.T) {
+// request finds the pooled connection closed before writing anything on it,
+// and goes out on a new one, once, whatever its method (nothing was sent).
+func TestFastPathSkipsDroppedConnections(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -523,9 +524,9 @@ func TestFastPathResendsOnlyReads(t *testing.T) {
 				if err != nil {
 					return
 				}
-				io.Copy(io.Discard, req.Body)
+				b, _ := io.ReadAll(req.Body)
 				mu.Lock()
-				got = append(got, req.Method)
+				got = append(got, req.Method+" "+string(b))
 				mu.Unlock()
 				io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
 			}()
@@ -534,30 +535,70 @@ func TestFastPathResendsOnlyReads(t *testing.T) {
 	u, _ := url.Parse("http://" + ln.Addr().String())
 	c := New(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
-	roundTrip := func(method string, body []byte) error {
-		resp, err := c.RoundTrip(outbound(t, u.String(), method, "/bkt/obj", body, nil))
-		if err == nil {
-			resp.Body.Close()
+	var want []string
+	for i, m := range []string{"GET", "PUT", "PUT", "POST", "GET"} {
+		var body []byte
+		if m != "GET" {
+			body = []byte(fmt.Sprint("b", i))
 		}
-		time.Sleep(50 * time.Millisecond) // the backend's close reaches the pooled connection
-		return err
-	}
-	if err := roundTrip("GET", nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := roundTrip("GET", nil); err != nil {
-		t.Fatalf("GET on a dropped connection was not sent again: %v", err)
-	}
-	// The resent GET's connection was dropped too: this PUT meets it.
-	if err := roundTrip("PUT", []byte("x")); err == nil {
-		t.Fatal("PUT on a dropped connection succeeded")
-	}
-	if err := roundTrip("PUT", []byte("y")); err != nil {
-		t.Fatalf("PUT on a new connection: %v", err)
+		resp, err := c.RoundTrip(outbound(t, u.String(), m, "/bkt/obj", body, nil))
+		if err != nil {
+			t.Fatalf("%s %d after the backend dropped the previous connection: %v", m, i, err)
+		}
+		resp.Body.Close()
+		want = append(want, m+" "+string(body))
+		time.Sleep(30 * time.Millisecond) // the backend's close reaches the pooled connection
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []string{"GET", "GET", "PUT"}; !slices.Equal(got, want) {
-		t.Fatalf("backend saw %v, want %v (the failed PUT not sent again)", got, want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("backend saw %q, want %q (each request once)", got, want)
+	}
+}
+
+// A backend that sends bytes nobody asked for after a response: the next
+// request must not read them as its answer (net/http's Transport closes such
+// a connection as an "unsolicited response").
+func TestFastPathDropsConnectionsWithStrayBytes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nnot-yours!") // unasked
+				}
+			}()
+		}
+	}()
+	u, _ := url.Parse("http://" + ln.Addr().String())
+	c := New(u, stdTransport(), Options{})
+	t.Cleanup(c.CloseIdleConnections)
+	for i := range 5 {
+		resp, err := c.RoundTrip(outbound(t, u.String(), "PUT", "/bkt/obj", []byte("x"), nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "ok" {
+			t.Fatalf("request %d got %q: another request's bytes", i, b)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -403,3 +403,65 @@ func TestSIGTERMAfterDataDirRemoved(t *testing.T) {
 		t.Errorf("no stop logged:\n%s", p.Stderr)
 	}
 }
+
+// A clean stop (SIGTERM, every forwarded write finished) lets the next start
+// skip the start-up grace; a stop that left an abandoned write in its grace
+// does not.
+func TestCleanStopSkipsStartupGrace(t *testing.T) {
+	const grace = 3 * time.Second
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.Header.Get("X-Request-Id") == "slow" {
+			time.Sleep(400 * time.Millisecond) // past the response timeout: abandoned
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(slow.Close)
+	client := newTestClient(t)
+	for _, tc := range []struct {
+		name      string
+		abandoned bool
+		fast      bool
+	}{
+		{"clean stop", false, true},
+		{"stop with an abandoned write in its grace", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{
+				"FENCEPROXY_UPSTREAM": slow.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+				"FENCEPROXY_ABANDON_GRACE": grace.String(), "FENCEPROXY_DRAIN_TIMEOUT": "10s",
+				"FENCEPROXY_UPSTREAM_RESPONSE_TIMEOUT": "200ms", "FENCEPROXY_SHUTDOWN_TIMEOUT": "500ms",
+			}
+			first := startFenceproxy(t, env)
+			if st, _ := putToken(t, client, first.proxyURL(), "/bkt/a", "5", "a"); st != http.StatusOK {
+				t.Fatalf("first write: %d", st)
+			}
+			if tc.abandoned {
+				if st, _ := putToken(t, client, first.proxyURL(), "/bkt/b", "5", "slow"); st != http.StatusGatewayTimeout {
+					t.Fatalf("slow write: %d, want 504", st)
+				}
+			}
+			if err := first.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(first.Logs.String(), `"clean_stop":true`); got == tc.abandoned {
+				t.Fatalf("clean_stop logged %v, want %v:\n%s", got, !tc.abandoned, first.Logs)
+			}
+			second := startFenceproxy(t, env)
+			start := time.Now()
+			if st, _ := putToken(t, client, second.proxyURL(), "/bkt/a", "5", "again"); st != http.StatusOK {
+				t.Fatalf("write after restart: %d", st)
+			}
+			took := time.Since(start)
+			if tc.fast && took > time.Second {
+				t.Fatalf("after a clean stop the write waited %s (start-up grace %s)", took, grace)
+			}
+			if !tc.fast && took < grace-time.Second {
+				t.Fatalf("after an unclean stop the write waited only %s, want about the %s start-up grace", took, grace)
+			}
+			if got := strings.Contains(second.Logs.String(), `"clean_start":true`); got != tc.fast {
+				t.Fatalf("clean_start logged %v, want %v", got, tc.fast)
+			}
+		})
+	}
+}

@@ -102,6 +102,12 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		return fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
 	}
 	defer closeStore(store, storeCloseTimeout, log)
+	// Taken (removed durably) before any write is forwarded: a crash of this
+	// process must never pass for a clean stop.
+	cleanStart, err := store.TakeCleanStop()
+	if err != nil {
+		return fmt.Errorf("FENCEPROXY_DATA_DIR: %w", err)
+	}
 
 	metrics := prometheus.NewRegistry()
 	proxyMetrics := proxy.NewMetrics(metrics)
@@ -153,13 +159,19 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		UploadIdleTimeout: cfg.UploadIdleTimeout,
 		MaxTokenJump:      cfg.MaxTokenJump,
 		Verifier:          verifier,
+		CleanStart:        cleanStart,
+		StandardClient:    !cfg.UpstreamFastPath,
 	})
 	if err != nil {
 		return err
 	}
 	// The proxy's start-up grace reads maxima as they were at open; after it
 	// the read view would only keep old versions alive.
-	snapshotTimer := time.AfterFunc(cfg.AbandonGrace, store.ReleaseOpenSnapshot)
+	snapshotGrace := cfg.AbandonGrace
+	if cleanStart {
+		snapshotGrace = 0 // no start-up grace reads it
+	}
+	snapshotTimer := time.AfterFunc(snapshotGrace, store.ReleaseOpenSnapshot)
 	defer snapshotTimer.Stop()
 	ready := &readiness{Store: store}
 	leases := lease.NewManager(store, lease.Options{
@@ -207,13 +219,13 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		"resource_depth", cfg.ResourceDepth, "require_token", cfg.RequireToken,
 		"drain_timeout", cfg.DrainTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
 		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
-		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(),
+		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(), "upstream_fast_path", cfg.UpstreamFastPath,
 		"abandon_grace", cfg.AbandonGrace.String(), "upload_idle_timeout", cfg.UploadIdleTimeout.String(),
 		"max_token_jump", cfg.MaxTokenJump,
 		"signed_tokens", signer != nil,
 		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
 		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
-		"min_free_space", cfg.MinFreeSpace.String())
+		"min_free_space", cfg.MinFreeSpace.String(), "clean_start", cleanStart)
 	if onReady != nil {
 		onReady(addrs{Proxy: proxyLn.Addr().String(), Control: controlLn.Addr().String()})
 	}
@@ -230,13 +242,30 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	ready.draining.Store(true)
+	clean := true
 	for _, srv := range []*http.Server{proxySrv, controlSrv} {
 		if err := srv.Shutdown(sctx); err != nil {
 			log.Warn("shutdown timeout passed; closing remaining connections", "error", err.Error())
 			srv.Close()
+			clean = false
+		}
+		if srv == proxySrv && clean {
+			// Abandoned writes hold their barrier through the abandon grace;
+			// only once none is left can the next start skip its own grace.
+			if err := p.Fence().WaitIdle(sctx); err != nil {
+				log.Warn("shutdown timeout passed with abandoned writes in their grace; the next start waits its start-up grace",
+					"abandon_grace", cfg.AbandonGrace.String())
+				clean = false
+			}
 		}
 	}
-	log.Info("fenceproxy stopped")
+	if clean {
+		if err := store.MarkCleanStop(); err != nil {
+			log.Warn("could not mark the stop as clean; the next start waits its start-up grace", "error", err.Error())
+			clean = false
+		}
+	}
+	log.Info("fenceproxy stopped", "clean_stop", clean)
 	return serveErr
 }
 
