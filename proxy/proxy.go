@@ -147,9 +147,17 @@ func New(store Store, opts Options) (*Proxy, error) {
 		}
 	}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:      p.rewrite,
-		Transport:    transport,
-		BufferPool:   copyBuffers,
+		Rewrite:    p.rewrite,
+		Transport:  transport,
+		BufferPool: copyBuffers,
+		// A status net/http's server cannot send (WriteHeader panics below
+		// 100) becomes a 502 instead of a dropped connection.
+		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode < 100 || res.StatusCode > 999 {
+				return fmt.Errorf("backend answered with status %d", res.StatusCode)
+			}
+			return nil
+		},
 		ErrorHandler: p.upstreamError,
 		ErrorLog:     slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
 	}

@@ -76,10 +76,9 @@ func (s *Store) Reset(resource string) (uint64, error) {
 	if err != nil {
 		return 0, s.wrap("reset", resource, err)
 	}
-	sh := s.shardFor(resource)
-	sh.mu.Lock()
-	sh.m[resource] = 0 // known: no maximum
-	sh.mu.Unlock()
-	s.marked.Delete(resource) // the record is gone: a token-0 write must make one again
+	// Forget rather than cache 0: a raise that committed after the delete
+	// may cache its maximum before this line. The mark goes too: a token-0
+	// write must make a record again.
+	s.cache.drop(resource)
 	return removed, nil
 }

@@ -106,7 +106,7 @@ func (s *Store) commitRaises(batch []*raiseReq) {
 		if err != nil {
 			r.err = s.wrap("raise", r.resource, err)
 		} else {
-			r.result = s.cacheRaise(r.resource, stored[r.resource])
+			r.result = s.cache.raise(r.resource, stored[r.resource])
 		}
 		close(r.done)
 	}

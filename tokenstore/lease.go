@@ -67,7 +67,7 @@ func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64)
 		})
 		if err == nil {
 			if raised > 0 {
-				s.cacheRaise(name, raised)
+				s.cache.raise(name, raised)
 			}
 			return nil
 		}

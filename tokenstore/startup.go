@@ -67,10 +67,11 @@ func (s *Store) MaxAtOpen(resource string) (max uint64, found bool, err error) {
 // MarkWritten makes sure resource has a durable record, writing one with
 // maximum 0 if it has none, before a write with token 0 (which raises
 // nothing) is forwarded: so a resource without a record at start-up had no
-// write forwarded at all. One synced write per resource, then memory only.
+// write forwarded at all. One synced write per resource; then answered from
+// memory while its cache entry lasts, else by one Badger read.
 // Errors as for Raise.
 func (s *Store) MarkWritten(resource string) error {
-	if _, ok := s.marked.Load(resource); ok {
+	if s.cache.hasRecord(resource) {
 		return nil
 	}
 	if s.closed.Load() {
@@ -94,7 +95,7 @@ func (s *Store) MarkWritten(resource string) error {
 	if err != nil {
 		return s.wrap("mark", resource, err)
 	}
-	s.marked.Store(resource, struct{}{})
+	s.cache.mark(resource)
 	return nil
 }
 

@@ -4,7 +4,8 @@
 // A maximum only ever rises: Raise stores max(stored, t) in one read-modify-write
 // transaction and returns only after the write is fsynced, so a token the proxy
 // admitted survives a crash (Kleppmann 2016, "How to do distributed locking").
-// After a resource's first load its maximum is answered from memory.
+// Recently used maxima are answered from memory (a bounded cache, see
+// Options.CacheEntries).
 //
 // One Store owns its directory: Open takes an exclusive flock on
 // DATA_DIR/fenceproxy.lock, so two fenceproxy processes can never fence the
@@ -15,7 +16,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"math"
 	"os"
@@ -58,8 +58,6 @@ const (
 	// means another raise of the same resource committed, and a raise that
 	// is already covered by it returns early, so this is rarely approached.
 	maxRaiseAttempts = 100
-
-	numShards = 64
 )
 
 // Options sizes the store; zero values get the documented defaults.
@@ -75,6 +73,10 @@ type Options struct {
 	// anything is written, until space returns; 0 = no check. See
 	// badgerHeadroom for what Badger itself still needs.
 	MinFreeSpace uint64
+	// CacheEntries bounds how many maxima are kept in memory, a maximum of 0
+	// included; past it, entries not used lately are evicted (CLOCK).
+	// 0 = DefaultCacheEntries. A miss costs one Badger read.
+	CacheEntries int
 
 	// statfs replaces freeSpace in tests, which fake a full disk.
 	statfs func(dir string) (free uint64, err error)
@@ -88,7 +90,7 @@ type Store struct {
 	space    *spaceGuard
 	open     *openSnapshot // the store as it was at Open, for the start-up grace
 	raises   raiseGroup    // concurrent raises share a transaction and its sync
-	marked   sync.Map      // resources MarkWritten made sure have a record
+	cache    *maxCache     // recently used maxima; also what MarkWritten did
 
 	// closed is checked without a lock on the cache fast path; mu keeps
 	// Close from closing db under an in-flight disk operation.
@@ -97,17 +99,12 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	seed   maphash.Seed
-	shards [numShards]shard
-
 	// diskLoads counts Badger reads (Max misses and Raise transactions);
 	// tests use it to prove cache hits do no disk I/O.
 	diskLoads atomic.Uint64
-}
-
-type shard struct {
-	mu sync.RWMutex
-	m  map[string]uint64
+	// loadedHook, when set (tests only), runs between a Max miss's disk
+	// read and the caching of its value: the window eviction races.
+	loadedHook func(resource string)
 }
 
 // Open opens (creating with mode 0o700 if missing) the store in dir.
@@ -142,11 +139,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = lf.Close() // closing the file drops the flock
 		return nil, fmt.Errorf("tokenstore: open badger in %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), seed: maphash.MakeSeed()}
-	for i := range s.shards {
-		s.shards[i].m = make(map[string]uint64)
-	}
-	return s, nil
+	return &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), cache: newMaxCache(opts.CacheEntries)}, nil
 }
 
 // emptyMemtable reports badger.Open's error for a zero-size .mem file. Badger
@@ -237,14 +230,26 @@ func encode(t uint64) []byte {
 }
 
 // Max returns the stored fencing-token maximum of resource, 0 for a resource
-// never raised. After the first load it is answered from memory, no disk I/O.
+// never raised. A recently used maximum is answered from memory, no disk I/O;
+// otherwise it is read from Badger and cached.
 // Errors: ErrClosed after Close; Badger read errors.
 func (s *Store) Max(resource string) (uint64, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
-	if m, ok := s.cacheGet(resource); ok {
+	if m, ok := s.cache.get(resource); ok {
 		return m, nil
+	}
+	return s.load(resource)
+}
+
+// load reads resource's maximum from disk and caches it, under the load lock
+// so that a raise committed during the read cannot be lowered (see maxCache).
+func (s *Store) load(resource string) (uint64, error) {
+	mu := s.cache.lockLoad(resource)
+	defer mu.Unlock()
+	if m, ok := s.cache.get(resource); ok {
+		return m, nil // loaded by another caller while this one waited
 	}
 	var stored uint64
 	err := s.withDB(func(db *badger.DB) error {
@@ -257,8 +262,11 @@ func (s *Store) Max(resource string) (uint64, error) {
 	if err != nil {
 		return 0, s.wrap("max", resource, err)
 	}
+	if s.loadedHook != nil {
+		s.loadedHook(resource)
+	}
 	// A raise may have cached a larger value meanwhile; never lower it.
-	return s.cacheRaise(resource, stored), nil
+	return s.cache.raiseLocked(resource, stored), nil
 }
 
 // Raise makes max(stored, t) the durable maximum of resource and returns it
@@ -278,7 +286,7 @@ func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 	}
 	// The cache only holds committed (fsynced) values, so a cached
 	// maximum >= t already answers the raise.
-	if m, ok := s.cacheGet(resource); ok && m >= t {
+	if m, ok := s.cache.get(resource); ok && m >= t {
 		return m, nil
 	}
 	if err := s.checkDir(); err != nil {
@@ -378,44 +386,9 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// Resources returns how many resources with a maximum above 0 this process
-// has loaded or raised since it started (maxima are loaded lazily).
+// Resources returns how many resources with a maximum above 0 are held in
+// memory now: loaded or raised by this process and not evicted since, at
+// most Options.CacheEntries.
 func (s *Store) Resources() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.RLock()
-		for _, m := range sh.m {
-			if m > 0 {
-				n++
-			}
-		}
-		sh.mu.RUnlock()
-	}
-	return n
-}
-
-func (s *Store) shardFor(resource string) *shard {
-	return &s.shards[maphash.String(s.seed, resource)%numShards]
-}
-
-func (s *Store) cacheGet(resource string) (uint64, bool) {
-	sh := s.shardFor(resource)
-	sh.mu.RLock()
-	m, ok := sh.m[resource]
-	sh.mu.RUnlock()
-	return m, ok
-}
-
-// cacheRaise stores max(cached, v) and returns it, so a slow disk load can
-// never lower a maximum that a concurrent raise already cached.
-func (s *Store) cacheRaise(resource string, v uint64) uint64 {
-	sh := s.shardFor(resource)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if cur, ok := sh.m[resource]; ok && cur >= v {
-		return cur
-	}
-	sh.m[resource] = v
-	return v
+	return int(s.cache.positive.Load())
 }

@@ -270,8 +270,8 @@ func TestCacheRaiseMonotonic(t *testing.T) {
 	// A disk load that returns an older value after a raise was cached
 	// must not lower the cache.
 	for _, tc := range []struct{ in, want uint64 }{{10, 10}, {4, 10}, {0, 10}, {11, 11}} {
-		if got := s.cacheRaise("r", tc.in); got != tc.want {
-			t.Fatalf("cacheRaise(%d) = %d, want %d", tc.in, got, tc.want)
+		if got := s.cache.raise("r", tc.in); got != tc.want {
+			t.Fatalf("cache.raise(%d) = %d, want %d", tc.in, got, tc.want)
 		}
 	}
 	if got := mustMax(t, s, "r"); got != 11 {

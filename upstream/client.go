@@ -22,6 +22,7 @@
 package upstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -301,7 +302,13 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 		fasthttp.ReleaseResponse(resp)
 		return out, nil
 	}
-	out.Body = &responseBody{resp: resp, body: body, out: out}
+	rb := &responseBody{resp: resp, body: body, out: out}
+	if r.Context().Done() != nil {
+		// A client that goes away ends the exchange, as with the Transport.
+		// (Fenced writes run to the end: their context is never cancelled.)
+		rb.stop = context.AfterFunc(r.Context(), rb.abort)
+	}
+	out.Body = rb
 	return out, nil
 }
 
@@ -317,13 +324,16 @@ func (c *Client) mapError(err error) error {
 }
 
 // responseBody streams a fast-path response body; at its end it fills the
-// announced trailers, which ReverseProxy copies after the body.
+// trailers, which ReverseProxy copies after the body.
 type responseBody struct {
 	resp *fasthttp.Response
 	body io.Reader
 	out  *http.Response
-	once sync.Once
 	done bool
+	stop func() bool // ends the context watch; nil: none
+
+	mu     sync.Mutex // abort against Close
+	closed bool
 }
 
 func (b *responseBody) Read(p []byte) (int, error) {
@@ -333,22 +343,45 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
 	if err == io.EOF {
 		b.done = true
-		for k := range b.out.Trailer {
-			for _, v := range b.resp.Header.PeekAll(k) {
-				b.out.Trailer[k] = append(b.out.Trailer[k], string(v))
+		// Names as the backend sent them, announced or not, as net/http does.
+		for k := range b.resp.Header.Trailers() {
+			key := http.CanonicalHeaderKey(string(k))
+			if b.out.Trailer == nil {
+				b.out.Trailer = make(http.Header)
+			}
+			b.out.Trailer[key] = nil
+			for _, v := range b.resp.Header.PeekAll(string(k)) {
+				b.out.Trailer[key] = append(b.out.Trailer[key], string(v))
 			}
 		}
 	}
 	return n, err
 }
 
+// abort closes the connection under a Read in progress: the client went away.
+func (b *responseBody) abort() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		if c, ok := b.body.(interface{ CloseWithError(error) error }); ok {
+			_ = c.CloseWithError(context.Canceled)
+		}
+	}
+}
+
 // Close returns a fully read connection to the pool and closes any other.
 func (b *responseBody) Close() error {
-	var err error
-	b.once.Do(func() {
-		err = b.resp.CloseBodyStream()
-		fasthttp.ReleaseResponse(b.resp)
-	})
+	if b.stop != nil {
+		b.stop()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	err := b.resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(b.resp)
 	return err
 }
 

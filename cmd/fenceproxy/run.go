@@ -114,7 +114,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fenceproxy_fenced_resources",
-			Help: "Resources with a maximum above 0 loaded or raised by this process since it started.",
+			Help: "Resources with a maximum above 0 held in memory now (at most 262,144).",
 		}, func() float64 { return float64(store.Resources()) }))
 	warning := ""
 	if cfg.Mode == "observe" {
