@@ -22,6 +22,11 @@ func (s *Store) MarkCleanStop() error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
+	// The directory must still be ours: one removed and made again under the
+	// same path may be another process's store.
+	if err := s.checkDir(); err != nil {
+		return err
+	}
 	path := filepath.Join(s.dir, cleanStopFile)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -44,9 +49,15 @@ func (s *Store) MarkCleanStop() error {
 // (then treat the stop as unclean).
 func (s *Store) TakeCleanStop() (bool, error) {
 	path := filepath.Join(s.dir, cleanStopFile)
-	err := os.Remove(path)
+	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
+	}
+	if err == nil && !fi.Mode().IsRegular() {
+		return false, fmt.Errorf("tokenstore: %s is not a regular file; remove it", path)
+	}
+	if err == nil {
+		err = os.Remove(path)
 	}
 	if err != nil {
 		return false, fmt.Errorf("tokenstore: remove the clean-stop mark: %w", err)

@@ -83,15 +83,22 @@ func (s *Store) MarkWritten(resource string) error {
 	if err := s.space.check(); err != nil {
 		return err
 	}
-	err := s.withDB(func(db *badger.DB) error {
-		return db.Update(func(txn *badger.Txn) error {
-			_, err := txn.Get(key(resource))
-			if errors.Is(err, badger.ErrKeyNotFound) {
-				return txn.Set(key(resource), encode(0))
-			}
-			return err // a record exists: nothing to write
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = s.withDB(func(db *badger.DB) error {
+			return db.Update(func(txn *badger.Txn) error {
+				_, err := txn.Get(key(resource))
+				if errors.Is(err, badger.ErrKeyNotFound) {
+					return txn.Set(key(resource), encode(0))
+				}
+				return err // a record exists: nothing to write
+			})
 		})
-	})
+		// A conflict is a concurrent MarkWritten or raise on the key: read again.
+		if !errors.Is(err, badger.ErrConflict) || attempt >= maxRaiseAttempts {
+			break
+		}
+	}
 	if err != nil {
 		return s.wrap("mark", resource, err)
 	}

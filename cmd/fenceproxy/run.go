@@ -242,7 +242,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	ready.draining.Store(true)
-	clean := true
+	// Observe mode forwards writes outside the fence's accounting: it never
+	// vouches that none is in flight.
+	clean := cfg.Mode != "observe"
 	for _, srv := range []*http.Server{proxySrv, controlSrv} {
 		if err := srv.Shutdown(sctx); err != nil {
 			log.Warn("shutdown timeout passed; closing remaining connections", "error", err.Error())
