@@ -40,7 +40,7 @@ type Config struct {
 	Listen string `env:"LISTEN" envDefault:":8080" help:"address of the proxy listener; it forwards everything and reserves no paths"`
 
 	// ControlListen is the address of health, readiness and the fence API.
-	ControlListen string `env:"CONTROL_LISTEN" envDefault:":9090" help:"address of the control listener: /healthz, /readyz, /metrics, /v1/fences/*, /v1/leases/*"`
+	ControlListen string `env:"CONTROL_LISTEN" envDefault:":9090" help:"address of the control listener: /healthz, /readyz, /metrics, /v1/fences/*, /v1/leases/*, /debug/pprof/* (admin)"`
 
 	// DataDir is the Badger directory holding the durable maxima. Required: a
 	// maximum lost to a wrong working directory would let stale writes through.
@@ -82,7 +82,7 @@ type Config struct {
 	// a write it had sent upstream whole (response timeout, backend failure): a
 	// slow backend may still apply it. Start-up waits it too, for writes
 	// forwarded by the previous process. Like Chubby's lock-delay.
-	AbandonGrace time.Duration `env:"ABANDON_GRACE" help:"how long a write the proxy gave up on after sending it whole (timeout, backend failure) still holds back larger tokens on its resource; larger tokens also wait this long after start-up; must be below DRAIN_TIMEOUT; unset: 5s, or half of DRAIN_TIMEOUT if that is shorter; 0s: off"`
+	AbandonGrace time.Duration `env:"ABANDON_GRACE" help:"how long a write the proxy gave up on after sending it whole (timeout, backend failure) still holds back larger tokens on its resource; after start-up, every token above 0 on a resource that had a maximum waits this long once (equal tokens too), unless the previous process stopped cleanly; must be below DRAIN_TIMEOUT; unset: 5s, or half of DRAIN_TIMEOUT if that is shorter; 0s: off"`
 
 	// MinFreeSpace is the free space DATA_DIR's file system must keep; below it
 	// raises fail with 503 (Badger writes through mmap and can die with SIGBUS

@@ -165,6 +165,10 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	if err != nil {
 		return err
 	}
+	if !cleanStart && cfg.AbandonGrace > 0 {
+		log.Info("start-up grace: no clean-stop mark (a crash, a kill, or a first start), so writes on resources "+
+			"that had a maximum at start wait out the abandon grace once", "until", time.Now().Add(cfg.AbandonGrace).UTC().Format(time.RFC3339Nano))
+	}
 	// The proxy's start-up grace reads maxima as they were at open; after it
 	// the read view would only keep old versions alive.
 	snapshotGrace := cfg.AbandonGrace
