@@ -17,9 +17,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
 )
 
 // Attack tests: odd but legal backends and requests, each run through the
@@ -27,97 +28,18 @@ import (
 // TestAttack... show a divergence or a safety hole; the others pin behaviour
 // that holds.
 
-// scriptBackend is a raw TCP backend: it reads each request with
-// http.ReadRequest and its body, then lets answer write raw bytes on the
-// connection; answer returns false to close the connection.
-type scriptBackend struct {
-	ln     net.Listener
-	conns  atomic.Int32 // connections accepted
-	open   atomic.Int32 // connections not yet closed
-	mu     sync.Mutex
-	seen   []string // method, request target and body of each whole request
-	answer func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool
-}
+// scriptBackend answers with raw bytes (package rawbackend).
+type scriptBackend = rawbackend.Backend
 
-func newScriptBackend(t *testing.T, answer func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool) *scriptBackend {
+func newScriptBackend(t *testing.T, answer rawbackend.Answer) *scriptBackend {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &scriptBackend{ln: ln, answer: answer}
-	var wg sync.WaitGroup
-	var cmu sync.Mutex
-	var all []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		cmu.Lock()
-		for _, c := range all {
-			c.Close()
-		}
-		cmu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			cmu.Lock()
-			all = append(all, c)
-			cmu.Unlock()
-			b.conns.Add(1)
-			b.open.Add(1)
-			wg.Go(func() {
-				defer b.open.Add(-1)
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					r, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body, err := io.ReadAll(r.Body)
-					if err != nil {
-						return // cut short: not a whole request
-					}
-					b.mu.Lock()
-					b.seen = append(b.seen, r.Method+" "+r.RequestURI+" "+string(body))
-					b.mu.Unlock()
-					if !b.answer(c, br, r, body) {
-						return
-					}
-				}
-			})
-		}
-	})
-	return b
+	return rawbackend.New(t, "127.0.0.1:0", answer)
 }
 
-func (b *scriptBackend) url() string { return "http://" + b.ln.Addr().String() }
-
-func (b *scriptBackend) requests() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.seen...)
-}
-
-// closeAfter answers with raw and closes the connection.
-func closeAfter(raw string) func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool {
-	return func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool {
-		io.WriteString(c, raw)
-		return false
-	}
-}
-
-// keepAfter answers with raw and keeps the connection open.
-func keepAfter(raw string) func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool {
-	return func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool {
-		io.WriteString(c, raw)
-		return true
-	}
-}
+var (
+	closeAfter = rawbackend.CloseAfter
+	keepAfter  = rawbackend.KeepAfter
+)
 
 // outcome is what ReverseProxy would take from a RoundTripper for one
 // exchange: errors only as "there was one" (the texts differ by design), no
@@ -169,17 +91,17 @@ func exchange(rt http.RoundTripper, r *http.Request) outcome {
 // same backend, and returns both outcomes.
 func compareWithTransport(t *testing.T, b *scriptBackend, timeout time.Duration, method, target string, body []byte, h http.Header) (fast, std outcome) {
 	t.Helper()
-	u, _ := url.Parse(b.url())
+	u, _ := url.Parse(b.URL())
 	fc := New(u, stdTransport(), Options{ResponseTimeout: timeout})
 	st := stdTransport()
 	st.ResponseHeaderTimeout = timeout
 	t.Cleanup(fc.CloseIdleConnections)
 	t.Cleanup(st.CloseIdleConnections)
-	r := outbound(t, b.url(), method, target, body, h)
+	r := outbound(t, b.URL(), method, target, body, h)
 	if !fc.Fast(r) {
 		t.Fatalf("%s %s is not on the fast path", method, target)
 	}
-	return exchange(fc, r), exchange(st, outbound(t, b.url(), method, target, body, h))
+	return exchange(fc, r), exchange(st, outbound(t, b.URL(), method, target, body, h))
 }
 
 // oddResponses are odd but legal (or plainly broken) responses on which the
@@ -387,17 +309,17 @@ func TestAttackStrayBytesAnswerTheNextRequest(t *testing.T) {
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nyours")
 					return true
 				})
-				u, _ := url.Parse(b.url())
+				u, _ := url.Parse(b.URL())
 				var rt http.RoundTripper = New(u, stdTransport(), Options{ResponseTimeout: 2 * time.Second})
 				if !fastPath {
 					rt = stdTransport()
 				}
-				if o := exchange(rt, outbound(t, b.url(), tc.method, "/first", nil, nil)); o.Err {
+				if o := exchange(rt, outbound(t, b.URL(), tc.method, "/first", nil, nil)); o.Err {
 					t.Fatal(o)
 				}
 				<-stray
 				time.Sleep(50 * time.Millisecond) // the stray bytes are in the socket
-				results[i] = exchange(rt, outbound(t, b.url(), "PUT", "/second", []byte("x"), nil))
+				results[i] = exchange(rt, outbound(t, b.URL(), "PUT", "/second", []byte("x"), nil))
 				rt.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 			}
 			if results[1].Body != "yours" {
@@ -446,14 +368,14 @@ func TestAttackBackendClosedIdleConnection(t *testing.T) {
 	})
 	t.Run("closed after an answer", func(t *testing.T) {
 		b := newScriptBackend(t, closeAfter("HTTP/1.1 204 No Content\r\n\r\n"))
-		u, _ := url.Parse(b.url())
+		u, _ := url.Parse(b.URL())
 		for _, fastPath := range []bool{false, true} {
 			var rt http.RoundTripper = stdTransport()
 			if fastPath {
 				rt = New(u, stdTransport(), Options{})
 			}
 			for i := range 3 {
-				if o := exchange(rt, outbound(t, b.url(), "PUT", "/bkt/obj", []byte("x"), nil)); o.Err {
+				if o := exchange(rt, outbound(t, b.URL(), "PUT", "/bkt/obj", []byte("x"), nil)); o.Err {
 					t.Fatalf("fast path %v: PUT %d: %v", fastPath, i, o)
 				}
 				time.Sleep(50 * time.Millisecond) // the FIN arrives
@@ -488,7 +410,7 @@ func TestFastPathCancelEndsExchange(t *testing.T) {
 					return false
 				})
 				defer close(release)
-				u, _ := url.Parse(b.url())
+				u, _ := url.Parse(b.URL())
 				var rt http.RoundTripper = stdTransport()
 				if fastPath {
 					timeout := time.Minute
@@ -502,7 +424,7 @@ func TestFastPathCancelEndsExchange(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				returned := make(chan error, 1)
 				go func() {
-					resp, err := rt.RoundTrip(outbound(t, b.url(), "GET", "/x", nil, nil).WithContext(ctx))
+					resp, err := rt.RoundTrip(outbound(t, b.URL(), "GET", "/x", nil, nil).WithContext(ctx))
 					if err == nil {
 						_, err = io.ReadAll(resp.Body)
 						resp.Body.Close()
@@ -563,7 +485,7 @@ func TestAttackQueryWithHashByte(t *testing.T) {
 // Transport calls; the fast path reads and drops them silently.
 func TestFastPathKnownDifferenceEarlyHints(t *testing.T) {
 	b := newScriptBackend(t, keepAfter("HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
-	u, _ := url.Parse(b.url())
+	u, _ := url.Parse(b.URL())
 	var got [2][]int
 	for i, rt := range []http.RoundTripper{New(u, stdTransport(), Options{}), stdTransport()} {
 		var mu sync.Mutex
@@ -574,7 +496,7 @@ func TestFastPathKnownDifferenceEarlyHints(t *testing.T) {
 				mu.Unlock()
 				return nil
 			}})
-		if o := exchange(rt, outbound(t, b.url(), "GET", "/x", nil, nil).WithContext(ctx)); o.Body != "ok" {
+		if o := exchange(rt, outbound(t, b.URL(), "GET", "/x", nil, nil).WithContext(ctx)); o.Body != "ok" {
 			t.Fatal(o)
 		}
 		rt.(interface{ CloseIdleConnections() }).CloseIdleConnections()
@@ -752,10 +674,10 @@ func TestFastPathNeverResendsWrites(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s body=%d", tc.method, len(tc.body)), func(t *testing.T) {
 			b := newScriptBackend(t, closeAfter(""))
-			u, _ := url.Parse(b.url())
+			u, _ := url.Parse(b.URL())
 			c := New(u, stdTransport(), Options{ResponseTimeout: 2 * time.Second})
 			t.Cleanup(c.CloseIdleConnections)
-			r := outbound(t, b.url(), tc.method, "/bkt/obj", tc.body, nil)
+			r := outbound(t, b.URL(), tc.method, "/bkt/obj", tc.body, nil)
 			if !c.Fast(r) {
 				t.Fatal("not on the fast path")
 			}
@@ -771,8 +693,8 @@ func TestFastPathNeverResendsWrites(t *testing.T) {
 				t.Fatalf("a closed connection reported as a dial error (nothing sent): %v", err)
 			}
 			time.Sleep(50 * time.Millisecond) // a second copy would have arrived
-			if got := len(b.requests()); got != tc.copies {
-				t.Fatalf("the backend got %d copies, want %d: %q", got, tc.copies, b.requests())
+			if got := len(b.Requests()); got != tc.copies {
+				t.Fatalf("the backend got %d copies, want %d: %q", got, tc.copies, b.Requests())
 			}
 		})
 	}
@@ -787,12 +709,12 @@ func TestFastPathBackendHangsAfterRequest(t *testing.T) {
 		return false
 	})
 	defer close(release)
-	u, _ := url.Parse(b.url())
+	u, _ := url.Parse(b.URL())
 	c := New(u, stdTransport(), Options{ResponseTimeout: 300 * time.Millisecond})
 	t.Cleanup(c.CloseIdleConnections)
 	for _, method := range []string{"PUT", "GET"} {
 		start := time.Now()
-		_, err := c.RoundTrip(outbound(t, b.url(), method, "/bkt/obj", map[string][]byte{"PUT": []byte("x")}[method], nil))
+		_, err := c.RoundTrip(outbound(t, b.URL(), method, "/bkt/obj", map[string][]byte{"PUT": []byte("x")}[method], nil))
 		var ne net.Error
 		if !errors.As(err, &ne) || !ne.Timeout() {
 			t.Fatalf("%s: err %v, want a timeout", method, err)
@@ -801,7 +723,7 @@ func TestFastPathBackendHangsAfterRequest(t *testing.T) {
 			t.Fatalf("%s: the timeout came after %s", method, d)
 		}
 	}
-	if got := b.requests(); len(got) != 2 {
+	if got := b.Requests(); len(got) != 2 {
 		t.Fatalf("backend got %q, want one PUT and one GET", got)
 	}
 }
@@ -819,11 +741,11 @@ func TestFastPathConnectionsBounded(t *testing.T) {
 		_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		return err == nil
 	})
-	u, _ := url.Parse(b.url())
+	u, _ := url.Parse(b.URL())
 	c := New(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
 	for range 30 {
-		resp, err := c.RoundTrip(outbound(t, b.url(), "GET", "/big", nil, nil))
+		resp, err := c.RoundTrip(outbound(t, b.URL(), "GET", "/big", nil, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -832,18 +754,18 @@ func TestFastPathConnectionsBounded(t *testing.T) {
 		resp.Body.Close() // early: the connection cannot be reused
 	}
 	for range 30 {
-		if o := exchange(c, outbound(t, b.url(), "PUT", "/small", []byte("x"), nil)); o.Body != "ok" {
+		if o := exchange(c, outbound(t, b.URL(), "PUT", "/small", []byte("x"), nil)); o.Body != "ok" {
 			t.Fatal(o)
 		}
 	}
 	deadline := time.Now().Add(2 * time.Second)
-	for b.open.Load() > 1 && time.Now().Before(deadline) {
+	for b.Open.Load() > 1 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := b.open.Load(); n > 1 {
+	if n := b.Open.Load(); n > 1 {
 		t.Fatalf("%d backend connections still open, want at most 1 (the idle one)", n)
 	}
-	if n := b.conns.Load(); n != 31 {
+	if n := b.Conns.Load(); n != 31 {
 		t.Fatalf("%d connections for 30 abandoned bodies and 30 sequential PUTs, want 31", n)
 	}
 }

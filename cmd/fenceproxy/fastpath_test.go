@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/proxy"
+
+	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
 )
 
 // fpMemStore is an in-memory proxy.Store for the reference proxy.
@@ -84,86 +86,18 @@ func fpStart(t *testing.T, upstream string, env map[string]string) string {
 	return startFenceproxy(t, e).Proxy
 }
 
-// fpScript is a raw TCP backend: it reads each request with http.ReadRequest
-// and its body, then lets answer write raw bytes; answer returns false to
-// close the connection.
-type fpScript struct {
-	ln     net.Listener
-	conns  atomic.Int32
-	open   atomic.Int32
-	mu     sync.Mutex
-	seen   []string
-	answer func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool
-}
+// fpScript answers with raw bytes (package rawbackend).
+type fpScript = rawbackend.Backend
 
-func newFPScript(t *testing.T, answer func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool) *fpScript {
+func newFPScript(t *testing.T, answer rawbackend.Answer) *fpScript {
 	t.Helper()
-	return newFPScriptOn(t, "127.0.0.1:0", answer)
+	return rawbackend.New(t, "127.0.0.1:0", answer)
 }
 
 // newFPScriptOn is newFPScript listening on addr.
-func newFPScriptOn(t *testing.T, addr string, answer func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool) *fpScript {
+func newFPScriptOn(t *testing.T, addr string, answer rawbackend.Answer) *fpScript {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &fpScript{ln: ln, answer: answer}
-	var wg sync.WaitGroup
-	var cmu sync.Mutex
-	var all []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		cmu.Lock()
-		for _, c := range all {
-			c.Close()
-		}
-		cmu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			cmu.Lock()
-			all = append(all, c)
-			cmu.Unlock()
-			b.conns.Add(1)
-			b.open.Add(1)
-			wg.Go(func() {
-				defer b.open.Add(-1)
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					r, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body, err := io.ReadAll(r.Body)
-					if err != nil {
-						return
-					}
-					b.mu.Lock()
-					b.seen = append(b.seen, r.Method+" "+r.RequestURI+" "+string(body))
-					b.mu.Unlock()
-					if !b.answer(c, br, r, body) {
-						return
-					}
-				}
-			})
-		}
-	})
-	return b
-}
-
-func (b *fpScript) url() string { return "http://" + b.ln.Addr().String() }
-
-func (b *fpScript) requests() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.seen...)
+	return rawbackend.New(t, addr, answer)
 }
 
 // fpAnswer is what a client of the proxy got, as comparable text.
@@ -261,8 +195,8 @@ func fpCompareAll(t *testing.T, resps []string) func(n int, req string) (fast, r
 		// TestAttackProxyBackendClosedIdleConnection).
 		return !fpCloses(resps[n])
 	})
-	f := fpStart(t, b.url(), map[string]string{"FENCEPROXY_UPSTREAM_RESPONSE_TIMEOUT": "500ms"})
-	r := fpReference(t, b.url(), 500*time.Millisecond)
+	f := fpStart(t, b.URL(), map[string]string{"FENCEPROXY_UPSTREAM_RESPONSE_TIMEOUT": "500ms"})
+	r := fpReference(t, b.URL(), 500*time.Millisecond)
 	return func(n int, req string) (fast, ref fpAnswer) {
 		req = strings.Replace(req, " /x ", fmt.Sprintf(" /case/%d ", n), 1)
 		return fpRaw(t, f, req), fpRaw(t, r, req)
@@ -448,9 +382,9 @@ func TestAttackProxyStrayBytesGoToAnotherClient(t *testing.T) {
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nyours")
 				return true
 			})
-			addr := fpReference(t, b.url(), 5*time.Second)
+			addr := fpReference(t, b.URL(), 5*time.Second)
 			if name == "fast path" {
-				addr = fpStart(t, b.url(), nil)
+				addr = fpStart(t, b.URL(), nil)
 			}
 			if a := fpRaw(t, addr, "HEAD /bkt/a HTTP/1.1\r\nHost: h\r\n\r\n"); a.Status != http.StatusOK {
 				t.Fatalf("HEAD: %+v", a)
@@ -477,7 +411,7 @@ func TestAttackProxyQueryWithHash(t *testing.T) {
 		io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
 		return true
 	})
-	for _, addr := range []string{fpReference(t, b.url(), 5*time.Second), fpStart(t, b.url(), nil)} {
+	for _, addr := range []string{fpReference(t, b.URL(), 5*time.Second), fpStart(t, b.URL(), nil)} {
 		if a := fpRaw(t, addr, "PUT /bkt/obj?partNumber=1#x&uploadId=2 HTTP/1.1\r\nHost: h\r\nX-Fencing-Token: 1\r\nContent-Length: 1\r\n\r\nx"); a.Status != http.StatusNoContent {
 			t.Fatalf("%+v", a)
 		}
@@ -564,8 +498,8 @@ func TestFastPathProxyRequestBytesMatchReference(t *testing.T) {
 		io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
 		return true
 	})
-	fast := fpStart(t, b.url(), nil)
-	ref := fpReference(t, b.url(), 5*time.Second)
+	fast := fpStart(t, b.URL(), nil)
+	ref := fpReference(t, b.URL(), 5*time.Second)
 	for _, raw := range []string{
 		"GET /b/o HTTP/1.1\r\nHost: [::1]:9000\r\n\r\n",
 		"GET /b/o HTTP/1.1\r\nHost: bucket.example:9000\r\nX-A:   lead and trail   \r\nX-B: caf\xe9 \xff\r\n\r\n",
@@ -628,7 +562,7 @@ func fpStalledUpload(t *testing.T, addr, token string, sent int) (net.Conn, *buf
 
 func fpWaitNoWhole(t *testing.T, b *fpScript, prefix string) {
 	t.Helper()
-	for _, r := range b.requests() {
+	for _, r := range b.Requests() {
 		if strings.HasPrefix(r, prefix) {
 			t.Fatalf("the backend got a whole %q: %.60q", prefix, r)
 		}
@@ -640,7 +574,7 @@ func fpWaitNoWhole(t *testing.T, b *fpScript, prefix string) {
 // forwarded without waiting for the drain timeout.
 func TestFastPathProxyStalledUploadCutByLargerToken(t *testing.T) {
 	b := fpWholeWrites(t)
-	addr := fpStart(t, b.url(), map[string]string{"FENCEPROXY_DRAIN_TIMEOUT": "10s"})
+	addr := fpStart(t, b.URL(), map[string]string{"FENCEPROXY_DRAIN_TIMEOUT": "10s"})
 	c, br := fpStalledUpload(t, addr, "5", 16)
 	time.Sleep(100 * time.Millisecond) // admitted and forwarding
 	start := time.Now()
@@ -661,7 +595,7 @@ func TestFastPathProxyStalledUploadCutByLargerToken(t *testing.T) {
 	}
 	io.WriteString(c, strings.Repeat("s", 984)) // the rest, too late
 	time.Sleep(50 * time.Millisecond)
-	if got := b.requests(); len(got) != 1 || got[0] != "PUT /bkt/obj B" {
+	if got := b.Requests(); len(got) != 1 || got[0] != "PUT /bkt/obj B" {
 		t.Fatalf("backend got %.100q, want only token 6's write", got)
 	}
 }
@@ -672,7 +606,7 @@ func TestFastPathProxyUploadCutShort(t *testing.T) {
 	for _, how := range []string{"client closes", "client pauses"} {
 		t.Run(how, func(t *testing.T) {
 			b := fpWholeWrites(t)
-			addr := fpStart(t, b.url(), map[string]string{"FENCEPROXY_UPLOAD_IDLE_TIMEOUT": "300ms", "FENCEPROXY_ABANDON_GRACE": "5s"})
+			addr := fpStart(t, b.URL(), map[string]string{"FENCEPROXY_UPLOAD_IDLE_TIMEOUT": "300ms", "FENCEPROXY_ABANDON_GRACE": "5s"})
 			c, br := fpStalledUpload(t, addr, "5", 999)
 			if how == "client closes" {
 				time.Sleep(50 * time.Millisecond)
@@ -729,7 +663,7 @@ func TestFastPathProxyUpstreamFailures(t *testing.T) {
 				var b *fpScript
 				if tc.answer != nil {
 					b = newFPScript(t, tc.answer)
-					upstream = b.url()
+					upstream = b.URL()
 				}
 				in := startFenceproxy(t, map[string]string{"FENCEPROXY_UPSTREAM": upstream, "FENCEPROXY_DATA_DIR": t.TempDir(),
 					"FENCEPROXY_UPSTREAM_FAST_PATH":        "true",
@@ -744,7 +678,7 @@ func TestFastPathProxyUpstreamFailures(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 				if b != nil {
-					if got := b.requests(); len(got) != 1 {
+					if got := b.Requests(); len(got) != 1 {
 						t.Fatalf("backend got %d copies: %q", len(got), got)
 					}
 				}
@@ -858,7 +792,7 @@ func TestFastPathProxyConnectionsSettle(t *testing.T) {
 		_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		return err == nil
 	})
-	addr := fpStart(t, b.url(), nil)
+	addr := fpStart(t, b.URL(), nil)
 	for range 3 { // warm up: the proxy's own goroutines
 		fpRaw(t, addr, "GET /bkt/small HTTP/1.1\r\nHost: h\r\n\r\n")
 	}
@@ -880,16 +814,16 @@ func TestFastPathProxyConnectionsSettle(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(2 * time.Second)
-	for (b.open.Load() > 1 || runtime.NumGoroutine() > before+5) && time.Now().Before(deadline) {
+	for (b.Open.Load() > 1 || runtime.NumGoroutine() > before+5) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := b.open.Load(); n > 1 {
+	if n := b.Open.Load(); n > 1 {
 		t.Fatalf("%d backend connections open after the clients left, want at most 1", n)
 	}
 	if n := runtime.NumGoroutine(); n > before+5 {
 		t.Fatalf("%d goroutines, %d before", n, before)
 	}
-	if n := b.conns.Load(); n < 20 {
+	if n := b.Conns.Load(); n < 20 {
 		t.Fatalf("%d backend connections: the clients did not hang up before the ends of the bodies", n)
 	}
 }
@@ -907,10 +841,10 @@ func TestFastPathProxyUpstreamShapes(t *testing.T) {
 		return true
 	}
 	b := newFPScript(t, answer)
-	upstreams := []string{b.url() + "/base", b.url() + "/base/", b.url() + "/a%2Fb"}
+	upstreams := []string{b.URL() + "/base", b.URL() + "/base/", b.URL() + "/a%2Fb"}
 	if ln, err := net.Listen("tcp", "[::1]:0"); err == nil {
 		ln.Close()
-		upstreams = append(upstreams, newFPScriptOn(t, "[::1]:0", answer).url())
+		upstreams = append(upstreams, newFPScriptOn(t, "[::1]:0", answer).URL())
 	} else {
 		t.Logf("no IPv6 loopback: %v", err)
 	}
