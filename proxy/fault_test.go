@@ -7,12 +7,10 @@ package proxy
 // itself: once the store works again, the same write goes through.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -22,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
@@ -375,33 +374,9 @@ func TestStoreFaultConcurrentWriters(t *testing.T) {
 // A backend status outside 100-999 (which net/http's server cannot write)
 // gives a 502, on both upstream clients, instead of a dropped connection.
 func TestBackendStatusOutOfRange(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					io.WriteString(c, "HTTP/1.1 042 Odd\r\nContent-Length: 2\r\n\r\nok")
-				}
-			}()
-		}
-	}()
+	backend := rawbackend.New(t, "127.0.0.1:0", rawbackend.KeepAfter("HTTP/1.1 042 Odd\r\nContent-Length: 2\r\n\r\nok"))
 	for _, standard := range []bool{false, true} {
-		srv := newTestProxy(t, newMemStore(), "http://"+ln.Addr().String(), func(o *Options) { o.StandardClient = standard })
+		srv := newTestProxy(t, newMemStore(), backend.URL(), func(o *Options) { o.StandardClient = standard })
 		for _, method := range []string{http.MethodGet, http.MethodPut} {
 			r := send(context.Background(), method, srv.URL+"/bkt/obj", "7", "x")
 			if r.status != http.StatusBadGateway {

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
 )
 
 // rawBackend answers every request with 204 and records each request's raw
@@ -505,34 +507,9 @@ func TestFastPathConcurrent(t *testing.T) {
 // request finds the pooled connection closed before writing anything on it,
 // and goes out on a new one, once, whatever its method (nothing was sent).
 func TestFastPathSkipsDroppedConnections(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var mu sync.Mutex
-	var got []string
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close() // after one answer, without saying so
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				b, _ := io.ReadAll(req.Body)
-				mu.Lock()
-				got = append(got, req.Method+" "+string(b))
-				mu.Unlock()
-				io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
-			}()
-		}
-	}()
-	u, _ := url.Parse("http://" + ln.Addr().String())
+	// After one answer the backend closes, without saying so.
+	backend := rawbackend.New(t, "127.0.0.1:0", rawbackend.CloseAfter("HTTP/1.1 204 No Content\r\n\r\n"))
+	u, _ := url.Parse(backend.URL())
 	c := New(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
 	var want []string
@@ -546,12 +523,10 @@ func TestFastPathSkipsDroppedConnections(t *testing.T) {
 			t.Fatalf("%s %d after the backend dropped the previous connection: %v", m, i, err)
 		}
 		resp.Body.Close()
-		want = append(want, m+" "+string(body))
+		want = append(want, m+" /bkt/obj "+string(body))
 		time.Sleep(30 * time.Millisecond) // the backend's close reaches the pooled connection
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Equal(got, want) {
+	if got := backend.Requests(); !slices.Equal(got, want) {
 		t.Fatalf("backend saw %q, want %q (each request once)", got, want)
 	}
 }
@@ -560,33 +535,9 @@ func TestFastPathSkipsDroppedConnections(t *testing.T) {
 // request must not read them as its answer (net/http's Transport closes such
 // a connection as an "unsolicited response").
 func TestFastPathDropsConnectionsWithStrayBytes(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nnot-yours!") // unasked
-				}
-			}()
-		}
-	}()
-	u, _ := url.Parse("http://" + ln.Addr().String())
+	backend := rawbackend.New(t, "127.0.0.1:0", rawbackend.KeepAfter("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"+
+		"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nnot-yours!")) // the second answer is unasked
+	u, _ := url.Parse(backend.URL())
 	c := New(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
 	for i := range 5 {
