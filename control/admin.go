@@ -1,6 +1,8 @@
 package control
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
@@ -13,11 +15,19 @@ import (
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
-// AdminStore is what the admin API changes (tokenstore.Store provides it).
+// AdminStore is what the admin API reads and changes. Raise and Reset must
+// go through the fence barrier (proxy.Fence's Raise and Reset over the
+// store): a raise cuts off and drains the smaller-token writes in flight.
 type AdminStore interface {
-	Raise(resource string, t uint64) (uint64, error)
+	// Raise makes max(current, t) resource's maximum, cuts off uploads below
+	// it and waits until no write below it is in flight; it returns the
+	// maximum (also with proxy.ErrDrainTimeout, when it stays raised).
+	Raise(ctx context.Context, resource string, t uint64) (uint64, error)
+	// List returns up to limit fences after after whose resource starts with prefix.
 	List(prefix, after string, limit int) ([]tokenstore.Fence, error)
-	Reset(resource string) (uint64, error)
+	// Reset removes resource's fence and lease record once no write on it is
+	// in flight; it returns the maximum removed (0: none).
+	Reset(ctx context.Context, resource string) (uint64, error)
 }
 
 // admin serves the operator calls, all behind FENCEPROXY_ADMIN_TOKEN.
@@ -119,7 +129,16 @@ func (a *admin) raise(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, "Bad fence request", `send {"token": N} with N a fencing token`)
 		return
 	}
-	m, err := a.store.Raise(resource, uint64(*req.Token))
+	m, err := a.store.Raise(r.Context(), resource, uint64(*req.Token))
+	if errors.Is(err, proxy.ErrDrainTimeout) {
+		a.log.LogAttrs(r.Context(), slog.LevelWarn, "fence raised by an operator; writes with smaller tokens still in flight",
+			slog.String("resource", resource), slog.Uint64("requested", uint64(*req.Token)), slog.Uint64("token", m))
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "Smaller-token writes still in flight",
+			"the fence is raised to "+strconv.FormatUint(m, 10)+" and later writes below it are refused, but writes with smaller tokens "+
+				"admitted earlier did not finish within the drain timeout; repeat the call to wait for them")
+		return
+	}
 	if err != nil {
 		a.storeFailed(w, r, "raise", err)
 		return
@@ -141,7 +160,13 @@ func (a *admin) reset(w http.ResponseWriter, r *http.Request) {
 			"lowering a fence lets writes with smaller tokens through again; repeat the resource key as ?confirm=<resource>")
 		return
 	}
-	removed, err := a.store.Reset(resource)
+	removed, err := a.store.Reset(r.Context(), resource)
+	if errors.Is(err, proxy.ErrDrainTimeout) {
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "Writes still in flight",
+			"writes on this resource did not finish within the drain timeout; nothing changed, retry later")
+		return
+	}
 	if err != nil {
 		a.storeFailed(w, r, "reset", err)
 		return

@@ -2,6 +2,7 @@ package control
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -24,7 +25,7 @@ const LeasePrefix = "/v1/leases/"
 
 // Leases is what the lease API needs (lease.Manager provides it).
 type Leases interface {
-	Acquire(name, holder string, ttl time.Duration) (lease.Lease, error)
+	Acquire(ctx context.Context, name, holder string, ttl time.Duration) (lease.Lease, error)
 	Renew(name, holder string, token uint64) (lease.Lease, error)
 	Release(name, holder string, token uint64) (lease.Lease, error)
 	Get(name string) (lease.Lease, lease.State, error)
@@ -195,7 +196,7 @@ func (a *leaseAPI) acquire(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, "Bad lease request", err.Error())
 		return
 	}
-	l, err := a.leases.Acquire(name, req.Holder, ttl)
+	l, err := a.leases.Acquire(r.Context(), name, req.Holder, ttl)
 	if err != nil {
 		a.fail(w, r, name, err)
 		return
@@ -305,6 +306,9 @@ func (a *leaseAPI) fail(w http.ResponseWriter, r *http.Request, name string, err
 		writeProblem(w, http.StatusConflict, "Fencing tokens exhausted", err.Error())
 	case errors.Is(err, lease.ErrInvalid):
 		writeProblem(w, http.StatusBadRequest, "Bad lease request", err.Error())
+	case errors.Is(err, proxy.ErrDrainTimeout):
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "Smaller-token writes still in flight", err.Error())
 	case errors.Is(err, lease.ErrNotFound):
 		writeProblem(w, http.StatusNotFound, "Unknown lease", "no lease of this name was ever acquired")
 	default:

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -21,7 +22,7 @@ type memLeases struct {
 	next   uint64
 }
 
-func (m *memLeases) Acquire(name, holder string, ttl time.Duration) (lease.Lease, error) {
+func (m *memLeases) Acquire(_ context.Context, name, holder string, ttl time.Duration) (lease.Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next++

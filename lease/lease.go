@@ -14,6 +14,7 @@
 package lease
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,16 @@ type Store interface {
 	Lease(name string) ([]byte, error)
 	// EachLease calls fn with every stored record, in name order.
 	EachLease(fn func(name string, record []byte) error) error
+}
+
+// Barrier runs a change that raises a resource's fence through the fence
+// barrier (proxy.Fence provides it): writes on the resource wait for its
+// outcome, uploads below the new maximum are cut off, and it returns only
+// once no write below it is in flight upstream, so the previous holder's
+// writes can no longer be applied. It returns the maximum raise left; raise's
+// own error comes back as is.
+type Barrier interface {
+	RaiseWith(ctx context.Context, resource string, raise func() error) (uint64, error)
 }
 
 var (
@@ -102,12 +113,14 @@ type Options struct {
 // Manager grants, renews and releases leases over a Store. It is safe for
 // concurrent use; the Store's transactions serialise grants of one lease.
 type Manager struct {
-	store Store
-	opts  Options
+	store   Store
+	barrier Barrier
+	opts    Options
 }
 
-// NewManager returns a Manager over store.
-func NewManager(store Store, opts Options) *Manager {
+// NewManager returns a Manager over store whose grants raise fences through
+// barrier.
+func NewManager(store Store, barrier Barrier, opts Options) *Manager {
 	if opts.MinTTL <= 0 {
 		opts.MinTTL = time.Second
 	}
@@ -120,7 +133,7 @@ func NewManager(store Store, opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{store: store, opts: opts}
+	return &Manager{store: store, barrier: barrier, opts: opts}
 }
 
 // grace returns the grace period of a lease with ttl.
@@ -169,27 +182,52 @@ func decode(name string, rec []byte) (*Lease, error) {
 
 // Acquire grants name to holder for ttl and returns the lease with a new
 // fencing token, larger than every token issued for name and than name's
-// fence maximum; the fence is raised to it before Acquire returns. Every
-// successful Acquire issues a new token, also to the holder that had the
-// lease (a restarted process fences its previous incarnation). Errors:
+// fence maximum. The grant and the fence raised to its token are one synced
+// transaction, run through the barrier: when Acquire returns, the previous
+// holder's uploads are cut off and none of its writes is still in flight.
+// Every successful Acquire issues a new token, also to the holder that had
+// the lease (a restarted process fences its previous incarnation). Errors:
 // *HeldError (ErrHeld) while another holder has it or it is in its grace;
 // ErrInvalid for a TTL outside [MinTTL, MaxTTL] or an empty holder;
-// ErrExhausted; store errors.
-func (m *Manager) Acquire(name, holder string, ttl time.Duration) (Lease, error) {
+// ErrExhausted; store errors; the barrier's errors (its drain timeout, ctx
+// ended) after the grant: the lease is then granted, and the holder
+// acquiring again gets a new token.
+func (m *Manager) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	if err := m.check(holder, ttl); err != nil {
 		return Lease{}, err
 	}
 	now := m.opts.Now()
 	var granted, previous Lease
-	err := m.store.UpdateLease(name, func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
+	raised, err := m.barrier.RaiseWith(ctx, name, func() error {
+		return m.store.UpdateLease(name, m.grant(name, holder, ttl, now, &granted, &previous))
+	})
+	if err != nil && raised != 0 {
+		m.opts.Logger.Warn("lease granted, but writes with smaller tokens were still in flight", "lease", name,
+			"holder", holder, "token", granted.Token, "error", err.Error())
+		return Lease{}, fmt.Errorf("lease %q was granted to %q with token %d, but writes with smaller tokens are still in flight; acquire again: %w",
+			name, holder, granted.Token, err)
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	m.opts.Logger.Info("lease acquired", "lease", name, "holder", holder, "token", granted.Token,
+		"ttl", ttl.String(), "previous_holder", previous.Holder, "previous_token", previous.Token)
+	return granted, nil
+}
+
+// grant is Acquire's transaction: it fills granted and previous, and leaves
+// granted zero when it refuses.
+func (m *Manager) grant(name, holder string, ttl time.Duration, now time.Time, granted, previous *Lease) func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
+	return func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
+		*granted = Lease{}
 		cur, err := decode(name, rec)
 		if err != nil {
 			return nil, 0, err
 		}
 		last := fenceMax
-		previous = Lease{}
+		*previous = Lease{}
 		if cur != nil {
-			previous = *cur
+			*previous = *cur
 			last = max(last, cur.Token)
 			// A fence raised past the lease's token (an operator, another
 			// coordinator) has cut its holder off: the lease is free.
@@ -200,16 +238,13 @@ func (m *Manager) Acquire(name, holder string, ttl time.Duration) (Lease, error)
 		if last >= math.MaxInt64 {
 			return nil, 0, ErrExhausted
 		}
-		granted = Lease{Name: name, Holder: holder, Token: last + 1, TTL: ttl, AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(ttl)}
-		next, err := json.Marshal(granted)
-		return next, granted.Token, err
-	})
-	if err != nil {
-		return Lease{}, err
+		g := Lease{Name: name, Holder: holder, Token: last + 1, TTL: ttl, AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(ttl)}
+		next, err := json.Marshal(g)
+		if err == nil {
+			*granted = g
+		}
+		return next, g.Token, err
 	}
-	m.opts.Logger.Info("lease acquired", "lease", name, "holder", holder, "token", granted.Token,
-		"ttl", ttl.String(), "previous_holder", previous.Holder, "previous_token", previous.Token)
-	return granted, nil
 }
 
 // Renew extends holder's lease on name by its TTL from now, keeping its

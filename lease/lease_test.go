@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
@@ -43,7 +44,7 @@ func newTestManager(t *testing.T, dir string) (*Manager, *tokenstore.Store, *clo
 	}
 	t.Cleanup(func() { s.Close() })
 	c := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	return NewManager(s, Options{Now: c.Now}), s, c
+	return NewManager(s, proxy.NewFence(s, time.Second), Options{Now: c.Now}), s, c
 }
 
 // The second background document's timeline: w1 holds and renews, w2 cannot
@@ -52,7 +53,7 @@ func newTestManager(t *testing.T, dir string) (*Manager, *tokenstore.Store, *clo
 func TestLeaseTimeline(t *testing.T) {
 	m, store, c := newTestManager(t, t.TempDir())
 	const ttl = 9 * time.Second // grace 6s, revoke threshold 4.5s
-	w1, err := m.Acquire("jobs/shard-1", "w1", ttl)
+	w1, err := m.Acquire(context.Background(), "jobs/shard-1", "w1", ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestLeaseTimeline(t *testing.T) {
 			t.Fatalf("renew: %v", err)
 		}
 		var held *HeldError
-		if _, err := m.Acquire("jobs/shard-1", "w2", ttl); !errors.As(err, &held) || held.Holder != "w1" {
+		if _, err := m.Acquire(context.Background(), "jobs/shard-1", "w2", ttl); !errors.As(err, &held) || held.Holder != "w1" {
 			t.Fatalf("w2 acquired while w1 renews: %v", err)
 		}
 	}
@@ -78,11 +79,11 @@ func TestLeaseTimeline(t *testing.T) {
 	if _, st, _ := m.Get("jobs/shard-1"); st != StateGrace {
 		t.Fatalf("state %s just after expiry, want grace", st)
 	}
-	if _, err := m.Acquire("jobs/shard-1", "w2", ttl); !errors.Is(err, ErrHeld) {
+	if _, err := m.Acquire(context.Background(), "jobs/shard-1", "w2", ttl); !errors.Is(err, ErrHeld) {
 		t.Fatalf("w2 acquired during the grace: %v", err)
 	}
 	c.advance(6 * time.Second)
-	w2, err := m.Acquire("jobs/shard-1", "w2", ttl)
+	w2, err := m.Acquire(context.Background(), "jobs/shard-1", "w2", ttl)
 	if err != nil {
 		t.Fatalf("w2 after TTL plus grace: %v", err)
 	}
@@ -99,7 +100,7 @@ func TestLeaseTimeline(t *testing.T) {
 
 func TestRenewDuringGraceKeepsLease(t *testing.T) {
 	m, _, c := newTestManager(t, t.TempDir())
-	l, _ := m.Acquire("r", "w1", 3*time.Second)
+	l, _ := m.Acquire(context.Background(), "r", "w1", 3*time.Second)
 	c.advance(4 * time.Second) // expired, within the 2s grace
 	r, err := m.Renew("r", "w1", l.Token)
 	if err != nil || r.Token != l.Token {
@@ -116,8 +117,8 @@ func TestRenewDuringGraceKeepsLease(t *testing.T) {
 
 func TestAcquireRules(t *testing.T) {
 	m, store, _ := newTestManager(t, t.TempDir())
-	a, _ := m.Acquire("r", "w1", 10*time.Second)
-	again, err := m.Acquire("r", "w1", 10*time.Second)
+	a, _ := m.Acquire(context.Background(), "r", "w1", 10*time.Second)
+	again, err := m.Acquire(context.Background(), "r", "w1", 10*time.Second)
 	if err != nil || again.Token != a.Token+1 {
 		t.Fatalf("re-acquire by the same holder: %+v, %v; want a new token", again, err)
 	}
@@ -127,7 +128,7 @@ func TestAcquireRules(t *testing.T) {
 	if _, err := m.Release("r", "w1", again.Token); err != nil {
 		t.Fatal(err)
 	}
-	b, err := m.Acquire("r", "w2", 10*time.Second)
+	b, err := m.Acquire(context.Background(), "r", "w2", 10*time.Second)
 	if err != nil || b.Token != again.Token+1 {
 		t.Fatalf("acquire after release: %+v, %v", b, err)
 	}
@@ -135,7 +136,7 @@ func TestAcquireRules(t *testing.T) {
 	if _, err := store.Raise("other", 500); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := m.Acquire("other", "w1", 10*time.Second); err != nil || o.Token != 501 {
+	if o, err := m.Acquire(context.Background(), "other", "w1", 10*time.Second); err != nil || o.Token != 501 {
 		t.Fatalf("acquire over fence 500: %+v, %v; want token 501", o, err)
 	}
 	// A fence raised past the lease's token (a writer or operator) loses it.
@@ -146,7 +147,7 @@ func TestAcquireRules(t *testing.T) {
 		t.Fatalf("renew below the fence: %v, want ErrLost", err)
 	}
 	// With the fence past its token the holder is cut off: another may acquire at once.
-	c, err := m.Acquire("r", "w3", 10*time.Second)
+	c, err := m.Acquire(context.Background(), "r", "w3", 10*time.Second)
 	if err != nil || c.Token != b.Token+11 {
 		t.Fatalf("acquire of a fenced-out lease: %+v, %v; want token %d", c, err, b.Token+11)
 	}
@@ -154,7 +155,7 @@ func TestAcquireRules(t *testing.T) {
 		holder string
 		ttl    time.Duration
 	}{{"", time.Second}, {"  ", time.Second}, {"w\x00", time.Second}, {"w", 999 * time.Millisecond}, {"w", time.Hour + time.Second}} {
-		if _, err := m.Acquire("x", tc.holder, tc.ttl); !errors.Is(err, ErrInvalid) {
+		if _, err := m.Acquire(context.Background(), "x", tc.holder, tc.ttl); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Acquire(%q, %s): %v, want ErrInvalid", tc.holder, tc.ttl, err)
 		}
 	}
@@ -168,7 +169,7 @@ func TestTokensExhausted(t *testing.T) {
 	if _, err := store.Raise("r", math.MaxInt64); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Acquire("r", "w1", 10*time.Second); !errors.Is(err, ErrExhausted) {
+	if _, err := m.Acquire(context.Background(), "r", "w1", 10*time.Second); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("acquire at 2^63-1: %v, want ErrExhausted", err)
 	}
 	if _, _, err := m.Get("r"); !errors.Is(err, ErrNotFound) {
@@ -182,7 +183,7 @@ func TestTokensSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := NewManager(s, Options{}).Acquire("r", "w1", time.Second)
+	first, err := NewManager(s, proxy.NewFence(s, time.Second), Options{}).Acquire(context.Background(), "r", "w1", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +193,8 @@ func TestTokensSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	m := NewManager(s, Options{Now: func() time.Time { return time.Now().Add(time.Hour) }})
-	next, err := m.Acquire("r", "w2", time.Second)
+	m := NewManager(s, proxy.NewFence(s, time.Second), Options{Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	next, err := m.Acquire(context.Background(), "r", "w2", time.Second)
 	if err != nil || next.Token <= first.Token {
 		t.Fatalf("after restart: %+v, %v; want a token above %d", next, err, first.Token)
 	}
@@ -212,7 +213,7 @@ func TestConcurrentAcquireOneWinner(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := m.Acquire("hot", string(rune('a'+i)), 10*time.Second)
+			l, err := m.Acquire(context.Background(), "hot", string(rune('a'+i)), 10*time.Second)
 			switch {
 			case err == nil:
 				wins.Add(1)
@@ -242,11 +243,11 @@ func TestSuspectReported(t *testing.T) {
 	c := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
 	var logs strings.Builder
 	var mu sync.Mutex
-	m := NewManager(s, Options{Now: c.Now, Logger: slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))})
-	if _, err := m.Acquire("a", "w1", 10*time.Second); err != nil {
+	m := NewManager(s, proxy.NewFence(s, time.Second), Options{Now: c.Now, Logger: slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))})
+	if _, err := m.Acquire(context.Background(), "a", "w1", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Acquire("b", "w2", 10*time.Second); err != nil {
+	if _, err := m.Acquire(context.Background(), "b", "w2", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()

@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
@@ -29,6 +36,7 @@ type applyLog struct {
 	maxDelay  time.Duration
 
 	incomplete int // requests whose body did not arrive whole (not applied)
+	raises     map[string][]raiseMark
 }
 
 func newApplyLog(maxDelay time.Duration) *applyLog {
@@ -159,22 +167,97 @@ func TestStalledWorkerTimeline(t *testing.T) {
 	})
 }
 
-// Workers with random pauses take resources over with rising tokens while old
-// holders keep writing. Per resource, the backend must see and apply tokens in
-// non-decreasing order, and every refusal must name a larger current token.
-func TestRandomizedTakeovers(t *testing.T) {
-	stores := map[string]func(t *testing.T) Store{
-		"memstore": func(t *testing.T) Store { return newMemStore() },
-		"tokenstore": func(t *testing.T) Store {
-			s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
+// raiseMark is a raise (a lease acquire's or an operator's) that returned
+// with maximum m when the resource's applied sequence had at entries.
+type raiseMark struct {
+	m  uint64
+	at int
+}
+
+// markRaise records that a raise to m on key returned.
+func (l *applyLog) markRaise(key string, m uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.raises == nil {
+		l.raises = map[string][]raiseMark{}
 	}
-	for name, open := range stores {
+	l.raises[key] = append(l.raises[key], raiseMark{m: m, at: len(l.applied[key])})
+}
+
+// appliedAfterRaise counts writes applied below a raise's maximum after that
+// raise returned.
+func (l *applyLog) appliedAfterRaise() (n int, first string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key, marks := range l.raises {
+		seq := l.applied[key]
+		for _, mk := range marks {
+			for _, tok := range seq[mk.at:] {
+				if tok < mk.m {
+					if n == 0 {
+						first = fmt.Sprintf("%s: %d applied after a raise to %d returned", key, tok, mk.m)
+					}
+					n++
+				}
+			}
+		}
+	}
+	return n, first
+}
+
+// stallingBody sends half its bytes, pauses, then the rest: a worker paused
+// mid-upload. Without a Len method, net/http sends it chunked.
+type stallingBody struct {
+	data  []byte
+	pause time.Duration
+	sent  int
+}
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	if b.sent == len(b.data) {
+		return 0, io.EOF
+	}
+	half := len(b.data) / 2
+	if b.sent == half && b.pause > 0 {
+		time.Sleep(b.pause)
+		b.pause = 0
+	}
+	end := len(b.data)
+	if b.sent < half {
+		end = half
+	}
+	n := copy(p, b.data[b.sent:end])
+	b.sent += n
+	return n, nil
+}
+
+// Workers with random pauses take resources over with rising tokens while old
+// holders keep writing and uploading, some of them stalling mid-upload. A
+// takeover is a write with a larger token, an operator's raise through the
+// barrier, or (over Badger) a lease acquire. Per resource, the backend must see
+// and apply tokens in non-decreasing order, no write below a raise may be
+// applied after that raise returned, and every refusal must name a larger
+// current token.
+func TestRandomizedTakeovers(t *testing.T) {
+	type storeKind struct {
+		open   func(t *testing.T) Store
+		leases bool
+		bypass bool // lease and operator raises beside the barrier: the protection off
+	}
+	badger := func(t *testing.T) Store {
+		s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	stores := map[string]storeKind{
+		"memstore":                      {open: func(t *testing.T) Store { return newMemStore() }},
+		"tokenstore":                    {leases: true, open: badger},
+		"tokenstore beside the barrier": {leases: true, open: badger, bypass: true},
+	}
+	for name, kind := range stores {
 		t.Run(name, func(t *testing.T) {
 			const (
 				workers   = 12
@@ -184,12 +267,28 @@ func TestRandomizedTakeovers(t *testing.T) {
 			log := newApplyLog(300 * time.Microsecond)
 			backend := httptest.NewServer(log)
 			defer backend.Close()
-			store := open(t)
-			srv := newTestProxy(t, store, backend.URL, nil)
+			store := kind.open(t)
+			u, _ := url.Parse(backend.URL)
+			metrics := NewMetrics(prometheus.NewRegistry())
+			p, err := New(store, Options{Upstream: u, DrainTimeout: 10 * time.Second, CleanStart: true, Metrics: metrics})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(p)
+			defer srv.Close()
+			var raise takeoverRaiser = p.Fence()
+			if kind.bypass {
+				raise = storeRaiser{store}
+			}
+			var leases *lease.Manager
+			if kind.leases {
+				leases = lease.NewManager(store.(lease.Store), raise, lease.Options{MinTTL: time.Millisecond})
+			}
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
 
-			var coordinator [resources]atomic.Uint64 // the lease service: last token granted per resource
-			var ok, stale, other, takeovers atomic.Int64
+			var coordinator [resources]atomic.Uint64 // the external coordinator: last token granted per resource
+			var ok, stale, other, broken atomic.Int64
+			var byWrite, byAdmin, byLease, stalls atomic.Int64
 			var wg sync.WaitGroup
 			for w := range workers {
 				wg.Add(1)
@@ -199,19 +298,32 @@ func TestRandomizedTakeovers(t *testing.T) {
 					var held [resources]uint64 // the token this worker believes it holds
 					for range perWorker {
 						res := rng.IntN(resources)
+						key := fmt.Sprintf("r%d/obj", res)
 						if held[res] == 0 || rng.IntN(10) == 0 {
-							held[res] = coordinator[res].Add(1) // takeover
-							takeovers.Add(1)
+							held[res] = takeOver(t, rng, raise, leases, key, w, &coordinator[res], log, &byWrite, &byAdmin, &byLease)
 						}
 						if rng.IntN(20) == 0 {
 							time.Sleep(time.Duration(rng.Int64N(int64(2 * time.Millisecond)))) // a stall between grant and write
 						}
-						req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/r%d/obj", srv.URL, res), strings.NewReader("data"))
+						var body io.Reader
+						size := []int{4, 2 << 10, 80 << 10}[rng.IntN(3)] // the fast path, and streamed
+						data := []byte(strings.Repeat("d", size))
+						if rng.IntN(5) == 0 {
+							stalls.Add(1)
+							body = &stallingBody{data: data, pause: time.Duration(rng.Int64N(int64(3 * time.Millisecond)))}
+						} else {
+							body = bytes.NewReader(data)
+						}
+						req, _ := http.NewRequest(http.MethodPut, srv.URL+"/"+key, body)
 						req.Header.Set("X-Fencing-Token", strconv.FormatUint(held[res], 10))
 						resp, err := client.Do(req)
 						if err != nil {
-							t.Errorf("request: %v", err)
-							return
+							// A cut-off upload is answered 409 and the connection
+							// closed while the client may still be sending: net/http's
+							// client then reports the broken connection instead.
+							broken.Add(1)
+							held[res] = 0
+							continue
 						}
 						io.Copy(io.Discard, resp.Body)
 						resp.Body.Close()
@@ -235,18 +347,35 @@ func TestRandomizedTakeovers(t *testing.T) {
 				}()
 			}
 			wg.Wait()
+			if kind.bypass {
+				n, first := log.appliedAfterRaise()
+				if n == 0 {
+					t.Fatal("with raises beside the barrier, no write was applied below a raise after it returned: the test has no teeth")
+				}
+				t.Logf("beside the barrier: %d writes applied below a raise after it returned; first: %s", n, first)
+				return
+			}
 			applied := log.check(t)
-			total := ok.Load() + stale.Load() + other.Load()
+			if n, first := log.appliedAfterRaise(); n > 0 {
+				t.Errorf("%d writes applied below a raise after it returned; first: %s", n, first)
+			}
+			total := ok.Load() + stale.Load() + other.Load() + broken.Load()
+			cuts := int64(testutil.ToFloat64(metrics.UpstreamErrors.WithLabelValues("upload_cut")))
+			if broken.Load() > cuts {
+				t.Errorf("%d requests failed at the client, more than the %d uploads the proxy cut off", broken.Load(), cuts)
+			}
 			log.mu.Lock()
 			incomplete := log.incomplete
 			log.mu.Unlock()
-			t.Logf("%d requests: %d admitted, %d stale (%d of them cut off mid-upload), %d other; %d takeovers; %d applied",
-				total, ok.Load(), stale.Load(), incomplete, other.Load(), takeovers.Load(), applied)
+			t.Logf("%d requests (%d stalling mid-upload): %d admitted, %d stale, %d cut off mid-upload (%d of them after reaching the backend; "+
+				"%d seen by the client as a closed connection), %d other; takeovers: %d by a write, %d by an operator's raise, %d by a lease acquire; %d applied",
+				total, stalls.Load(), ok.Load(), stale.Load(), cuts, incomplete, broken.Load(), other.Load(), byWrite.Load(), byAdmin.Load(), byLease.Load(), applied)
 			if total != workers*perWorker || int64(applied) != ok.Load() {
 				t.Fatalf("requests %d, applied %d, admitted %d", total, applied, ok.Load())
 			}
-			if stale.Load() == 0 || ok.Load() == 0 {
-				t.Fatalf("the run exercised nothing: %d admitted, %d stale", ok.Load(), stale.Load())
+			if stale.Load() == 0 || ok.Load() == 0 || byAdmin.Load() == 0 || (kind.leases && byLease.Load() == 0) {
+				t.Fatalf("the run exercised too little: %d admitted, %d stale, %d admin and %d lease takeovers",
+					ok.Load(), stale.Load(), byAdmin.Load(), byLease.Load())
 			}
 			for res := range resources {
 				m, err := store.Max(fmt.Sprintf("r%d/obj", res))
@@ -254,12 +383,73 @@ func TestRandomizedTakeovers(t *testing.T) {
 					t.Fatal(err)
 				}
 				seq := log.applied[fmt.Sprintf("r%d/obj", res)]
-				if len(seq) > 0 && seq[len(seq)-1] != m {
-					t.Errorf("r%d: last applied %d, stored max %d", res, seq[len(seq)-1], m)
+				if len(seq) > 0 && seq[len(seq)-1] > m {
+					t.Errorf("r%d: last applied %d, above the stored max %d", res, seq[len(seq)-1], m)
 				}
 			}
 		})
 	}
+}
+
+// takeOver gets worker w a new token for key: from the coordinator (its first
+// write raises), from the coordinator and then raised by an operator through
+// the barrier, or from a lease (leases non-nil). Raises that return are marked
+// in log.
+// takeoverRaiser raises a fence beside writes: the barrier (*Fence), or
+// storeRaiser.
+type takeoverRaiser interface {
+	lease.Barrier
+	Raise(ctx context.Context, resource string, t uint64) (uint64, error)
+}
+
+// storeRaiser raises in the store, beside the barrier: nothing is cut off
+// or drained. The protection switched off.
+type storeRaiser struct{ store Store }
+
+func (s storeRaiser) RaiseWith(_ context.Context, resource string, raise func() error) (uint64, error) {
+	if err := raise(); err != nil {
+		return 0, err
+	}
+	return s.store.Max(resource)
+}
+
+func (s storeRaiser) Raise(_ context.Context, resource string, t uint64) (uint64, error) {
+	return s.store.Raise(resource, t)
+}
+
+func takeOver(t *testing.T, rng *rand.Rand, fence takeoverRaiser, leases *lease.Manager, key string, w int, coordinator *atomic.Uint64,
+	log *applyLog, byWrite, byAdmin, byLease *atomic.Int64) uint64 {
+	switch rng.IntN(3) {
+	case 1:
+		tok := coordinator.Add(1)
+		m, err := fence.Raise(context.Background(), key, tok)
+		if err != nil {
+			t.Errorf("operator's raise of %s to %d: %v", key, tok, err)
+			return tok
+		}
+		log.markRaise(key, m)
+		byAdmin.Add(1)
+		return tok
+	case 2:
+		if leases == nil {
+			break
+		}
+		l, err := leases.Acquire(context.Background(), key, strconv.Itoa(w), time.Millisecond)
+		if errors.Is(err, lease.ErrHeld) {
+			break
+		}
+		if err != nil {
+			t.Errorf("lease acquire of %s: %v", key, err)
+			break
+		}
+		log.markRaise(key, l.Token)
+		for cur := coordinator.Load(); cur < l.Token && !coordinator.CompareAndSwap(cur, l.Token); cur = coordinator.Load() {
+		}
+		byLease.Add(1)
+		return l.Token
+	}
+	byWrite.Add(1)
+	return coordinator.Add(1)
 }
 
 // A client that hangs up after its whole write was forwarded must not open

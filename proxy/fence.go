@@ -155,14 +155,7 @@ func (f *Fence) Admit(ctx context.Context, resource string, t uint64) (release f
 // is the drain timer, started at the first wait and shared by the resources
 // of one write, so a COPY or MOVE waits DRAIN_TIMEOUT in all.
 func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight, deadline *<-chan time.Time) (release func(), err error) {
-	var startGrace <-chan time.Time // fires when the start-up grace is over; nil: no wait
-	if !f.started.Load() {
-		if wait := time.Until(f.startUntil); wait <= 0 {
-			f.started.Store(true)
-		} else if f.waitsAtStart(resource, t) {
-			startGrace = time.After(wait)
-		}
-	}
+	startGrace := f.startGrace(resource, t) // fires when the start-up grace is over; nil: no wait
 	if t == 0 {
 		// Token 0 raises nothing; record the resource so that after a
 		// restart larger tokens know a write may be in flight.
@@ -172,7 +165,7 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 			}
 		}
 	}
-	sh := &f.shards[maphash.String(f.seed, resource)%uint64(len(f.shards))]
+	sh := f.shard(resource)
 	st := sh.ref(resource)
 	admitted := false
 	defer func() {
@@ -255,6 +248,132 @@ func (f *Fence) admit(ctx context.Context, resource string, t uint64, fl *flight
 		var once sync.Once
 		return func() { once.Do(func() { f.release(sh, resource, st, t, fl) }) }, nil
 	}
+}
+
+// Raise raises resource's maximum to max(current, t) as one raise of the
+// barrier: the raise of a lease acquire's fence-ahead or an operator's, which
+// carries no write of its own. See RaiseWith.
+func (f *Fence) Raise(ctx context.Context, resource string, t uint64) (uint64, error) {
+	return f.RaiseWith(ctx, resource, func() error {
+		_, err := f.store.Raise(resource, t)
+		return err
+	})
+}
+
+// RaiseWith runs raise, a durable change that may raise resource's maximum
+// (a lease grant and its fence in one transaction), through the barrier, as
+// a write's raise goes: writes on resource wait for its outcome, and from
+// then on those below the new maximum m are refused. Every upload with a
+// token below m that is still sending its body is cut off (the backend never
+// gets it whole), and RaiseWith returns only once no write below m is in
+// flight upstream (an abandoned one through its abandon grace; after an
+// unclean start, the start-up grace): no write below m can be applied after
+// it returns. It returns m.
+// Errors: raise's own error, as is (nothing raised, nothing waited for);
+// ErrStore when m cannot be read; ErrDrainTimeout when writes below m were
+// still in flight after the drain timeout (m stays raised; a second call
+// waits again); ctx's error. After raise succeeded, errors come with m.
+func (f *Fence) RaiseWith(ctx context.Context, resource string, raise func() error) (uint64, error) {
+	sh := f.shard(resource)
+	st := sh.ref(resource)
+	defer sh.unref(resource, st)
+	var deadline <-chan time.Time
+	st.mu.Lock()
+	for st.raising {
+		if err := st.wait(ctx, &deadline, f.drain, nil); err != nil {
+			return 0, err
+		}
+	}
+	st.raising = true
+	st.mu.Unlock()
+	err := raise()
+	var m uint64
+	if err == nil {
+		if m, err = f.store.Max(resource); err != nil {
+			err = fmt.Errorf("%w: %w", ErrStore, err)
+		}
+	}
+	startGrace := f.startGrace(resource, m)
+	st.mu.Lock()
+	st.raising = false
+	st.broadcast()
+	if err != nil {
+		st.mu.Unlock()
+		return 0, err
+	}
+	for {
+		if st.inflightBelow(m) {
+			st.cutBelow(m)
+			if err := st.wait(ctx, &deadline, f.drain, nil); err != nil {
+				return m, err
+			}
+			continue
+		}
+		if startGrace != nil {
+			if err := st.wait(ctx, &deadline, f.drain, startGrace); err != nil {
+				return m, err
+			}
+			startGrace = nil
+			continue
+		}
+		st.mu.Unlock()
+		return m, nil
+	}
+}
+
+// Reset runs reset, which removes resource's maximum (an operator's reset:
+// the one way a maximum goes down), once every write on resource has
+// finished upstream, and while newcomers wait; so no write admitted under
+// the old maximum is still in flight when smaller tokens pass again. It
+// returns what reset returns. Errors: ErrDrainTimeout when writes were still
+// in flight after the drain timeout (reset did not run: nothing changed);
+// ctx's error (nothing changed); reset's own error.
+func (f *Fence) Reset(ctx context.Context, resource string, reset func() (uint64, error)) (uint64, error) {
+	sh := f.shard(resource)
+	st := sh.ref(resource)
+	defer sh.unref(resource, st)
+	var deadline <-chan time.Time
+	st.mu.Lock()
+	for st.raising {
+		if err := st.wait(ctx, &deadline, f.drain, nil); err != nil {
+			return 0, err
+		}
+	}
+	st.raising = true // newcomers wait, as for a raise
+	for len(st.inflight) > 0 {
+		if err := st.wait(ctx, &deadline, f.drain, nil); err != nil {
+			st.mu.Lock()
+			st.raising = false
+			st.broadcast()
+			st.mu.Unlock()
+			return 0, err
+		}
+	}
+	st.mu.Unlock()
+	removed, err := reset()
+	st.mu.Lock()
+	st.raising = false
+	st.broadcast()
+	st.mu.Unlock()
+	return removed, err
+}
+
+// startGrace returns a channel that fires when the start-up grace is over, if
+// a write or raise with token t on resource must wait it out; nil otherwise.
+func (f *Fence) startGrace(resource string, t uint64) <-chan time.Time {
+	if f.started.Load() {
+		return nil
+	}
+	if wait := time.Until(f.startUntil); wait <= 0 {
+		f.started.Store(true)
+	} else if f.waitsAtStart(resource, t) {
+		return time.After(wait)
+	}
+	return nil
+}
+
+func (f *Fence) shard(resource string) *fenceShard {
+	return &f.shards[maphash.String(f.seed, resource)%uint64(len(f.shards))]
 }
 
 // waitsAtStart reports whether a write with token t on resource must wait
@@ -361,7 +480,7 @@ func (f *Fence) WaitIdle(ctx context.Context) error {
 
 // InFlight returns the number of admitted, unfinished writes on resource.
 func (f *Fence) InFlight(resource string) int {
-	sh := &f.shards[maphash.String(f.seed, resource)%uint64(len(f.shards))]
+	sh := f.shard(resource)
 	sh.mu.Lock()
 	st := sh.resources[resource]
 	sh.mu.Unlock()

@@ -31,10 +31,27 @@ type uploadBody struct {
 	idle      time.Duration // 0: no idle timeout
 	remaining int64         // bytes until the end of a Content-Length body; -1: until EOF
 
+	// held: the upstream client reads the body ahead and sends it later
+	// (upstream.HeldBody); its end counts as sent only at Send.
+	held bool
+
 	// Read runs on the upstream client's goroutine, which may still be
 	// reading when the exchange has already failed for another reason.
 	mu      sync.Mutex
 	stopped error // errUploadCut, errUploadIdle or the client's read error
+}
+
+// Hold implements upstream.HeldBody: the body's end is not its sending.
+func (b *uploadBody) Hold() { b.held = true }
+
+// Send implements upstream.HeldBody: the body read ahead is sent now, unless
+// a larger token cut it off meanwhile (errUploadCut: nothing is sent). From
+// here on a backend may apply it.
+func (b *uploadBody) Send() error {
+	if !b.fl.body.CompareAndSwap(bodySending, bodySent) && b.fl.body.Load() == bodyCut {
+		return b.stop(errUploadCut)
+	}
+	return nil
 }
 
 // init makes b wrap r's body for fl (r.ContentLength -1: read to EOF).
@@ -70,8 +87,9 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 		}
 		return 0, b.stop(err)
 	case err == io.EOF || b.remaining == 0:
-		// These bytes complete the body: once handed over, a backend may apply it.
-		if !b.fl.body.CompareAndSwap(bodySending, bodySent) {
+		// These bytes complete the body: once handed over, a backend may
+		// apply it. A held body is sent later, at Send.
+		if !b.held && !b.fl.body.CompareAndSwap(bodySending, bodySent) {
 			return 0, b.stop(errUploadCut)
 		}
 		// No deadline while the server waits for the next request or watches

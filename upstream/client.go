@@ -48,6 +48,19 @@ import (
 // through the Transport, which reads the answer while it writes.
 const SmallBodyMax = 64 << 10
 
+// HeldBody is a request body that tells reading its bytes from sending them.
+// The fast path reads a small body whole before it writes any of it; for a
+// HeldBody it calls Hold before the first Read, so that reaching the body's
+// end does not count as sent, and Send once the body is read, right before
+// the request is written: an error from Send ends RoundTrip with that error
+// (wrapped) and nothing written. The streaming path calls neither: there a
+// body's last Read is its sending.
+type HeldBody interface {
+	io.ReadCloser
+	Hold()
+	Send() error
+}
+
 // MaxResponseHeaderBytes bounds a response's header block on the fast path
 // (the same 64 KiB fenceproxy allows inbound); a larger one is a 502.
 const MaxResponseHeaderBytes = 64 << 10
@@ -234,9 +247,16 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 		// The body is read whole before anything goes upstream: a stalled or
 		// cut upload then never reaches the backend at all, and a request
 		// that met a dead keep-alive connection can be sent on another.
+		held, _ := r.Body.(HeldBody)
+		if held != nil {
+			held.Hold()
+		}
 		buf := bodyBuffers.Get().(*[SmallBodyMax]byte)
 		defer bodyBuffers.Put(buf)
 		_, err := io.ReadFull(r.Body, buf[:r.ContentLength])
+		if err == nil && held != nil {
+			err = held.Send() // the last moment to refuse: nothing is written yet
+		}
 		r.Body.Close()
 		if err != nil {
 			return nil, fmt.Errorf("upstream: reading the request body: %w", err)

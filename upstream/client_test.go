@@ -553,3 +553,66 @@ func TestFastPathDropsConnectionsWithStrayBytes(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// heldBody is a HeldBody over a byte slice that records the calls it gets
+// and refuses Send when refuse is set.
+type heldBody struct {
+	r      *bytes.Reader
+	calls  []string
+	refuse error
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.r.Len() == 0 && (len(b.calls) == 0 || b.calls[len(b.calls)-1] != "read to the end") {
+		b.calls = append(b.calls, "read to the end")
+	}
+	return n, err
+}
+
+func (b *heldBody) Hold()        { b.calls = append(b.calls, "hold") }
+func (b *heldBody) Close() error { return nil }
+func (b *heldBody) Send() error {
+	b.calls = append(b.calls, "send")
+	return b.refuse
+}
+
+// The fast path asks a HeldBody at the moment of sending, after reading it
+// whole: a refusal then means nothing at all reaches the backend (the proxy
+// refuses so a body it read ahead after a larger token cut it off).
+func TestFastPathAsksHeldBodyBeforeSending(t *testing.T) {
+	for _, refuse := range []error{nil, errors.New("cut off by a larger token")} {
+		t.Run(fmt.Sprintf("refuse=%v", refuse), func(t *testing.T) {
+			backend := newRawBackend(t)
+			u, _ := url.Parse("http://" + backend.ln.Addr().String())
+			c := New(u, stdTransport(), Options{})
+			t.Cleanup(c.CloseIdleConnections)
+			r := outbound(t, u.String(), "PUT", "/bkt/obj", nil, nil)
+			body := &heldBody{r: bytes.NewReader([]byte("the whole body")), refuse: refuse}
+			r.Body, r.ContentLength = body, int64(body.r.Len())
+			if !c.Fast(r) {
+				t.Fatal("not on the fast path")
+			}
+			resp, err := c.RoundTrip(r)
+			if got := strings.Join(body.calls, ", "); got != "hold, read to the end, send" {
+				t.Fatalf("calls: %s", got)
+			}
+			if refuse != nil {
+				if !errors.Is(err, refuse) {
+					t.Fatalf("RoundTrip: %v, want the refusal", err)
+				}
+				if n := backend.conns.Load(); n != 0 {
+					t.Fatalf("a refused body opened %d connections to the backend", n)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if got := backend.last(); !strings.HasSuffix(got, "the whole body") {
+				t.Fatalf("backend got %q", got)
+			}
+		})
+	}
+}

@@ -178,7 +178,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	snapshotTimer := time.AfterFunc(snapshotGrace, store.ReleaseOpenSnapshot)
 	defer snapshotTimer.Stop()
 	ready := &readiness{Store: store}
-	leases := lease.NewManager(store, lease.Options{
+	leases := lease.NewManager(store, p.Fence(), lease.Options{
 		MinTTL: cfg.LeaseMinTTL, MaxTTL: cfg.LeaseMaxTTL,
 		Grace: cfg.LeaseGrace, RevokeAfter: cfg.LeaseRevokeAfter, Logger: log,
 	})
@@ -201,7 +201,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 			Warning:       warning,
 			LeaseToken:    cfg.LeaseToken,
 			ResourceDepth: cfg.ResourceDepth,
-			Admin:         store,
+			Admin:         adminFences{store: store, fence: p.Fence()},
 			AdminToken:    cfg.AdminToken,
 			Signer:        signer,
 		}),
@@ -316,4 +316,24 @@ func (r *readiness) Ready() error {
 		return errDraining
 	}
 	return r.Store.Ready()
+}
+
+// adminFences is the admin API's view of the fences: listed from the store,
+// raised and reset through the fence barrier, so an operator's raise cuts
+// off and drains the smaller-token writes in flight like a write's raise.
+type adminFences struct {
+	store *tokenstore.Store
+	fence *proxy.Fence
+}
+
+func (a adminFences) Raise(ctx context.Context, resource string, t uint64) (uint64, error) {
+	return a.fence.Raise(ctx, resource, t)
+}
+
+func (a adminFences) Reset(ctx context.Context, resource string) (uint64, error) {
+	return a.fence.Reset(ctx, resource, func() (uint64, error) { return a.store.Reset(resource) })
+}
+
+func (a adminFences) List(prefix, after string, limit int) ([]tokenstore.Fence, error) {
+	return a.store.List(prefix, after, limit)
 }
