@@ -199,6 +199,19 @@ func Parse(environ map[string]string) (Config, []string, error) {
 	return cfg, warnings, errors.Join(errs...)
 }
 
+// Default returns the configuration an environment that sets only the
+// required variables would give, with those left empty (Upstream nil, DataDir
+// ""): every default, defined once, in the fields' envDefault tags. Tests and
+// embedders start from it.
+func Default() Config {
+	cfg, _, err := Parse(map[string]string{Prefix + "UPSTREAM": "http://upstream.invalid", Prefix + "DATA_DIR": "unset"})
+	if err != nil {
+		panic("config: the defaults do not validate: " + err.Error())
+	}
+	cfg.Upstream, cfg.DataDir = nil, ""
+	return cfg
+}
+
 // kubernetesServiceLink reports variables that Kubernetes injects for a Service
 // named fenceproxy (FENCEPROXY_SERVICE_HOST, FENCEPROXY_PORT_8080_TCP, ...).
 func kubernetesServiceLink(name string) bool {

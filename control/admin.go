@@ -11,17 +11,17 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
 // AdminStore is what the admin API reads and changes. Raise and Reset must
-// go through the fence barrier (proxy.Fence's Raise and Reset over the
+// go through the fence barrier (fence.Barrier's Raise and Reset over the
 // store): a raise cuts off and drains the smaller-token writes in flight.
 type AdminStore interface {
 	// Raise makes max(current, t) resource's maximum, cuts off uploads below
 	// it and waits until no write below it is in flight; it returns the
-	// maximum (also with proxy.ErrDrainTimeout, when it stays raised).
+	// maximum (also with fence.ErrDrainTimeout, when it stays raised).
 	Raise(ctx context.Context, resource string, t uint64) (uint64, error)
 	// List returns up to limit fences after after whose resource starts with prefix.
 	List(prefix, after string, limit int) ([]tokenstore.Fence, error)
@@ -130,7 +130,7 @@ func (a *admin) raise(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := a.store.Raise(r.Context(), resource, uint64(*req.Token))
-	if errors.Is(err, proxy.ErrDrainTimeout) {
+	if errors.Is(err, fence.ErrDrainTimeout) {
 		a.log.LogAttrs(r.Context(), slog.LevelWarn, "fence raised by an operator; writes with smaller tokens still in flight",
 			slog.String("resource", resource), slog.Uint64("requested", uint64(*req.Token)), slog.Uint64("token", m))
 		w.Header().Set("Retry-After", "1")
@@ -161,7 +161,7 @@ func (a *admin) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	removed, err := a.store.Reset(r.Context(), resource)
-	if errors.Is(err, proxy.ErrDrainTimeout) {
+	if errors.Is(err, fence.ErrDrainTimeout) {
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, http.StatusServiceUnavailable, "Writes still in flight",
 			"writes on this resource did not finish within the drain timeout; nothing changed, retry later")
@@ -181,8 +181,8 @@ func (a *admin) reset(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *admin) resource(w http.ResponseWriter, r *http.Request) (string, bool) {
-	resource := strings.TrimPrefix(r.URL.Path, FencePrefix)
-	if key, err := proxy.ResourceKey("/"+resource, 0); err != nil || key != resource || proxy.CheckRawPath(r.URL.EscapedPath()) != nil {
+	resource, err := fence.Resolver{}.Name(rawAfter(r, FencePrefix))
+	if err != nil {
 		writeProblem(w, http.StatusBadRequest, "Bad resource", "name a resource key after "+FencePrefix)
 		return "", false
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/fence"
 )
 
 // Store is what the control API reads (tokenstore.Store provides it).
@@ -79,9 +79,8 @@ func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 		writeJSON(w, http.StatusOK, body)
 	})
 	r.Get(FencePrefix+"*", func(w http.ResponseWriter, req *http.Request) {
-		// The decoded path, not chi's wildcard (which is raw when RawPath is set).
-		key := strings.TrimPrefix(req.URL.Path, FencePrefix)
-		if key == "" || len(key) > proxy.MaxResourceKey {
+		key, err := fence.Resolver{}.Name(rawAfter(req, FencePrefix))
+		if err != nil {
 			writeProblem(w, http.StatusNotFound, "Unknown resource", "name a resource key after "+FencePrefix)
 			return
 		}
@@ -116,4 +115,14 @@ func writeProblem(w http.ResponseWriter, status int, title, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail})
+}
+
+// rawAfter returns the request target's path after prefix, as received
+// (still percent-encoded): the resolver checks the bytes a write would carry.
+func rawAfter(r *http.Request, prefix string) string {
+	path, _, _ := strings.Cut(r.RequestURI, "?")
+	if !strings.HasPrefix(path, "/") {
+		path = r.URL.EscapedPath()
+	}
+	return strings.TrimPrefix(path, prefix)
 }

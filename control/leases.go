@@ -16,8 +16,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
-	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // LeasePrefix is the URL prefix under which a lease name (a resource key) names its lease.
@@ -83,18 +84,7 @@ func bearer(r *http.Request, want string) bool {
 // name returns the lease name of r: the percent-decoded path after the prefix,
 // a valid resource key with exactly RESOURCE_DEPTH segments when that is set.
 func (a *leaseAPI) name(r *http.Request) (string, error) {
-	name := strings.TrimPrefix(r.URL.Path, LeasePrefix)
-	key, err := proxy.ResourceKey("/"+name, 0)
-	if err == nil {
-		err = proxy.CheckRawPath(r.URL.EscapedPath()) // the bytes the proxy would refuse in a write
-	}
-	if err != nil || key != name {
-		return "", fmt.Errorf("%q is not a resource key the proxy would fence", name)
-	}
-	if a.depth > 0 && strings.Count(name, "/")+1 != a.depth {
-		return "", fmt.Errorf("lease name %q must have exactly %d segments (FENCEPROXY_RESOURCE_DEPTH), so the lease and the fence cover the same resource", name, a.depth)
-	}
-	return name, nil
+	return fence.Resolver{Depth: a.depth}.LeaseName(rawAfter(r, LeasePrefix))
 }
 
 // Token is a fencing token in JSON: written as a decimal string (64-bit
@@ -112,7 +102,7 @@ func (t *Token) UnmarshalJSON(b []byte) error {
 	if unq, err := strconv.Unquote(s); err == nil {
 		s = unq
 	}
-	v, err := proxy.ParseToken(s)
+	v, err := fence.ParseToken(s)
 	if err != nil {
 		return err
 	}
@@ -146,7 +136,7 @@ type leaseBody struct {
 func (a *leaseAPI) signed(w http.ResponseWriter, b leaseBody) leaseBody {
 	if a.signer != nil {
 		b.TokenSignature = a.signer.Sign(b.Name, uint64(b.Token))
-		w.Header().Set(proxy.HeaderSignature, b.TokenSignature)
+		w.Header().Set(wire.HeaderSignature, b.TokenSignature)
 	}
 	return b
 }
@@ -306,7 +296,7 @@ func (a *leaseAPI) fail(w http.ResponseWriter, r *http.Request, name string, err
 		writeProblem(w, http.StatusConflict, "Fencing tokens exhausted", err.Error())
 	case errors.Is(err, lease.ErrInvalid):
 		writeProblem(w, http.StatusBadRequest, "Bad lease request", err.Error())
-	case errors.Is(err, proxy.ErrDrainTimeout):
+	case errors.Is(err, fence.ErrDrainTimeout):
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, http.StatusServiceUnavailable, "Smaller-token writes still in flight", err.Error())
 	case errors.Is(err, lease.ErrNotFound):

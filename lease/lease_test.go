@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
@@ -44,7 +44,7 @@ func newTestManager(t *testing.T, dir string) (*Manager, *tokenstore.Store, *clo
 	}
 	t.Cleanup(func() { s.Close() })
 	c := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	return NewManager(s, proxy.NewFence(s, time.Second), Options{Now: c.Now}), s, c
+	return NewManager(s, newBarrier(s), Options{Now: c.Now}), s, c
 }
 
 // The second background document's timeline: w1 holds and renews, w2 cannot
@@ -183,7 +183,7 @@ func TestTokensSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := NewManager(s, proxy.NewFence(s, time.Second), Options{}).Acquire(context.Background(), "r", "w1", time.Second)
+	first, err := NewManager(s, newBarrier(s), Options{}).Acquire(context.Background(), "r", "w1", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestTokensSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	m := NewManager(s, proxy.NewFence(s, time.Second), Options{Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	m := NewManager(s, newBarrier(s), Options{Now: func() time.Time { return time.Now().Add(time.Hour) }})
 	next, err := m.Acquire(context.Background(), "r", "w2", time.Second)
 	if err != nil || next.Token <= first.Token {
 		t.Fatalf("after restart: %+v, %v; want a token above %d", next, err, first.Token)
@@ -243,7 +243,7 @@ func TestSuspectReported(t *testing.T) {
 	c := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
 	var logs strings.Builder
 	var mu sync.Mutex
-	m := NewManager(s, proxy.NewFence(s, time.Second), Options{Now: c.Now, Logger: slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))})
+	m := NewManager(s, newBarrier(s), Options{Now: c.Now, Logger: slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))})
 	if _, err := m.Acquire(context.Background(), "a", "w1", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -305,4 +305,13 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// newBarrier is the fence barrier over s that grants raise through.
+func newBarrier(s fence.Store) *fence.Barrier {
+	b, err := fence.New(s, fence.Options{DrainTimeout: time.Second})
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -9,13 +9,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // lateBackend applies each write after a per-token delay, long after the
@@ -99,10 +100,10 @@ func TestAbandonGraceHoldsBarrier(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			backend, srv := newLateBackend(t)
 			backend.delay["5"] = 700 * time.Millisecond
-			proxy := newTestProxy(t, newMemStore(), srv.URL, func(o *Options) {
+			proxy := newTestProxy(t, newMemStore(), srv.URL, func(o *Options, f *fence.Options) {
 				o.ResponseTimeout = 200 * time.Millisecond
-				o.AbandonGrace = tc.grace
-				o.DrainTimeout = 5 * time.Second
+				f.AbandonGrace = tc.grace
+				f.DrainTimeout = 5 * time.Second
 			})
 			if r := put(context.Background(), proxy.URL, "/bkt/obj", "5", "A"); r.status != http.StatusGatewayTimeout {
 				t.Fatalf("token 5: %d %s, want 504", r.status, r.body)
@@ -127,9 +128,9 @@ func TestAbandonGraceHoldsBarrier(t *testing.T) {
 func TestAbandonGraceLetsEqualTokens(t *testing.T) {
 	backend, srv := newLateBackend(t)
 	backend.delay["5"] = 400 * time.Millisecond
-	proxy := newTestProxy(t, newMemStore(), srv.URL, func(o *Options) {
+	proxy := newTestProxy(t, newMemStore(), srv.URL, func(o *Options, f *fence.Options) {
 		o.ResponseTimeout = 150 * time.Millisecond
-		o.AbandonGrace = 3 * time.Second
+		f.AbandonGrace = 3 * time.Second
 	})
 	if r := put(context.Background(), proxy.URL, "/bkt/obj", "5", "A"); r.status != http.StatusGatewayTimeout {
 		t.Fatalf("first 5: %d, want 504", r.status)
@@ -178,8 +179,8 @@ func TestRaiseCutsStalledUpload(t *testing.T) {
 	for _, chunked := range []bool{false, true} {
 		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
 			backend, srv := newLateBackend(t)
-			proxy := newTestProxy(t, newMemStore(), srv.URL, func(o *Options) {
-				o.DrainTimeout = 10 * time.Second
+			proxy := newTestProxy(t, newMemStore(), srv.URL, func(o *Options, f *fence.Options) {
+				f.DrainTimeout = 10 * time.Second
 				o.UploadIdleTimeout = time.Minute
 			})
 			conn, br := slowUpload(t, proxy.URL, "/bkt/obj", "5", chunked)
@@ -198,8 +199,8 @@ func TestRaiseCutsStalledUpload(t *testing.T) {
 				t.Fatalf("the cut-off writer got no answer: %v", err)
 			}
 			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusConflict || resp.Header.Get(HeaderRefused) != ReasonStale ||
-				resp.Header.Get(HeaderCurrentToken) != "6" || !strings.Contains(string(body), "cut off") {
+			if resp.StatusCode != http.StatusConflict || resp.Header.Get(wire.HeaderRefused) != wire.ReasonStale ||
+				resp.Header.Get(wire.HeaderCurrentToken) != "6" || !strings.Contains(string(body), "cut off") {
 				t.Fatalf("cut-off writer: %d %v %s", resp.StatusCode, resp.Header, body)
 			}
 			waitFor(t, func() bool { _, applied, _ := backend.state(); return applied == "[6]" })
@@ -235,11 +236,9 @@ func TestRaiseDoesNotCutSentWrite(t *testing.T) {
 // with 408; the backend never gets the body whole and the barrier opens.
 func TestUploadIdleTimeout(t *testing.T) {
 	backend, srv := newLateBackend(t)
-	u, _ := url.Parse(srv.URL)
-	p, err := New(newMemStore(), Options{Upstream: u, UploadIdleTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := testOptions(t, srv.URL)
+	opts.UploadIdleTimeout = 300 * time.Millisecond
+	p, b := newProxy(t, newMemStore(), opts, fence.Options{DrainTimeout: 5 * time.Second})
 	proxy := httptest.NewServer(p)
 	t.Cleanup(proxy.Close)
 	conn, br := slowUpload(t, proxy.URL, "/bkt/obj", "5", false)
@@ -254,7 +253,7 @@ func TestUploadIdleTimeout(t *testing.T) {
 	if got := backend.next(t, 2*time.Second); got != "incomplete 5" {
 		t.Fatalf("backend saw %q, want an incomplete body", got)
 	}
-	waitFor(t, func() bool { return p.Fence().InFlight("bkt/obj") == 0 })
+	waitFor(t, func() bool { return b.InFlight("bkt/obj") == 0 })
 	if r := put(context.Background(), proxy.URL, "/bkt/obj", "6", "B"); r.status != http.StatusNoContent {
 		t.Fatalf("token 6 after the cut: %d", r.status)
 	}
@@ -294,7 +293,7 @@ func TestStartupGrace(t *testing.T) {
 	backend, srv := newLateBackend(t)
 	const grace = 2 * time.Second
 	start := time.Now() // the grace runs from New
-	proxy := newTestProxy(t, s, srv.URL, func(o *Options) { o.AbandonGrace = grace })
+	proxy := newTestProxy(t, s, srv.URL, func(o *Options, f *fence.Options) { f.AbandonGrace, f.StartGrace = grace, grace })
 
 	waiting := []<-chan result{
 		putAsync(proxy.URL, "/bkt/a", "5", "the maximum at open"),
@@ -339,7 +338,11 @@ func testTokenZeroLeavesRecord(t *testing.T, observe bool) {
 		t.Fatal(err)
 	}
 	backend, srv := newLateBackend(t)
-	proxy := newTestProxy(t, s, srv.URL, func(o *Options) { o.Observe = observe })
+	proxy := newTestProxy(t, s, srv.URL, func(o *Options, f *fence.Options) {
+		if observe {
+			o.Mode = "observe"
+		}
+	})
 	if r := put(context.Background(), proxy.URL, "/bkt/z", "0", "zero"); r.status != http.StatusNoContent {
 		t.Fatalf("token 0: %d", r.status)
 	}
@@ -365,7 +368,7 @@ func TestMaxTokenJump(t *testing.T) {
 	store := newMemStore()
 	store.set(func(s *memStore) { s.max["bkt/obj"] = 5 })
 	backend, srv := newLateBackend(t)
-	proxy := newTestProxy(t, store, srv.URL, func(o *Options) { o.MaxTokenJump = 10 })
+	proxy := newTestProxy(t, store, srv.URL, func(o *Options, f *fence.Options) { f.MaxTokenJump = 10 })
 	for _, tc := range []struct {
 		path, token string
 		status      int
@@ -382,8 +385,8 @@ func TestMaxTokenJump(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", r.status, tc.status, r.body)
 			}
 			if tc.status == http.StatusForbidden {
-				if r.header.Get(HeaderRefused) != ReasonJump {
-					t.Fatalf("Fencing-Refused %q", r.header.Get(HeaderRefused))
+				if r.header.Get(wire.HeaderRefused) != wire.ReasonJump {
+					t.Fatalf("Fencing-Refused %q", r.header.Get(wire.HeaderRefused))
 				}
 				backend.quiet(t, 50*time.Millisecond)
 			} else {
@@ -393,32 +396,6 @@ func TestMaxTokenJump(t *testing.T) {
 	}
 	if m := store.get("bkt/obj"); m != 15 {
 		t.Fatalf("maximum %d, want 15", m)
-	}
-}
-
-// A write on two resources (a MOVE) waits DRAIN_TIMEOUT in all, not per
-// resource: here the first resource's blocker leaves late and the second's
-// never does, so the write times out once the one shared timer fires.
-func TestAdmitAllSharesDrainTimeout(t *testing.T) {
-	const drain = time.Second
-	f := NewFence(newMemStore(), drain)
-	ctx := context.Background()
-	relA, err := f.Admit(ctx, "a", 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Admit(ctx, "b", 5); err != nil { // never released
-		t.Fatal(err)
-	}
-	time.AfterFunc(800*time.Millisecond, relA)
-	start := time.Now()
-	_, err = f.AdmitAll(ctx, []string{"b", "a"}, 6)
-	if !errors.Is(err, ErrDrainTimeout) {
-		t.Fatalf("AdmitAll: %v, want ErrDrainTimeout", err)
-	}
-	// Per-resource timers would give up only after about 1.8 s.
-	if waited := time.Since(start); waited > drain+600*time.Millisecond {
-		t.Fatalf("waited %s for a %s drain timeout", waited, drain)
 	}
 }
 
@@ -453,7 +430,7 @@ func TestTransportResendCountsAsAbandoned(t *testing.T) {
 	}))
 	t.Cleanup(backend.Close)
 	const grace = 1500 * time.Millisecond
-	proxy := newTestProxy(t, newMemStore(), backend.URL, func(o *Options) { o.AbandonGrace = grace })
+	proxy := newTestProxy(t, newMemStore(), backend.URL, func(o *Options, f *fence.Options) { f.AbandonGrace = grace })
 	if status := replayableDelete(t, proxy.URL); status != http.StatusNoContent {
 		t.Fatalf("DELETE: %d", status)
 	}
@@ -490,7 +467,7 @@ func TestTransportResendThatCannotConnectCountsAsAbandoned(t *testing.T) {
 	}))
 	t.Cleanup(backend.Close)
 	const grace = 1500 * time.Millisecond
-	proxy := newTestProxy(t, newMemStore(), backend.URL, func(o *Options) { o.AbandonGrace = grace })
+	proxy := newTestProxy(t, newMemStore(), backend.URL, func(o *Options, f *fence.Options) { f.AbandonGrace = grace })
 	if status := replayableDelete(t, proxy.URL); status != http.StatusBadGateway {
 		t.Fatalf("DELETE: %d, want 502 (the resend could not connect)", status)
 	}
@@ -533,16 +510,13 @@ func idempotentDelete(t *testing.T, url, token string) int {
 func TestWaitIdle(t *testing.T) {
 	backend, srv := newLateBackend(t)
 	backend.delay["5"] = 600 * time.Millisecond
-	u, _ := url.Parse(srv.URL)
 	const grace = 800 * time.Millisecond
-	p, err := New(newMemStore(), Options{Upstream: u, DrainTimeout: 5 * time.Second,
-		ResponseTimeout: 200 * time.Millisecond, AbandonGrace: grace})
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := testOptions(t, srv.URL)
+	opts.ResponseTimeout = 200 * time.Millisecond
+	p, b := newProxy(t, newMemStore(), opts, fence.Options{DrainTimeout: 5 * time.Second, AbandonGrace: grace})
 	front := httptest.NewServer(p)
 	t.Cleanup(front.Close)
-	if err := p.Fence().WaitIdle(context.Background()); err != nil {
+	if err := b.WaitIdle(context.Background()); err != nil {
 		t.Fatalf("idle fence: %v", err)
 	}
 	start := time.Now()
@@ -551,10 +525,10 @@ func TestWaitIdle(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := p.Fence().WaitIdle(short); !errors.Is(err, context.DeadlineExceeded) {
+	if err := b.WaitIdle(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitIdle during the abandon grace: %v, want the context's deadline", err)
 	}
-	if err := p.Fence().WaitIdle(context.Background()); err != nil {
+	if err := b.WaitIdle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if waited := time.Since(start); waited < grace {
@@ -585,7 +559,12 @@ func TestCleanStartSkipsStartupGrace(t *testing.T) {
 		}
 		_, srv := newLateBackend(t)
 		start := time.Now()
-		proxy := newTestProxy(t, s, srv.URL, func(o *Options) { o.AbandonGrace = time.Second; o.CleanStart = tc.clean })
+		proxy := newTestProxy(t, s, srv.URL, func(o *Options, f *fence.Options) {
+			f.AbandonGrace = time.Second
+			if !tc.clean {
+				f.StartGrace = f.AbandonGrace
+			}
+		})
 		if r := put(context.Background(), proxy.URL, "/bkt/a", "5", "x"); r.status != http.StatusNoContent {
 			t.Fatalf("clean=%v: %d", tc.clean, r.status)
 		}

@@ -5,44 +5,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
-
-// BenchmarkFenceAdmit is the admission hot path: the current holder writing
-// again (t == maximum), over 1,000 resources, from many goroutines.
-func BenchmarkFenceAdmit(b *testing.B) {
-	s, err := tokenstore.Open(b.TempDir(), tokenstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	keys := make([]string, 1000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("bkt/obj-%d", i)
-		if _, err := s.Raise(keys[i], 7); err != nil {
-			b.Fatal(err)
-		}
-	}
-	f := NewFence(s, time.Second)
-	var n atomic.Uint64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			rel, err := f.Admit(b.Context(), keys[n.Add(1)%1000], 7)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rel()
-		}
-	})
-}
 
 // okTransport answers every request at once, so the benchmark measures the
 // proxy's own work, not a backend's.
@@ -73,14 +43,12 @@ func BenchmarkProxyPut(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			opts := Options{Upstream: &url.URL{Scheme: "http", Host: "backend.invalid"}, Transport: okTransport{}}
+			opts := testOptions(b, "http://backend.invalid")
+			opts.Transport = okTransport{}
 			if mode == "unfenced" {
 				opts.UnfencedMethods = []string{"GET", "HEAD", "OPTIONS", "PUT"}
 			}
-			p, err := New(s, opts)
-			if err != nil {
-				b.Fatal(err)
-			}
+			p, _ := newProxy(b, s, opts, fence.Options{DrainTimeout: time.Second})
 			var n atomic.Uint64
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,8 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // applyLog is a backend that applies each write after a random delay and
@@ -158,7 +159,7 @@ func TestStalledWorkerTimeline(t *testing.T) {
 			t.Fatalf("B(42): %d", r.status)
 		}
 		r := put(context.Background(), srv.URL, "/bkt/report", "41", "A-late")
-		if r.status != 409 || r.header.Get(HeaderCurrentToken) != "42" {
+		if r.status != 409 || r.header.Get(wire.HeaderCurrentToken) != "42" {
 			t.Fatalf("A's late write: %d %v", r.status, r.header)
 		}
 		if got := fmt.Sprint(log.applied["bkt/report"]); got != "[41 42]" {
@@ -240,11 +241,11 @@ func (b *stallingBody) Read(p []byte) (int, error) {
 // current token.
 func TestRandomizedTakeovers(t *testing.T) {
 	type storeKind struct {
-		open   func(t *testing.T) Store
+		open   func(t *testing.T) fence.Store
 		leases bool
 		bypass bool // lease and operator raises beside the barrier: the protection off
 	}
-	badger := func(t *testing.T) Store {
+	badger := func(t *testing.T) fence.Store {
 		s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -253,7 +254,7 @@ func TestRandomizedTakeovers(t *testing.T) {
 		return s
 	}
 	stores := map[string]storeKind{
-		"memstore":                      {open: func(t *testing.T) Store { return newMemStore() }},
+		"memstore":                      {open: func(t *testing.T) fence.Store { return newMemStore() }},
 		"tokenstore":                    {leases: true, open: badger},
 		"tokenstore beside the barrier": {leases: true, open: badger, bypass: true},
 	}
@@ -268,15 +269,13 @@ func TestRandomizedTakeovers(t *testing.T) {
 			backend := httptest.NewServer(log)
 			defer backend.Close()
 			store := kind.open(t)
-			u, _ := url.Parse(backend.URL)
 			metrics := NewMetrics(prometheus.NewRegistry())
-			p, err := New(store, Options{Upstream: u, DrainTimeout: 10 * time.Second, CleanStart: true, Metrics: metrics})
-			if err != nil {
-				t.Fatal(err)
-			}
+			opts := testOptions(t, backend.URL)
+			opts.Metrics = metrics
+			p, b := newProxy(t, store, opts, fence.Options{DrainTimeout: 10 * time.Second, ObserveRaise: metrics.ObserveRaise})
 			srv := httptest.NewServer(p)
 			defer srv.Close()
-			var raise takeoverRaiser = p.Fence()
+			var raise takeoverRaiser = b
 			if kind.bypass {
 				raise = storeRaiser{store}
 			}
@@ -332,7 +331,7 @@ func TestRandomizedTakeovers(t *testing.T) {
 							ok.Add(1)
 						case http.StatusConflict:
 							stale.Add(1)
-							cur, _ := strconv.ParseUint(resp.Header.Get(HeaderCurrentToken), 10, 64)
+							cur, _ := strconv.ParseUint(resp.Header.Get(wire.HeaderCurrentToken), 10, 64)
 							if cur <= held[res] {
 								t.Errorf("409 for token %d with current %d", held[res], cur)
 							}
@@ -404,7 +403,7 @@ type takeoverRaiser interface {
 
 // storeRaiser raises in the store, beside the barrier: nothing is cut off
 // or drained. The protection switched off.
-type storeRaiser struct{ store Store }
+type storeRaiser struct{ store fence.Store }
 
 func (s storeRaiser) RaiseWith(_ context.Context, resource string, raise func() error) (uint64, error) {
 	if err := raise(); err != nil {
@@ -417,12 +416,12 @@ func (s storeRaiser) Raise(_ context.Context, resource string, t uint64) (uint64
 	return s.store.Raise(resource, t)
 }
 
-func takeOver(t *testing.T, rng *rand.Rand, fence takeoverRaiser, leases *lease.Manager, key string, w int, coordinator *atomic.Uint64,
+func takeOver(t *testing.T, rng *rand.Rand, raiser takeoverRaiser, leases *lease.Manager, key string, w int, coordinator *atomic.Uint64,
 	log *applyLog, byWrite, byAdmin, byLease *atomic.Int64) uint64 {
 	switch rng.IntN(3) {
 	case 1:
 		tok := coordinator.Add(1)
-		m, err := fence.Raise(context.Background(), key, tok)
+		m, err := raiser.Raise(context.Background(), key, tok)
 		if err != nil {
 			t.Errorf("operator's raise of %s to %d: %v", key, tok, err)
 			return tok

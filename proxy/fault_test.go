@@ -20,8 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // faultStore keeps maxima in memory, as durable as a real store's once Raise
@@ -146,8 +148,8 @@ func checkStoreError(t *testing.T, r result, cause error) {
 	if r.status != http.StatusServiceUnavailable {
 		t.Fatalf("status %d, want 503; body %s", r.status, r.body)
 	}
-	if got := r.header.Get(HeaderRefused); got != ReasonStoreError {
-		t.Errorf("%s %q, want %q", HeaderRefused, got, ReasonStoreError)
+	if got := r.header.Get(wire.HeaderRefused); got != wire.ReasonStoreError {
+		t.Errorf("%s %q, want %q", wire.HeaderRefused, got, wire.ReasonStoreError)
 	}
 	if r.header.Get("Retry-After") == "" {
 		t.Error("no Retry-After on a store fault")
@@ -155,12 +157,12 @@ func checkStoreError(t *testing.T, r result, cause error) {
 	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
 		t.Errorf("Content-Type %q", ct)
 	}
-	var pb problem
+	var pb wire.Problem
 	if err := json.Unmarshal([]byte(r.body), &pb); err != nil {
 		t.Fatalf("problem body %q: %v", r.body, err)
 	}
-	if pb.Status != 503 || pb.Reason != ReasonStoreError {
-		t.Errorf("problem %+v, want status 503 reason %s", pb, ReasonStoreError)
+	if pb.Status != 503 || pb.Reason != wire.ReasonStoreError {
+		t.Errorf("problem %+v, want status 503 reason %s", pb, wire.ReasonStoreError)
 	}
 	if cause != nil && strings.Contains(r.body, cause.Error()) {
 		t.Errorf("the store's error leaked into the body: %s", r.body)
@@ -308,7 +310,7 @@ func TestStoreFaultConcurrentWriters(t *testing.T) {
 					t.Errorf("%s: %v", id, r.err)
 					return
 				}
-				outcomes <- outcome{id, r.status, r.header.Get(HeaderRefused)}
+				outcomes <- outcome{id, r.status, r.header.Get(wire.HeaderRefused)}
 			}
 		})
 	}
@@ -335,8 +337,8 @@ func TestStoreFaultConcurrentWriters(t *testing.T) {
 			if seen[o.id] != 1 {
 				t.Errorf("%s answered 204 but reached the backend whole %d times", o.id, seen[o.id])
 			}
-		case o.status == http.StatusConflict && o.reason == ReasonStale,
-			o.status == http.StatusServiceUnavailable && o.reason == ReasonStoreError:
+		case o.status == http.StatusConflict && o.reason == wire.ReasonStale,
+			o.status == http.StatusServiceUnavailable && o.reason == wire.ReasonStoreError:
 			counts[o.reason]++
 			if seen[o.id] != 0 {
 				t.Errorf("%s refused (%s) but reached the backend whole", o.id, o.reason)
@@ -345,7 +347,7 @@ func TestStoreFaultConcurrentWriters(t *testing.T) {
 			t.Errorf("%s: unexpected answer %d %q (reached the backend whole %d times)", o.id, o.status, o.reason, seen[o.id])
 		}
 	}
-	if counts[ReasonStoreError] == 0 || counts["forwarded"] == 0 {
+	if counts[wire.ReasonStoreError] == 0 || counts["forwarded"] == 0 {
 		t.Fatalf("outcomes %v: the fault did not interleave with successful writes", counts)
 	}
 	t.Logf("outcomes during the fault: %v", counts)
@@ -376,7 +378,7 @@ func TestStoreFaultConcurrentWriters(t *testing.T) {
 func TestBackendStatusOutOfRange(t *testing.T) {
 	backend := rawbackend.New(t, "127.0.0.1:0", rawbackend.KeepAfter("HTTP/1.1 042 Odd\r\nContent-Length: 2\r\n\r\nok"))
 	for _, standard := range []bool{false, true} {
-		srv := newTestProxy(t, newMemStore(), backend.URL(), func(o *Options) { o.StandardClient = standard })
+		srv := newTestProxy(t, newMemStore(), backend.URL(), func(o *Options, f *fence.Options) { o.UpstreamFastPath = !standard })
 		for _, method := range []string{http.MethodGet, http.MethodPut} {
 			r := send(context.Background(), method, srv.URL+"/bkt/obj", "7", "x")
 			if r.status != http.StatusBadGateway {

@@ -13,6 +13,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // memStore is a hand-written in-memory Store. Raise can be made to fail or
@@ -142,20 +146,44 @@ func (b *gateBackend) assertNotArrived(t *testing.T, id string, d time.Duration)
 	}
 }
 
-func newTestProxy(t *testing.T, store Store, backend string, mod func(*Options)) *httptest.Server {
+// testOptions are the product's defaults (config.Default) for a proxy in
+// front of backend.
+func testOptions(t testing.TB, backend string) Options {
 	t.Helper()
 	u, err := url.Parse(backend)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Upstream: u, DrainTimeout: 5 * time.Second}
-	if mod != nil {
-		mod(&opts)
-	}
-	p, err := New(store, opts)
+	o := OptionsFrom(config.Default())
+	o.Upstream = u
+	return o
+}
+
+// newProxy returns a proxy with opts over a barrier over store with fopts.
+func newProxy(t testing.TB, store fence.Store, opts Options, fopts fence.Options) (*Proxy, *fence.Barrier) {
+	t.Helper()
+	b, err := fence.New(store, fopts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p, err := New(b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
+// newTestProxy serves a proxy in front of backend over store: the product's
+// defaults, a barrier with a 5 s drain timeout, no abandon or start-up
+// grace; mod (when set) changes both.
+func newTestProxy(t *testing.T, store fence.Store, backend string, mod func(*Options, *fence.Options)) *httptest.Server {
+	t.Helper()
+	opts := testOptions(t, backend)
+	fopts := fence.Options{DrainTimeout: 5 * time.Second}
+	if mod != nil {
+		mod(&opts, &fopts)
+	}
+	p, _ := newProxy(t, store, opts, fopts)
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	return srv
@@ -249,7 +277,7 @@ func TestAdmission(t *testing.T) {
 				store.max["bkt/obj"] = tc.stored
 			}
 			backend := newGateBackend(t)
-			srv := newTestProxy(t, store, backend.URL, func(o *Options) { o.AllowMissing = !tc.requireTok })
+			srv := newTestProxy(t, store, backend.URL, func(o *Options, f *fence.Options) { o.RequireToken = tc.requireTok })
 			req, _ := http.NewRequest(http.MethodPut, srv.URL+"/bkt/obj", strings.NewReader("x"))
 			for _, v := range tc.token {
 				req.Header.Add("X-Fencing-Token", v)
@@ -264,10 +292,10 @@ func TestAdmission(t *testing.T) {
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d; body %s", resp.StatusCode, tc.status, body)
 			}
-			if got := resp.Header.Get(HeaderRefused); got != tc.refused {
+			if got := resp.Header.Get(wire.HeaderRefused); got != tc.refused {
 				t.Errorf("Fencing-Refused %q, want %q", got, tc.refused)
 			}
-			if got := resp.Header.Get(HeaderCurrentToken); got != tc.current {
+			if got := resp.Header.Get(wire.HeaderCurrentToken); got != tc.current {
 				t.Errorf("Fencing-Current-Token %q, want %q", got, tc.current)
 			}
 			forwarded := len(backend.got()) == 1
@@ -314,7 +342,7 @@ func TestStoreFailureFailsClosed(t *testing.T) {
 			backend := newGateBackend(t)
 			srv := newTestProxy(t, store, backend.URL, nil)
 			r := put(context.Background(), srv.URL, "/bkt/obj", tc.token, "w")
-			if r.status != 503 || r.header.Get(HeaderRefused) != ReasonStoreError || r.header.Get("Retry-After") == "" {
+			if r.status != 503 || r.header.Get(wire.HeaderRefused) != wire.ReasonStoreError || r.header.Get("Retry-After") == "" {
 				t.Fatalf("got %d %v %s", r.status, r.header, r.body)
 			}
 			if strings.Contains(r.body, "disk full") || strings.Contains(r.body, "io error") {
@@ -368,7 +396,7 @@ func TestBarrierLargerWaitsForSmaller(t *testing.T) {
 		t.Fatalf("max %d while 6 waits; the raise must be durable before waiting", got)
 	}
 	// From the raise on, smaller tokens are refused at once, body unread.
-	if r := put(context.Background(), srv.URL, "/bkt/obj", "5", "late5"); r.status != 409 || r.header.Get(HeaderCurrentToken) != "6" {
+	if r := put(context.Background(), srv.URL, "/bkt/obj", "5", "late5"); r.status != 409 || r.header.Get(wire.HeaderCurrentToken) != "6" {
 		t.Fatalf("late 5: %d %v", r.status, r.header)
 	}
 	// Another resource is not held up.
@@ -390,7 +418,7 @@ func TestBarrierLargerWaitsForSmaller(t *testing.T) {
 func TestBarrierDrainTimeout(t *testing.T) {
 	store := newMemStore()
 	backend := newGateBackend(t)
-	srv := newTestProxy(t, store, backend.URL, func(o *Options) { o.DrainTimeout = 300 * time.Millisecond })
+	srv := newTestProxy(t, store, backend.URL, func(o *Options, f *fence.Options) { f.DrainTimeout = 300 * time.Millisecond })
 	relA := backend.holdNext("a5")
 	defer relA()
 	a := putAsync(srv.URL, "/bkt/obj", "5", "a5")
@@ -398,7 +426,7 @@ func TestBarrierDrainTimeout(t *testing.T) {
 
 	start := time.Now()
 	r := put(context.Background(), srv.URL, "/bkt/obj", "6", "b6")
-	if r.status != 503 || r.header.Get(HeaderRefused) != ReasonDrainTimeout || r.header.Get("Retry-After") == "" {
+	if r.status != 503 || r.header.Get(wire.HeaderRefused) != wire.ReasonDrainTimeout || r.header.Get("Retry-After") == "" {
 		t.Fatalf("got %d %v %s", r.status, r.header, r.body)
 	}
 	if el := time.Since(start); el < 300*time.Millisecond {
@@ -429,7 +457,7 @@ func TestBarrierWakeRechecks(t *testing.T) {
 	waitFor(t, func() bool { return store.get("bkt/obj") == 7 })
 	relA()
 	recv(t, a)
-	if r := recv(t, b); r.status != 409 || r.header.Get(HeaderCurrentToken) != "7" {
+	if r := recv(t, b); r.status != 409 || r.header.Get(wire.HeaderCurrentToken) != "7" {
 		t.Fatalf("b6 after wake: %d %v", r.status, r.header)
 	}
 	if r := recv(t, c); r.status != 204 {
@@ -471,43 +499,6 @@ func TestRaiseInProgress(t *testing.T) {
 				t.Fatalf("b6 %d (want 204), a5 %d (want 409)", rb.status, ra.status)
 			}
 		})
-	}
-}
-
-// A waiter whose context ends leaves the barrier without being admitted and
-// without an in-flight count. (Over HTTP/1.1 net/http only notices a client
-// gone once the body was read, so a waiting client that hangs up can still be
-// admitted later; that write carries the current token and stays in order.)
-func TestAdmitCancelledWhileWaiting(t *testing.T) {
-	f := NewFence(newMemStore(), 5*time.Second)
-	releaseA, err := f.Admit(context.Background(), "r", 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		rel, err := f.Admit(ctx, "r", 6)
-		if rel != nil {
-			rel()
-		}
-		done <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Admit = %v, want context.Canceled", err)
-	}
-	if n := f.InFlight("r"); n != 1 {
-		t.Fatalf("in flight %d, want 1 (only 5)", n)
-	}
-	releaseA()
-	releaseA() // release is idempotent
-	if n := f.InFlight("r"); n != 0 {
-		t.Fatalf("in flight %d after release, want 0", n)
-	}
-	if _, err := f.Admit(context.Background(), "r", 5); !errors.Is(err, ErrStale) {
-		t.Fatalf("5 after 6 was raised: %v, want ErrStale", err)
 	}
 }
 

@@ -31,7 +31,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // forwardStore is an in-memory proxy.Store.
@@ -107,27 +110,38 @@ func (b *fwdBackend) count() int {
 	return len(b.seen)
 }
 
-// fwdOptions are the options tests start from: tokens required, as in the
-// product's default configuration.
+// fwdOptions are the options tests start from: the product's defaults
+// (tokens required).
 func fwdOptions() proxy.Options {
-	return proxy.Options{DrainTimeout: 5 * time.Second}
+	return proxy.OptionsFrom(config.Default())
 }
 
-// newFwdProxy serves a proxy in front of upstream with opts.
-func newFwdProxy(t *testing.T, upstream string, opts proxy.Options) (*proxy.Proxy, *httptest.Server) {
+// fwdProxy is a proxy and the barrier its writes go through.
+type fwdProxy struct {
+	*proxy.Proxy
+	barrier *fence.Barrier
+}
+
+// newFwdProxy serves a proxy in front of upstream with opts, over an
+// in-memory store and a barrier with a 5 s drain timeout.
+func newFwdProxy(t *testing.T, upstream string, opts proxy.Options) (fwdProxy, *httptest.Server) {
 	t.Helper()
 	u, err := url.Parse(upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts.Upstream = u
-	p, err := proxy.New(newForwardStore(), opts)
+	b, err := fence.New(newForwardStore(), fence.Options{DrainTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxy.New(b, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
-	return p, srv
+	return fwdProxy{p, b}, srv
 }
 
 // newFwdClient is a plain client that adds no Accept-Encoding.
@@ -229,10 +243,10 @@ func fwdProblem(t *testing.T, resp *http.Response, body []byte, status int, reas
 	if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 		t.Errorf("Content-Type %q, want application/problem+json", ct)
 	}
-	if got := resp.Header.Values(proxy.HeaderRefused); reason == "" && len(got) != 0 {
-		t.Errorf("%s: %q, want no such header on an upstream failure", proxy.HeaderRefused, got)
+	if got := resp.Header.Values(wire.HeaderRefused); reason == "" && len(got) != 0 {
+		t.Errorf("%s: %q, want no such header on an upstream failure", wire.HeaderRefused, got)
 	} else if reason != "" && (len(got) != 1 || got[0] != reason) {
-		t.Errorf("%s: %q, want %q", proxy.HeaderRefused, got, reason)
+		t.Errorf("%s: %q, want %q", wire.HeaderRefused, got, reason)
 	}
 	if resp.Header.Get("X-Backend") != "" {
 		t.Errorf("the answer came from the backend, want the proxy's own")
@@ -737,9 +751,9 @@ func TestForwardExpectContinue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pb := fwdProblem(t, resp, rbody, http.StatusConflict, proxy.ReasonStale)
-		if got := resp.Header.Get(proxy.HeaderCurrentToken); got != "10" {
-			t.Errorf("%s %q, want 10", proxy.HeaderCurrentToken, got)
+		pb := fwdProblem(t, resp, rbody, http.StatusConflict, wire.ReasonStale)
+		if got := resp.Header.Get(wire.HeaderCurrentToken); got != "10" {
+			t.Errorf("%s %q, want 10", wire.HeaderCurrentToken, got)
 		}
 		if pb["resource"] != "bkt/expect-stale" || pb["token"] != "9" || pb["current_token"] != "10" {
 			t.Errorf("problem members %v", pb)
@@ -882,7 +896,7 @@ func TestForwardUpstreamFailures(t *testing.T) {
 			t.Run(m.method, func(t *testing.T) {
 				resp, body := fwdDo(t, client, fwdRequest(t, m.method, srv.URL+"/bkt/obj", m.body, fwdHeader{"X-Fencing-Token", "4"}))
 				fwdProblem(t, resp, body, http.StatusBadGateway, "")
-				if n := p.Fence().InFlight("bkt/obj"); n != 0 {
+				if n := p.barrier.InFlight("bkt/obj"); n != 0 {
 					t.Errorf("in flight %d after the failure, want 0", n)
 				}
 			})
@@ -913,7 +927,7 @@ func TestForwardUpstreamFailures(t *testing.T) {
 				if elapsed < 200*time.Millisecond || elapsed > 5*time.Second {
 					t.Errorf("answered after %v, want about the 200ms response timeout", elapsed)
 				}
-				if n := p.Fence().InFlight("bkt/slow"); n != 0 {
+				if n := p.barrier.InFlight("bkt/slow"); n != 0 {
 					t.Errorf("in flight %d after the timeout, want 0", n)
 				}
 			})
@@ -959,7 +973,7 @@ func TestForwardUpstreamFailures(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the request did not reach the backend")
 		}
-		if n := p.Fence().InFlight("bkt/cancel"); n != 1 {
+		if n := p.barrier.InFlight("bkt/cancel"); n != 1 {
 			t.Errorf("in flight %d while the backend holds the write, want 1", n)
 		}
 		cancel()
@@ -971,11 +985,11 @@ func TestForwardUpstreamFailures(t *testing.T) {
 			t.Fatal("the proxy abandoned a forwarded write when its client hung up")
 		case <-time.After(300 * time.Millisecond):
 		}
-		if n := p.Fence().InFlight("bkt/cancel"); n != 1 {
+		if n := p.barrier.InFlight("bkt/cancel"); n != 1 {
 			t.Errorf("in flight %d after the client hung up, want 1 until the backend answers", n)
 		}
 		close(release)
-		fwdEventually(t, "the fence's in-flight count is 0", func() bool { return p.Fence().InFlight("bkt/cancel") == 0 })
+		fwdEventually(t, "the fence's in-flight count is 0", func() bool { return p.barrier.InFlight("bkt/cancel") == 0 })
 		fwdEventually(t, `a log record has "status":499`, func() bool {
 			for _, rec := range logs.records() {
 				if rec["status"] == float64(499) && rec["method"] == http.MethodPut && rec["target"] == "/bkt/cancel" {
@@ -1021,14 +1035,14 @@ func TestForwardUnfencedMethods(t *testing.T) {
 			resp, body := fwdDo(t, client, req)
 			seen := backend.take()
 			if !tc.reached {
-				fwdProblem(t, resp, body, http.StatusPreconditionRequired, proxy.ReasonMissing)
+				fwdProblem(t, resp, body, http.StatusPreconditionRequired, wire.ReasonMissing)
 				if len(seen) != 0 {
 					t.Fatalf("backend got %d requests, want none", len(seen))
 				}
 				return
 			}
-			if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderRefused) != "" {
-				t.Fatalf("status %d %s %q, want the backend's 200", resp.StatusCode, proxy.HeaderRefused, resp.Header.Get(proxy.HeaderRefused))
+			if resp.StatusCode != http.StatusOK || resp.Header.Get(wire.HeaderRefused) != "" {
+				t.Fatalf("status %d %s %q, want the backend's 200", resp.StatusCode, wire.HeaderRefused, resp.Header.Get(wire.HeaderRefused))
 			}
 			if len(seen) != 1 || seen[0].Method != tc.method {
 				t.Fatalf("backend got %v, want one %s", seen, tc.method)
@@ -1050,8 +1064,8 @@ func TestForwardFencedMethods(t *testing.T) {
 			if n := len(backend.take()); n != 0 {
 				t.Errorf("backend got %d requests without a token, want none", n)
 			}
-			pb := fwdProblem(t, resp, body, http.StatusPreconditionRequired, proxy.ReasonMissing)
-			if pb["reason"] != proxy.ReasonMissing {
+			pb := fwdProblem(t, resp, body, http.StatusPreconditionRequired, wire.ReasonMissing)
+			if pb["reason"] != wire.ReasonMissing {
 				t.Errorf("problem reason %v", pb["reason"])
 			}
 
@@ -1067,12 +1081,12 @@ func TestForwardFencedMethods(t *testing.T) {
 	}
 }
 
-// TestForwardRequireTokenFalse: with AllowMissing a write without a token
+// TestForwardRequireTokenFalse: with RequireToken false a write without a token
 // is forwarded, but a malformed token is still refused and a stale one too.
 func TestForwardRequireTokenFalse(t *testing.T) {
 	backend := newFwdBackend(t)
 	opts := fwdOptions()
-	opts.AllowMissing = true
+	opts.RequireToken = false
 	_, srv := newFwdProxy(t, backend.URL, opts)
 	client := newFwdClient(t)
 
@@ -1085,11 +1099,11 @@ func TestForwardRequireTokenFalse(t *testing.T) {
 	}{
 		{"no_token_forwarded", nil, http.StatusOK, "", true},
 		{"valid_token", []string{"10"}, http.StatusOK, "", true},
-		{"malformed", []string{"abc"}, http.StatusBadRequest, proxy.ReasonMalformed, false},
-		{"empty", []string{""}, http.StatusBadRequest, proxy.ReasonMalformed, false},
-		{"leading_zero", []string{"010"}, http.StatusBadRequest, proxy.ReasonMalformed, false},
-		{"twice", []string{"10", "10"}, http.StatusBadRequest, proxy.ReasonMalformed, false},
-		{"stale", []string{"9"}, http.StatusConflict, proxy.ReasonStale, false},
+		{"malformed", []string{"abc"}, http.StatusBadRequest, wire.ReasonMalformed, false},
+		{"empty", []string{""}, http.StatusBadRequest, wire.ReasonMalformed, false},
+		{"leading_zero", []string{"010"}, http.StatusBadRequest, wire.ReasonMalformed, false},
+		{"twice", []string{"10", "10"}, http.StatusBadRequest, wire.ReasonMalformed, false},
+		{"stale", []string{"9"}, http.StatusConflict, wire.ReasonStale, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1154,7 +1168,7 @@ func TestForwardHopByHop(t *testing.T) {
 			if n := len(backend.take()); n != 0 {
 				t.Errorf("backend got %d requests, want none", n)
 			}
-			fwdProblem(t, resp, body, http.StatusBadRequest, proxy.ReasonHopByHop)
+			fwdProblem(t, resp, body, http.StatusBadRequest, wire.ReasonHopByHop)
 		})
 	}
 	t.Run("ordinary_connection_header_passes", func(t *testing.T) {

@@ -14,12 +14,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // FuzzResourceKeyAliases: two spellings of one decoded path (some unreserved
 // bytes percent-encoded, hex digits in either case) name the same resource,
-// through ResourceKey, CheckRawPath and the proxy's own derivation from a
+// through ResourceKey, fence.CheckRawPath and the proxy's own derivation from a
 // parsed request; and a key never has more than depth segments.
 func FuzzResourceKeyAliases(f *testing.F) {
 	for _, p := range []string{
@@ -44,23 +48,22 @@ func FuzzResourceKeyAliases(f *testing.F) {
 				t.Fatalf("%q parses to %q, %v; want path %q", raw, u, err, path)
 			}
 		}
-		key, err := ResourceKey(path, depth)
-		if err != nil && !errors.Is(err, ErrBadResource) {
+		key, err := fence.Resolver{Depth: depth}.Key(path)
+		if err != nil && !errors.Is(err, fence.ErrBadResource) {
 			t.Fatalf("ResourceKey(%q, %d): unexpected error %v", path, depth, err)
 		}
 		if err == nil && depth > 0 && strings.Count(key, "/") >= depth {
 			t.Fatalf("key %q of %q has more than %d segments", key, path, depth)
 		}
-		if cerr, aerr := CheckRawPath(canon), CheckRawPath(alias); (cerr == nil) != (aerr == nil) {
-			t.Fatalf("CheckRawPath disagrees: %q: %v; %q: %v", canon, cerr, alias, aerr)
+		if cerr, aerr := fence.CheckRawPath(canon), fence.CheckRawPath(alias); (cerr == nil) != (aerr == nil) {
+			t.Fatalf("fence.CheckRawPath disagrees: %q: %v; %q: %v", canon, cerr, alias, aerr)
 		}
 		// The proxy's derivation, from the request as net/http parses it.
 		p := proxies[depth]
 		if p == nil {
-			var err error
-			if p, err = New(newMemStore(), Options{Upstream: &url.URL{Scheme: "http", Host: "backend"}, ResourceDepth: depth}); err != nil {
-				t.Fatal(err)
-			}
+			opts := testOptions(t, "http://backend")
+			opts.ResourceDepth = depth
+			p, _ = newProxy(t, newMemStore(), opts, fence.Options{DrainTimeout: time.Second})
 			proxies[depth] = p
 		}
 		ckeys, cerr := p.resources(fuzzRequest(t, canon))
@@ -148,16 +151,15 @@ func FuzzProblemWriter(f *testing.F) {
 	f.Add(503, "", "", "\xff\xfe\u2028", "\x00\x1f", "", uint64(1<<63-1), uint8(7))
 	f.Add(-1, "t", "r", "d", "", "", uint64(3), uint8(11))
 	var logs bytes.Buffer
-	p, err := New(newMemStore(), Options{Upstream: &url.URL{Scheme: "http", Host: "backend"}, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	if err != nil {
-		f.Fatal(err)
-	}
+	opts := testOptions(f, "http://backend")
+	opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	p, _ := newProxy(f, newMemStore(), opts, fence.Options{DrainTimeout: time.Second})
 	f.Fuzz(func(t *testing.T, status int, title, reason, detail, resource, token string, current uint64, kind uint8) {
 		// writeProblem on its own, with any problem status.
-		pb := problem{Status: 400 + int(uint(status)%200), Title: title, Detail: detail, Reason: reason,
+		pb := wire.Problem{Status: 400 + int(uint(status)%200), Title: title, Detail: detail, Reason: reason,
 			Resource: resource, Token: token, CurrentToken: strconv.FormatUint(current, 10)}
 		rec := httptest.NewRecorder()
-		writeProblem(rec, pb)
+		wire.WriteProblem(rec, pb)
 		pb.Type = "about:blank"
 		checkProblem(t, rec, pb)
 
@@ -166,8 +168,8 @@ func FuzzProblemWriter(f *testing.F) {
 		c := problemCases[int(kind)%len(problemCases)]
 		rerr := c.err(detail, resource, current)
 		rec = httptest.NewRecorder()
-		p.refuse(rec, httptest.NewRequest(http.MethodPut, "/bkt/obj", nil), resource, token, rerr)
-		want := problem{Type: "about:blank", Status: c.status, Reason: c.reason, Resource: resource, Token: token, Detail: rerr.Error()}
+		p.refuse(&exchange{w: rec, r: httptest.NewRequest(http.MethodPut, "/bkt/obj", nil), resources: []string{resource}, tokenText: token}, rerr)
+		want := wire.Problem{Type: "about:blank", Status: c.status, Reason: c.reason, Resource: resource, Token: token, Detail: rerr.Error()}
 		if c.detail != nil {
 			want.Detail = *c.detail
 		}
@@ -175,7 +177,7 @@ func FuzzProblemWriter(f *testing.F) {
 		if got.Title == "" {
 			t.Errorf("refusal %s has no title", c.reason)
 		}
-		if h := rec.Header(); h.Get(HeaderRefused) != c.reason || h.Get(HeaderCurrentToken) != got.CurrentToken ||
+		if h := rec.Header(); h.Get(wire.HeaderRefused) != c.reason || h.Get(wire.HeaderCurrentToken) != got.CurrentToken ||
 			(c.status == http.StatusConflict) != (got.CurrentToken == strconv.FormatUint(current, 10)) ||
 			(c.status == http.StatusServiceUnavailable) != (h.Get("Retry-After") != "") {
 			t.Errorf("refusal %s: headers %q, current_token %q", c.reason, h, got.CurrentToken)
@@ -200,18 +202,20 @@ var problemCases = []struct {
 	reason string
 	detail *string
 }{
-	{func(_, r string, cur uint64) error { return &StaleError{Resource: r, Token: cur / 2, Current: cur} }, 409, ReasonStale, nil},
-	{func(string, string, uint64) error { return ErrTokenMissing }, 428, ReasonMissing, ptr("this method is a fenced write; send the fencing token in the X-Fencing-Token header")},
-	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", ErrTokenMalformed, d) }, 400, ReasonMalformed, nil},
-	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", ErrBadResource, d) }, 400, ReasonBadResource, nil},
-	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", ErrHopByHop, d) }, 400, ReasonHopByHop, nil},
-	{func(string, string, uint64) error { return ErrUnsupported }, 400, ReasonUnsupported, nil},
-	{func(string, string, uint64) error { return ErrFormUpload }, 400, ReasonUnsupported, nil},
-	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", ErrStore, d) }, 503, ReasonStoreError, ptr("the maximum could not be read or made durable; nothing was forwarded")},
-	{func(string, string, uint64) error { return ErrDrainTimeout }, 503, ReasonDrainTimeout, ptr("writes with smaller tokens on this resource did not finish within the drain timeout; nothing was forwarded, retry later")},
-	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", ErrSignature, d) }, 403, ReasonSignature, nil},
-	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", ErrJump, d) }, 403, ReasonJump, nil},
-	{func(string, string, uint64) error { return context.Canceled }, 499, ReasonClientGone, nil},
+	{func(_, r string, cur uint64) error {
+		return &fence.StaleError{Resource: r, Token: cur / 2, Current: cur}
+	}, 409, wire.ReasonStale, nil},
+	{func(string, string, uint64) error { return fence.ErrTokenMissing }, 428, wire.ReasonMissing, ptr("this method is a fenced write; send the fencing token in the X-Fencing-Token header")},
+	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", fence.ErrTokenMalformed, d) }, 400, wire.ReasonMalformed, nil},
+	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", fence.ErrBadResource, d) }, 400, wire.ReasonBadResource, nil},
+	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", ErrHopByHop, d) }, 400, wire.ReasonHopByHop, nil},
+	{func(string, string, uint64) error { return ErrUnsupported }, 400, wire.ReasonUnsupported, nil},
+	{func(string, string, uint64) error { return ErrFormUpload }, 400, wire.ReasonUnsupported, nil},
+	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", fence.ErrStore, d) }, 503, wire.ReasonStoreError, ptr("the maximum could not be read or made durable; nothing was forwarded")},
+	{func(string, string, uint64) error { return fence.ErrDrainTimeout }, 503, wire.ReasonDrainTimeout, ptr("writes with smaller tokens on this resource did not finish within the drain timeout; nothing was forwarded, retry later")},
+	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", ErrSignature, d) }, 403, wire.ReasonSignature, nil},
+	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", fence.ErrJump, d) }, 403, wire.ReasonJump, nil},
+	{func(string, string, uint64) error { return context.Canceled }, 499, wire.ReasonClientGone, nil},
 	{func(d, _ string, _ uint64) error { return errors.New(d) }, 500, "internal", ptr("")},
 }
 
@@ -219,7 +223,7 @@ func ptr[T any](v T) *T { return &v }
 
 // checkProblem checks a problem response against want (strings as
 // encoding/json writes them) and returns the decoded problem.
-func checkProblem(t *testing.T, rec *httptest.ResponseRecorder, want problem) problem {
+func checkProblem(t *testing.T, rec *httptest.ResponseRecorder, want wire.Problem) wire.Problem {
 	t.Helper()
 	res := rec.Result()
 	body := rec.Body.Bytes()
@@ -242,7 +246,7 @@ func checkProblem(t *testing.T, rec *httptest.ResponseRecorder, want problem) pr
 	if bytes.IndexByte(body, '\n') != len(body)-1 {
 		t.Fatalf("body is not one line: %q", body)
 	}
-	var got problem
+	var got wire.Problem
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&got); err != nil {

@@ -1,10 +1,11 @@
 package proxy
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // Metrics are the proxy's Prometheus metrics. None has a per-resource label:
@@ -25,7 +26,8 @@ type Metrics struct {
 	// fenceproxy_upstream_duration_seconds{fenced}: time from forwarding to
 	// the end of the upstream exchange.
 	UpstreamDuration *prometheus.HistogramVec
-	// fenceproxy_raise_duration_seconds: time to make a raise durable.
+	// fenceproxy_raise_duration_seconds: time to make a raise durable,
+	// whatever made it (ObserveRaise, as fence.Options.ObserveRaise).
 	RaiseDuration prometheus.Histogram
 	// fenceproxy_inflight_requests: requests being forwarded now.
 	InFlight prometheus.Gauge
@@ -64,8 +66,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Requests, m.UpstreamErrors, m.UpstreamDuration, m.RaiseDuration, m.InFlight)
 	// Known series start at 0, so rates and dashboards work before the first event.
-	for _, d := range []string{"forwarded", "unfenced", ReasonStale, ReasonMissing, ReasonMalformed, ReasonBadResource,
-		ReasonHopByHop, ReasonUnsupported, ReasonDrainTimeout, ReasonStoreError, ReasonClientGone, ReasonSignature, ReasonJump} {
+	for _, d := range []string{"forwarded", "unfenced", wire.ReasonStale, wire.ReasonMissing, wire.ReasonMalformed, wire.ReasonBadResource,
+		wire.ReasonHopByHop, wire.ReasonUnsupported, wire.ReasonDrainTimeout, wire.ReasonStoreError, wire.ReasonClientGone,
+		wire.ReasonSignature, wire.ReasonForbidden, wire.ReasonJump} {
 		if m.decisions == nil {
 			m.decisions = make(map[string]prometheus.Counter)
 		}
@@ -112,33 +115,11 @@ func (m *Metrics) forwarding(fenced bool) func() {
 	}
 }
 
-// timedStore times raises for fenceproxy_raise_duration_seconds.
-type timedStore struct {
-	Store
-	hist prometheus.Histogram
-}
-
-func (s timedStore) Raise(resource string, t uint64) (uint64, error) {
-	start := time.Now()
-	m, err := s.Store.Raise(resource, t)
-	s.hist.Observe(time.Since(start).Seconds())
-	return m, err
-}
-
-// MaxAtOpen passes the wrapped store's start-up view through (see StartMaxer).
-func (s timedStore) MaxAtOpen(resource string) (uint64, bool, error) {
-	if sm, ok := s.Store.(StartMaxer); ok {
-		return sm.MaxAtOpen(resource)
+// ObserveRaise records how long a durable raise took, in
+// fenceproxy_raise_duration_seconds; fence.Options.ObserveRaise takes it.
+// Safe on a nil *Metrics.
+func (m *Metrics) ObserveRaise(d time.Duration) {
+	if m != nil {
+		m.RaiseDuration.Observe(d.Seconds())
 	}
-	return 0, false, errNoStartView
 }
-
-// MarkWritten passes through to the wrapped store (see StartMaxer).
-func (s timedStore) MarkWritten(resource string) error {
-	if sm, ok := s.Store.(StartMaxer); ok {
-		return sm.MarkWritten(resource)
-	}
-	return nil
-}
-
-var errNoStartView = errors.New("store has no view of its maxima at start")

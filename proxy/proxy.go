@@ -1,8 +1,12 @@
 // Package proxy forwards HTTP requests to one backend and fences writes: a
 // write reaches the backend only when its fencing token is not below the
 // durable maximum of the resource it touches, and only after every write with
-// a smaller token on that resource has finished upstream. See the project
-// brief and Kleppmann 2016, "How to do distributed locking".
+// a smaller token on that resource has finished upstream. The decisions are
+// the fencing core's (package fence); this package is the HTTP around them.
+// See the project brief and Kleppmann 2016, "How to do distributed locking".
+//
+// The request path, top to bottom, is ServeHTTP: classify, resolve,
+// authenticate, admit, rewrite and forward, finish.
 package proxy
 
 import (
@@ -17,112 +21,127 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/upstream"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
-// Options configures a Proxy. Zero durations get the defaults in brackets.
+// Options configures a Proxy. Field names are those of the FENCEPROXY_*
+// variables (package config), whose defaults are the only ones: New checks
+// the values and fills in none.
 type Options struct {
-	Upstream        *url.URL       // backend base URL; a path in it is joined in front of the inbound path
-	TokenHeader     string         // header carrying the token [X-Fencing-Token]
-	UnfencedMethods []string       // methods passed unchecked, case-sensitive [GET, HEAD, OPTIONS]
-	ResourceDepth   int            // 0: whole path is the resource; N: first N segments
-	AllowMissing    bool           // true: fenced methods without a token are forwarded unchecked (REQUIRE_TOKEN=false)
-	DrainTimeout    time.Duration  // longest barrier wait [30s]
-	DialTimeout     time.Duration  // upstream connect [5s]
-	ResponseTimeout time.Duration  // upstream response headers after the request was sent [60s]
-	Logger          *slog.Logger   // nil: discard
-	Metrics         *Metrics       // nil: none
-	UpstreamCAs     *x509.CertPool // roots for an https upstream; nil: the system roots
-	// Observe logs and counts what would be refused but forwards everything,
-	// for rolling fenceproxy out (FENCEPROXY_MODE=observe). Maxima are still raised.
-	Observe bool
-	// Transport replaces the upstream client (tests); nil builds an
-	// upstream.Client from the timeouts, over an http.Transport.
+	Upstream        *url.URL // backend base URL; a path in it is joined in front of the inbound path
+	TokenHeader     string   // header carrying the token (TOKEN_HEADER)
+	UnfencedMethods []string // methods passed unchecked, case-sensitive (UNFENCED_METHODS)
+	ResourceDepth   int      // 0: the whole path is the resource; N: its first N segments
+	RequireToken    bool     // false: fenced methods without a token are forwarded unchecked
+	// Mode is "enforce" or "observe": observe logs and counts what would be
+	// refused but forwards everything, for rolling fenceproxy out. Maxima are
+	// still raised.
+	Mode string
+
+	DialTimeout       time.Duration  // upstream connect; past it 502
+	ResponseTimeout   time.Duration  // upstream response headers after the request was sent; past it 504
+	UploadIdleTimeout time.Duration  // longest pause between body bytes of a forwarded write; past it 408
+	UpstreamFastPath  bool           // small plain-HTTP requests through package upstream's fast path
+	UpstreamCAs       *x509.CertPool // roots for an https upstream; nil: the system roots
+
+	Logger  *slog.Logger // nil: discard
+	Metrics *Metrics     // nil: none
+
+	// Authenticate, when set, runs for every request before it is admitted
+	// or forwarded: for a fenced write once its token and resources are
+	// known, for any other request with resources nil and token 0. An error
+	// refuses the request with 403: reason signature when it wraps
+	// ErrSignature (SignedTokens), forbidden otherwise. nil: no check beyond
+	// the fence itself.
+	Authenticate func(r *http.Request, resources []string, token uint64) error
+	// Rewrite, when set, runs after the proxy's own rewrite (which keeps Host,
+	// path bytes, query and headers as the client sent them) and may change
+	// the outbound request further, as httputil.ReverseProxy's Rewrite. nil:
+	// the request goes out as the client sent it.
+	Rewrite func(*httputil.ProxyRequest)
+	// Transport sends requests to the backend. nil: package upstream's
+	// client, built from the timeouts, UpstreamCAs and UpstreamFastPath.
 	Transport http.RoundTripper
-	// Verifier turns on signed-token mode: fenced writes need a valid
-	// X-Fencing-Token-Signature (403 otherwise). nil: off.
-	Verifier TokenVerifier
-	// MaxTokenJump refuses (403) a token more than this above its resource's
-	// maximum. 0: off.
-	MaxTokenJump uint64
-	// AbandonGrace keeps a resource's barrier closed this long after the proxy
-	// gave up on a write it had sent whole; larger tokens also wait this long
-	// after New (writes of the previous process may be in flight). 0: off.
-	AbandonGrace time.Duration
-	// UploadIdleTimeout cuts off a request body that pauses longer [30s].
-	UploadIdleTimeout time.Duration
-	// StandardClient sends every request through net/http's Transport
-	// instead of package upstream's fast path (FENCEPROXY_UPSTREAM_FAST_PATH=false).
-	StandardClient bool
-	// CleanStart: the previous process on this store stopped cleanly, with
-	// no write it forwarded still unfinished (tokenstore.Store.CleanStart),
-	// so no write can be in flight from it and there is no start-up grace.
-	CleanStart bool
 }
 
-// Proxy is an http.Handler that fences writes and forwards requests to the
-// upstream with httputil.ReverseProxy, keeping Host, path bytes and headers
-// as the client sent them (S3 SigV4 signatures stay valid).
+// OptionsFrom returns the options that cfg sets, field for field; the rest
+// (Logger, Metrics, Authenticate, Rewrite, Transport, UpstreamCAs) stay nil.
+func OptionsFrom(cfg config.Config) Options {
+	return Options{
+		Upstream:          cfg.Upstream,
+		TokenHeader:       cfg.TokenHeader,
+		UnfencedMethods:   cfg.UnfencedMethods,
+		ResourceDepth:     cfg.ResourceDepth,
+		RequireToken:      cfg.RequireToken,
+		Mode:              cfg.Mode,
+		DialTimeout:       cfg.UpstreamDialTimeout,
+		ResponseTimeout:   cfg.UpstreamResponseTimeout,
+		UploadIdleTimeout: cfg.UploadIdleTimeout,
+		UpstreamFastPath:  cfg.UpstreamFastPath,
+	}
+}
+
+// Proxy is an http.Handler that fences writes through a fence.Barrier and
+// forwards requests to the upstream with httputil.ReverseProxy.
 type Proxy struct {
 	opts     Options
-	store    Store
-	fence    *Fence
+	barrier  *fence.Barrier
+	resolver fence.Resolver
 	unfenced map[string]bool
+	observe  bool
 	rp       *httputil.ReverseProxy
 	log      *slog.Logger
 }
 
-// New returns a Proxy over store. It fails when Upstream is not an absolute
-// http(s) URL.
-func New(store Store, opts Options) (*Proxy, error) {
+// New returns a Proxy whose writes go through barrier. It fails, naming the
+// field, when an option is out of range: Upstream not an absolute http(s)
+// URL, an empty TokenHeader, a Mode other than enforce or observe, a timeout
+// not above 0.
+func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
+	var bad []string
 	if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https") || opts.Upstream.Host == "" {
-		return nil, errors.New("proxy: Upstream must be an absolute http or https URL")
+		bad = append(bad, "Upstream must be an absolute http or https URL")
 	}
 	if opts.TokenHeader == "" {
-		opts.TokenHeader = "X-Fencing-Token"
+		bad = append(bad, "TokenHeader is empty")
 	}
-	if opts.UnfencedMethods == nil {
-		opts.UnfencedMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions}
+	if opts.Mode != "enforce" && opts.Mode != "observe" {
+		bad = append(bad, fmt.Sprintf("Mode %q is neither enforce nor observe", opts.Mode))
 	}
-	if opts.DrainTimeout <= 0 {
-		opts.DrainTimeout = 30 * time.Second
+	for name, d := range map[string]time.Duration{"DialTimeout": opts.DialTimeout, "ResponseTimeout": opts.ResponseTimeout,
+		"UploadIdleTimeout": opts.UploadIdleTimeout} {
+		if d <= 0 {
+			bad = append(bad, name+" must be above 0")
+		}
 	}
-	if opts.DialTimeout <= 0 {
-		opts.DialTimeout = 5 * time.Second
+	if opts.ResourceDepth < 0 {
+		bad = append(bad, "ResourceDepth must not be negative")
 	}
-	if opts.ResponseTimeout <= 0 {
-		opts.ResponseTimeout = 60 * time.Second
-	}
-	if opts.UploadIdleTimeout <= 0 {
-		opts.UploadIdleTimeout = 30 * time.Second
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("proxy: %s", strings.Join(bad, "; "))
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Metrics != nil {
-		store = timedStore{Store: store, hist: opts.Metrics.RaiseDuration}
-	}
 	p := &Proxy{
 		opts:     opts,
-		store:    store,
-		fence:    NewFence(store, opts.DrainTimeout),
+		barrier:  barrier,
+		resolver: fence.Resolver{Depth: opts.ResourceDepth},
 		unfenced: make(map[string]bool),
+		observe:  opts.Mode == "observe",
 		log:      opts.Logger,
 	}
 	for _, m := range opts.UnfencedMethods {
 		p.unfenced[m] = true
-	}
-	p.fence.abandonGrace = opts.AbandonGrace
-	p.fence.maxJump = opts.MaxTokenJump
-	if !opts.CleanStart {
-		p.fence.startUntil = time.Now().Add(opts.AbandonGrace)
 	}
 	transport := opts.Transport
 	if transport == nil {
@@ -138,10 +157,8 @@ func New(store Store, opts Options) (*Proxy, error) {
 			DisableCompression:    true, // would add Accept-Encoding and change the signed request
 			TLSClientConfig:       &tls.Config{RootCAs: opts.UpstreamCAs, MinVersion: tls.VersionTLS12},
 		}
-		// The common request shape goes through fasthttp's client, the rest
-		// through std; see package upstream.
 		transport = std
-		if !opts.StandardClient {
+		if opts.UpstreamFastPath {
 			transport = upstream.New(opts.Upstream, std, upstream.Options{
 				DialTimeout: opts.DialTimeout, ResponseTimeout: opts.ResponseTimeout})
 		}
@@ -164,10 +181,47 @@ func New(store Store, opts Options) (*Proxy, error) {
 	return p, nil
 }
 
-// Fence returns the proxy's fence (for inspection and tests).
-func (p *Proxy) Fence() *Fence { return p.fence }
+// exchange is one request on its way through the proxy: what each step of
+// ServeHTTP found, for the steps after it, the upstream error handler and
+// the logs.
+type exchange struct {
+	w      http.ResponseWriter
+	r      *http.Request
+	client context.Context // the client's own context (a forwarded write's never ends early)
 
-// ServeHTTP fences the request if its method is a write, then forwards it.
+	fenced    bool     // a write the fence checks
+	token     uint64   // valid when tokenErr is nil
+	tokenErr  error    // fence.ErrTokenMissing, fence.ErrTokenMalformed
+	tokenText string   // the token for logs and problem bodies; "" unless valid
+	resources []string // the resources a fenced write touches; [0] is its path's
+
+	up       fence.Upload // the body as the barrier sees it
+	body     uploadBody   // r.Body's wrapper when hasBody
+	hasBody  bool
+	answered bool         // upstreamError answered the client itself (cut or idle upload)
+	traced   bool         // wrote counts the copies sent (the write is replayable)
+	wrote    atomic.Int32 // copies of the request written upstream, when traced
+}
+
+// resource is the write's first resource, "" before resolve.
+func (ex *exchange) resource() string {
+	if len(ex.resources) == 0 {
+		return ""
+	}
+	return ex.resources[0]
+}
+
+type exchangeKey struct{}
+
+// exchangeOf returns the exchange of a forwarded fenced write, nil for others.
+func exchangeOf(r *http.Request) *exchange {
+	ex, _ := r.Context().Value(exchangeKey{}).(*exchange)
+	return ex
+}
+
+// ServeHTTP is the request path: classify, resolve, authenticate, admit,
+// rewrite and forward, finish. A step that refuses answers the client with a
+// problem (wire.Problem, Fencing-Refused) and nothing is forwarded.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w = responseWriter{w}
 	if len(r.TransferEncoding) > 0 {
@@ -177,106 +231,182 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// bytes a front proxy counted as body are never read as a request.
 		w.Header().Set("Connection", "close")
 	}
-	// Read the token before ReverseProxy touches any header.
-	t, err := TokenFromHeader(r.Header, p.opts.TokenHeader)
-	token := "" // for logs and problem bodies
-	if err == nil {
-		token = strconv.FormatUint(t, 10)
-	}
-	if terr := checkTarget(r); terr != nil {
-		p.refuse(w, r, "", token, terr)
+	ex := &exchange{w: w, r: r, client: r.Context()}
+
+	// 1. Classify: a target the proxy forwards at all, no hop-by-hop header
+	// hiding what the fence relies on, and whether the request is a fenced write.
+	if err := p.classify(ex); err != nil {
+		p.refuse(ex, err)
 		return
 	}
-	if herr := p.checkHopByHop(r); herr != nil {
-		p.refuse(w, r, "", token, herr)
-		return
-	}
-	if p.unfencedRequest(r) || (errors.Is(err, ErrTokenMissing) && p.opts.AllowMissing) {
+	if !ex.fenced {
+		if err := p.authenticate(ex); err != nil {
+			p.refuse(ex, err)
+			return
+		}
 		p.opts.Metrics.decision("unfenced")
 		defer p.opts.Metrics.forwarding(false)()
 		p.rp.ServeHTTP(w, r)
 		return
 	}
-	resources, rerr := p.resources(r)
+
+	// 2. Resolve the write's resources; 3. authenticate it.
+	err := p.resolve(ex)
 	if err == nil {
-		err = rerr
+		err = p.authenticate(ex)
 	}
-	resource := ""
-	if len(resources) > 0 {
-		resource = resources[0]
-	}
-	if p.opts.Observe {
-		p.observe(w, r, resources, t, token, err)
+	if p.observe {
+		p.observeWrite(ex, err)
 		return
 	}
-	if err == nil {
-		var unsigned string
-		if unsigned, err = p.checkSignature(r, resources, t); err != nil {
-			resource = unsigned
-		}
-	}
-	if err != nil {
-		p.refuse(w, r, resource, token, err)
-		return
-	}
-	// The body stays unread until the request is admitted: a stale client that
-	// sent Expect: 100-continue never uploads.
-	fw := &forwardedWrite{client: r.Context(), resource: resource, token: token}
-	fw.fl = &fw.flight
-	fw.fl.token = t
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		fw.fl.body.Store(bodySent)
-	} else {
-		fw.body = &fw.upload
-		fw.upload.init(w, r, fw.fl, p.opts.UploadIdleTimeout)
-	}
+
+	// 4. Admit it through the barrier. The body stays unread until then: a
+	// stale client that sent Expect: 100-continue never uploads.
 	var release func()
-	if len(resources) == 1 {
-		release, err = p.fence.admit(r.Context(), resource, t, fw.fl, new(<-chan time.Time))
-	} else {
-		release, err = p.fence.admitAll(r.Context(), resources, t, fw.fl)
+	if err == nil {
+		release, err = p.admit(ex)
 	}
 	if err != nil {
-		p.refuse(w, r, resource, token, err)
+		p.refuse(ex, err)
 		return
 	}
 	defer release()
+
+	// 5. Rewrite (p.rewrite) and forward; 6. finish.
 	p.opts.Metrics.decision("forwarded")
 	defer p.opts.Metrics.forwarding(true)()
-	if fw.body != nil {
-		r.Body = fw.body
+	defer p.finish(ex)
+	p.forward(ex)
+}
+
+// classify refuses targets and headers that would let a request around the
+// fence, for every method (fence.ErrBadResource, ErrHopByHop), and decides
+// whether the request is a fenced write: a method (or a method-override
+// header) outside UnfencedMethods, unless it carries no token and
+// RequireToken is off.
+func (p *Proxy) classify(ex *exchange) error {
+	r := ex.r
+	// Read the token before ReverseProxy touches any header.
+	ex.token, ex.tokenErr = fence.TokenFromValues(r.Header.Values(p.opts.TokenHeader), http.CanonicalHeaderKey(p.opts.TokenHeader))
+	if ex.tokenErr == nil {
+		ex.tokenText = strconv.FormatUint(ex.token, 10)
+	}
+	if err := checkTarget(r); err != nil {
+		return err
+	}
+	if err := p.checkHopByHop(r); err != nil {
+		return err
+	}
+	ex.fenced = !p.unfencedRequest(r) && !(errors.Is(ex.tokenErr, fence.ErrTokenMissing) && !p.opts.RequireToken)
+	return nil
+}
+
+// resolve finds the resources a fenced write touches: its path's, and for a
+// WebDAV COPY or MOVE also its Destination's (fence.ErrBadResource for a
+// target the fence cannot name; errUnsupported for S3 writes whose keys are
+// in the body). A token error comes first, but the resources are still
+// found for the logs.
+func (p *Proxy) resolve(ex *exchange) error {
+	resources, err := p.resources(ex.r)
+	ex.resources = resources
+	if ex.tokenErr != nil {
+		return ex.tokenErr
+	}
+	return err
+}
+
+// authenticate runs Options.Authenticate, if set.
+func (p *Proxy) authenticate(ex *exchange) error {
+	if p.opts.Authenticate == nil {
+		return nil
+	}
+	err := p.opts.Authenticate(ex.r, ex.resources, ex.token)
+	if err != nil && !errors.Is(err, ErrSignature) {
+		err = fmt.Errorf("%w: %w", ErrForbidden, err)
+	}
+	return err
+}
+
+// admit wraps the request body so the barrier can cut it off and knows when
+// it is sent, and admits the write through the barrier.
+func (p *Proxy) admit(ex *exchange) (release func(), err error) {
+	r := ex.r
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		ex.up.NoBody()
+	} else {
+		ex.hasBody = true
+		ex.body.init(ex.w, r, &ex.up, p.opts.UploadIdleTimeout)
+	}
+	return p.barrier.Admit(r.Context(), ex.resources, ex.token, &ex.up)
+}
+
+// forward sends the admitted write upstream with ReverseProxy (which calls
+// p.rewrite, and p.upstreamError on failure).
+func (p *Proxy) forward(ex *exchange) {
+	r := ex.r
+	if ex.hasBody {
+		r.Body = &ex.body
 	}
 	// Once forwarded, a write runs to the backend's answer even if its client
 	// hangs up: the backend may already be applying it, and the barrier must
 	// not open for a larger token before it is done. A client gone mid-upload
 	// still ends the exchange, since its body can no longer be read.
-	ctx := context.WithValue(context.WithoutCancel(fw.client), forwardedKey{}, fw)
-	sent := &fw.wrote
+	ctx := context.WithValue(context.WithoutCancel(ex.client), exchangeKey{}, ex)
 	if replayable(r) {
-		fw.traced = true
 		// net/http's Transport silently sends such a request again when a
 		// reused connection fails after sending it; the first copy may still
 		// be applied, so the write counts as abandoned.
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sent.Add(1) }})
-		defer func() {
-			if sent.Load() > 1 && p.opts.AbandonGrace > 0 {
-				fw.fl.abandoned.Store(true)
-				p.log.LogAttrs(fw.client, slog.LevelWarn, "the upstream client sent the write twice; "+
-					"larger tokens on its resource wait the abandon grace, as the backend may apply the first copy late",
-					slog.String("resource", resource), slog.String("token", token), slog.String("method", r.Method),
-					slog.String("target", logTarget(r)), slog.String("abandon_grace", p.opts.AbandonGrace.String()))
-			}
-		}()
+		ex.traced = true
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { ex.wrote.Add(1) }})
 	}
-	r = r.WithContext(ctx)
-	defer func() {
-		if fw.client.Err() != nil && !fw.answered {
-			p.log.LogAttrs(fw.client, slog.LevelInfo, "client went away before the answer",
-				slog.Int("status", 499), slog.String("resource", resource), slog.String("token", token),
-				slog.String("method", r.Method), slog.String("target", logTarget(r)))
+	p.rp.ServeHTTP(ex.w, r.WithContext(ctx))
+}
+
+// finish logs what the exchange leaves to tell: a write the upstream client
+// sent twice (held for the abandon grace), a client gone before its answer.
+// The barrier's release runs after it.
+func (p *Proxy) finish(ex *exchange) {
+	r := ex.r
+	if ex.traced && ex.wrote.Load() > 1 && p.barrier.AbandonGrace() > 0 {
+		ex.up.Abandon()
+		p.log.LogAttrs(ex.client, slog.LevelWarn, "the upstream client sent the write twice; "+
+			"larger tokens on its resource wait the abandon grace, as the backend may apply the first copy late",
+			slog.String("resource", ex.resource()), slog.String("token", ex.tokenText), slog.String("method", r.Method),
+			slog.String("target", logTarget(r)), slog.String("abandon_grace", p.barrier.AbandonGrace().String()))
+	}
+	if ex.client.Err() != nil && !ex.answered {
+		p.log.LogAttrs(ex.client, slog.LevelInfo, "client went away before the answer",
+			slog.Int("status", 499), slog.String("resource", ex.resource()), slog.String("token", ex.tokenText),
+			slog.String("method", r.Method), slog.String("target", logTarget(r)))
+	}
+}
+
+// forwardedHeaders are dropped by ReverseProxy when Rewrite is set; the client's
+// own values are put back so the backend sees (and signatures cover) them unchanged.
+var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
+// rewrite makes the outbound request the inbound one, sent to the upstream:
+// same Host, path bytes, query and headers. Then Options.Rewrite, if set.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(p.opts.Upstream)
+	pr.Out.Host = pr.In.Host // SetURL would send the upstream's host; signatures cover the inbound one
+	// ReverseProxy drops query parameters it cannot parse (";", bad escapes);
+	// S3 signs the query as sent, so send it as sent.
+	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+	for _, h := range forwardedHeaders {
+		if v, ok := pr.In.Header[h]; ok {
+			pr.Out.Header[h] = v
 		}
-	}()
-	p.rp.ServeHTTP(w, r)
+	}
+	// Send the path bytes as received. EscapedPath reproduces them unless the
+	// client sent bytes Go would escape; then send them verbatim.
+	want := strings.TrimSuffix(p.opts.Upstream.EscapedPath(), "/") + rawPath(pr.In)
+	if pr.Out.URL.EscapedPath() != want && !strings.HasPrefix(want, "//") {
+		pr.Out.URL.Opaque = want
+	}
+	if p.opts.Rewrite != nil {
+		p.opts.Rewrite(pr)
+	}
 }
 
 // replayable mirrors net/http's rule for requests its Transport may send
@@ -293,140 +423,95 @@ func replayable(r *http.Request) bool {
 	return len(r.Header["Idempotency-Key"]) > 0 || len(r.Header["X-Idempotency-Key"]) > 0
 }
 
-// forwardedWrite is a fenced write being forwarded, as upstreamError sees it
-// through the request's context.
-type forwardedWrite struct {
-	client          context.Context // the client's own context (the forwarded one never ends early)
-	fl              *flight
-	body            *uploadBody // nil: no body
-	resource, token string
-	answered        bool         // upstreamError answered the client itself (cut or idle upload)
-	traced          bool         // wrote counts the copies sent (the write is replayable)
-	wrote           atomic.Int32 // copies of the request written upstream, when traced
-
-	flight flight     // what fl points to (one allocation for the three)
-	upload uploadBody // what body points to, when there is a body
+// upstreamError maps a failed upstream exchange: upload cut off by a larger
+// token -> 409, upload paused past the idle timeout -> 408, client gone -> 499
+// (logged only), timeout -> 504, anything else -> 502. Nothing is retried: a
+// write may have reached the backend. A write whose whole body was handed to
+// the backend is abandoned: it keeps its resource's barrier closed for the
+// abandon grace, since a slow backend may still apply it. A dial error
+// (upstream.DialError) sent nothing.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	ex := exchangeOf(r)
+	if ex != nil && ex.hasBody {
+		if why := ex.body.stopReason(); why != nil {
+			p.uploadStopped(ex, why)
+			return
+		}
+	}
+	status, kind := http.StatusBadGateway, "other"
+	gone := r.Context().Err() != nil
+	if ex != nil {
+		gone = ex.client.Err() != nil
+	}
+	var timeout interface{ Timeout() bool }
+	switch {
+	case gone:
+		status, kind = 499, "client_gone" // nobody reads a response
+	case !dialError(err) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &timeout) && timeout.Timeout())):
+		status, kind = http.StatusGatewayTimeout, "timeout"
+	}
+	p.opts.Metrics.upstreamError(kind)
+	// A dial error means the last attempt sent nothing; an earlier copy of a
+	// replayable write may have gone out on a reused connection.
+	abandoned := ex != nil && ex.up.State() == fence.Sent && p.barrier.AbandonGrace() > 0 &&
+		(!dialError(err) || (ex.traced && ex.wrote.Load() > 0))
+	if abandoned {
+		ex.up.Abandon()
+	}
+	if gone && ex != nil && !abandoned {
+		return // finish logs a gone client of a forwarded write once, as 499
+	}
+	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("target", logTarget(r)),
+		slog.Int("status", status), slog.String("error", err.Error())}
+	if abandoned {
+		attrs = append(attrs, slog.String("resource", ex.resource()), slog.String("token", ex.tokenText),
+			slog.String("abandon_grace", p.barrier.AbandonGrace().String()))
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed after the whole write was sent; "+
+			"larger tokens on its resource wait the abandon grace, as the backend may still apply it", attrs...)
+	} else {
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed", attrs...)
+	}
+	if status == 499 {
+		return
+	}
+	wire.WriteProblem(w, wire.Problem{Status: status, Title: http.StatusText(status),
+		Detail: "the backend could not be reached or did not answer in time"})
 }
 
-type forwardedKey struct{}
-
-// forwarded returns the forwarded write of r, nil for unfenced requests.
-func forwarded(r *http.Request) *forwardedWrite {
-	fw, _ := r.Context().Value(forwardedKey{}).(*forwardedWrite)
-	return fw
-}
-
-// methodOverrideHeaders ask some backends (Rails, Express's method-override,
-// Google APIs) to run another method than the request line's.
-var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
-
-func isMethodOverride(name string) bool {
-	return slices.Contains(methodOverrideHeaders, http.CanonicalHeaderKey(name))
-}
-
-// methods returns the request line's method and every method an override
-// header asks for (upper-cased: frameworks compare them so).
-func methods(r *http.Request) []string {
-	ms := []string{r.Method}
-	for _, h := range methodOverrideHeaders {
-		for _, v := range r.Header[h] {
-			for m := range strings.SplitSeq(v, ",") {
-				ms = append(ms, strings.ToUpper(strings.TrimSpace(m)))
-			}
-		}
+// uploadStopped answers a write whose upload the proxy stopped before its
+// end: the backend did not get the whole body, so it cannot apply it and the
+// barrier opens at once.
+func (p *Proxy) uploadStopped(ex *exchange, why error) {
+	ex.answered = true
+	r := ex.r
+	attrs := []slog.Attr{slog.String("resource", ex.resource()), slog.String("token", ex.tokenText),
+		slog.String("method", r.Method), slog.String("target", logTarget(r))}
+	var pb wire.Problem
+	switch why {
+	case errUploadCut:
+		p.opts.Metrics.upstreamError("upload_cut")
+		current, _ := p.barrier.Max(ex.resource())
+		pb, _ = p.problemFor(&fence.StaleError{Resource: ex.resource(), Token: ex.token, Current: current})
+		pb.Detail = errUploadCut.Error() + "; the backend did not get it whole"
+		pb.Token = ex.tokenText
+		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
+		ex.w.Header().Set(wire.HeaderCurrentToken, pb.CurrentToken)
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off by a larger token", append(attrs,
+			slog.Int("status", pb.Status), slog.String("current_token", pb.CurrentToken))...)
+	case errUploadIdle:
+		p.opts.Metrics.upstreamError("upload_timeout")
+		pb = wire.Problem{Status: http.StatusRequestTimeout, Title: "Request body timeout",
+			Detail: "no body bytes arrived within the upload idle timeout; the upload was cut off and the backend did not get it whole"}
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off: client paused past the upload idle timeout",
+			append(attrs, slog.Int("status", pb.Status), slog.String("upload_idle_timeout", p.opts.UploadIdleTimeout.String()))...)
+	default:
+		p.opts.Metrics.upstreamError("client_gone")
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "client went away during the upload", append(attrs,
+			slog.Int("status", 499), slog.String("error", why.Error()))...)
+		return
 	}
-	return ms
-}
-
-func hasMethodOverride(r *http.Request) bool {
-	for _, h := range methodOverrideHeaders {
-		if _, ok := r.Header[h]; ok {
-			return true
-		}
-	}
-	return false
-}
-
-// unfencedRequest reports whether every method the request may run as (its
-// own and any override header's) is unfenced: a GET asking the backend to
-// DELETE is fenced like the DELETE.
-func (p *Proxy) unfencedRequest(r *http.Request) bool {
-	if !hasMethodOverride(r) {
-		return p.unfenced[r.Method] // the common case, without allocating
-	}
-	for _, m := range methods(r) {
-		if !p.unfenced[m] {
-			return false
-		}
-	}
-	return true
-}
-
-// resources returns the resource keys a fenced write touches: its path's, and
-// for a WebDAV COPY or MOVE also its Destination's. ErrBadResource for a path
-// the fence cannot name; ErrUnsupported for S3 writes whose key is in the body.
-func (p *Proxy) resources(r *http.Request) ([]string, error) {
-	if err := CheckRawPath(rawPath(r)); err != nil {
-		return nil, err
-	}
-	key, err := ResourceKey(r.URL.Path, p.opts.ResourceDepth)
-	if err != nil {
-		return nil, err
-	}
-	if r.Method == http.MethodPost || (hasMethodOverride(r) && slices.Contains(methods(r), http.MethodPost)) {
-		if bulkDelete(r.URL.RawQuery) {
-			return []string{key}, ErrUnsupported
-		}
-		if formUpload(r, key) {
-			return []string{key}, ErrFormUpload
-		}
-	}
-	keys := []string{key}
-	for _, dest := range r.Header.Values("Destination") {
-		u, err := url.Parse(dest)
-		if err != nil || !strings.HasPrefix(u.Path, "/") {
-			// RFC 4918 10.3: an absolute URI or an absolute path; a backend
-			// would resolve a relative one against a path the fence cannot know.
-			return keys, fmt.Errorf("%w: Destination %q is not an absolute URL or absolute path", ErrBadResource, dest)
-		}
-		// Check the header as sent: url.Parse re-escapes "\\", which other
-		// parsers read as "/".
-		if err := CheckRawPath(dest); err != nil {
-			return keys, fmt.Errorf("Destination: %w", err)
-		}
-		dk, err := ResourceKey(u.Path, p.opts.ResourceDepth)
-		if err != nil {
-			return keys, fmt.Errorf("Destination: %w", err)
-		}
-		keys = append(keys, dk)
-	}
-	return keys, nil
-}
-
-// CheckRawPath refuses a raw (still percent-encoded) path with bytes that
-// backends read as something else than a path byte: raw "\\" (a slash to
-// WHATWG URL parsers), raw "#" (a fragment), raw spaces, and control bytes raw
-// or percent-encoded. Otherwise a stale write could reach an object under an
-// alias the fence does not know. Encoded "%5C", "%23" and "%20" are ordinary
-// key bytes (S3 keys may hold them) and pass. ErrBadResource.
-func CheckRawPath(raw string) error {
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if c <= ' ' || c == 0x7f || c == '\\' || c == '#' {
-			return fmt.Errorf("%w: byte %q is not allowed in a path", ErrBadResource, c)
-		}
-		if c == '%' && i+2 < len(raw) && (raw[i+1] == '0' || raw[i+1] == '1' || strings.EqualFold(raw[i+1:i+3], "7f")) {
-			return fmt.Errorf("%w: encoded control byte %q in the path", ErrBadResource, raw[i:i+3])
-		}
-	}
-	return nil
-}
-
-// formUpload reports an S3 "POST Object" browser upload: a multipart form
-// POSTed to a bucket, naming the object's key in a form field.
-func formUpload(r *http.Request, key string) bool {
-	ct := strings.ToLower(r.Header.Get("Content-Type"))
-	return strings.HasPrefix(ct, "multipart/form-data") && !strings.Contains(strings.TrimSuffix(key, "/"), "/")
+	ex.w.Header().Set("Connection", "close") // the rest of the body is still on the wire
+	wire.WriteProblem(ex.w, pb)
 }
 
 // responseWriter keeps the backend's response as it was: it drops the
@@ -450,200 +535,6 @@ func (w responseWriter) WriteHeader(code int) {
 // Unwrap lets http.ResponseController reach Flush and deadlines.
 func (w responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// ErrFormUpload: an S3 browser upload (POST Object: a multipart form POSTed to
-// a bucket) names its key in the body; it is refused like a bulk delete (400).
-var ErrFormUpload = fmt.Errorf("%w: S3 POST Object (form upload) names its key in the body; upload with PUT", errUnsupported)
-
-// ErrUnsupported: S3 multi-object delete (POST /{bucket}?delete) names its keys
-// in the body, where the fence cannot see them; it is refused, whatever the
-// token, rather than forwarded unfenced (400). Delete objects one by one.
-var ErrUnsupported = fmt.Errorf("%w: S3 multi-object delete (POST ?delete) names its keys in the body; delete the objects one by one", errUnsupported)
-
-// errUnsupported is the class of writes the fence cannot see the target of.
-var errUnsupported = errors.New("write cannot be fenced")
-
-// bulkDelete reports whether a raw query has a "delete" parameter, splitting
-// on both "&" and ";" since backends disagree on the latter.
-func bulkDelete(rawQuery string) bool {
-	for _, part := range strings.FieldsFunc(rawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
-		name, _, _ := strings.Cut(part, "=")
-		if unescaped, err := url.QueryUnescape(name); err == nil {
-			name = unescaped
-		}
-		if strings.EqualFold(name, "delete") { // S3 is case-sensitive; some backends are not
-			return true
-		}
-	}
-	return false
-}
-
-// checkTarget accepts origin-form request targets ("/path"), and "*" for
-// OPTIONS. Absolute-form ("http://host/path") is for forward proxies and
-// authority-form for CONNECT tunnels: fenceproxy is neither, and would
-// otherwise forward them to its upstream under another Host. ErrBadResource.
-func checkTarget(r *http.Request) error {
-	switch uri := r.RequestURI; {
-	case strings.HasPrefix(uri, "/"): // also every HTTP/2 request but CONNECT
-		return nil
-	case uri == "*" && r.Method == http.MethodOptions:
-		return nil
-	case uri == "*":
-		return fmt.Errorf("%w: the target * is only for OPTIONS", ErrBadResource)
-	default:
-		return fmt.Errorf("%w: target %.64q is not a path; fenceproxy is a reverse proxy, not a forward proxy or tunnel: send the path only", ErrBadResource, uri)
-	}
-}
-
-// ErrHopByHop: a Connection header names a header the fence relies on, or the
-// request asks for a protocol upgrade whose later bytes would skip the fence (400).
-var ErrHopByHop = errors.New("hop-by-hop header would bypass the fence")
-
-func (p *Proxy) checkHopByHop(r *http.Request) error {
-	if len(r.Header.Values("Upgrade")) > 0 {
-		return fmt.Errorf("%w: protocol upgrades are not forwarded", ErrHopByHop)
-	}
-	for _, v := range r.Header.Values("Connection") {
-		for name := range strings.SplitSeq(v, ",") {
-			name = strings.TrimSpace(name)
-			if strings.EqualFold(name, p.opts.TokenHeader) || strings.EqualFold(name, HeaderSignature) ||
-				strings.EqualFold(name, "Host") || strings.EqualFold(name, "Destination") || isMethodOverride(name) {
-				return fmt.Errorf("%w: Connection names %s", ErrHopByHop, name)
-			}
-		}
-	}
-	return nil
-}
-
-// forwardedHeaders are dropped by ReverseProxy when Rewrite is set; the client's
-// own values are put back so the backend sees (and signatures cover) them unchanged.
-var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
-
-func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
-	pr.SetURL(p.opts.Upstream)
-	pr.Out.Host = pr.In.Host // SetURL would send the upstream's host; signatures cover the inbound one
-	// ReverseProxy drops query parameters it cannot parse (";", bad escapes);
-	// S3 signs the query as sent, so send it as sent.
-	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-	for _, h := range forwardedHeaders {
-		if v, ok := pr.In.Header[h]; ok {
-			pr.Out.Header[h] = v
-		}
-	}
-	// Send the path bytes as received. EscapedPath reproduces them unless the
-	// client sent bytes Go would escape; then send them verbatim.
-	want := strings.TrimSuffix(p.opts.Upstream.EscapedPath(), "/") + rawPath(pr.In)
-	if pr.Out.URL.EscapedPath() != want && !strings.HasPrefix(want, "//") {
-		pr.Out.URL.Opaque = want
-	}
-}
-
-// rawPath returns the path of the request target exactly as received.
-func rawPath(r *http.Request) string {
-	uri := r.RequestURI
-	if !strings.HasPrefix(uri, "/") {
-		return r.URL.EscapedPath()
-	}
-	if i := strings.IndexByte(uri, '?'); i >= 0 {
-		uri = uri[:i]
-	}
-	return uri
-}
-
-// upstreamError maps a failed upstream exchange: upload cut off by a larger
-// token -> 409, upload paused past the idle timeout -> 408, client gone -> 499
-// (logged only), timeout -> 504, anything else -> 502. Nothing is retried: a
-// write may have reached the backend. A write whose whole body was handed to
-// the backend is abandoned: it keeps its resource's barrier closed for the
-// abandon grace, since a slow backend may still apply it.
-func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	fw := forwarded(r)
-	if fw != nil && fw.body != nil {
-		if why := fw.body.stopReason(); why != nil {
-			p.uploadStopped(w, r, fw, why)
-			return
-		}
-	}
-	status, kind := http.StatusBadGateway, "other"
-	gone := r.Context().Err() != nil
-	if fw != nil {
-		gone = fw.client.Err() != nil
-	}
-	var ne net.Error
-	switch {
-	case gone:
-		status, kind = 499, "client_gone" // nobody reads a response
-	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
-		status, kind = http.StatusGatewayTimeout, "timeout"
-	}
-	p.opts.Metrics.upstreamError(kind)
-	// A dial error means the last attempt sent nothing; an earlier copy of a
-	// replayable write may have gone out on a reused connection.
-	abandoned := fw != nil && fw.fl.body.Load() == bodySent && p.opts.AbandonGrace > 0 &&
-		(!dialError(err) || (fw.traced && fw.wrote.Load() > 0))
-	if abandoned {
-		fw.fl.abandoned.Store(true)
-	}
-	if gone && fw != nil && !abandoned {
-		return // ServeHTTP logs a gone client of a forwarded write once, as 499
-	}
-	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("target", logTarget(r)),
-		slog.Int("status", status), slog.String("error", err.Error())}
-	if abandoned {
-		attrs = append(attrs, slog.String("resource", fw.resource), slog.String("token", fw.token),
-			slog.String("abandon_grace", p.opts.AbandonGrace.String()))
-		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed after the whole write was sent; "+
-			"larger tokens on its resource wait the abandon grace, as the backend may still apply it", attrs...)
-	} else {
-		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed", attrs...)
-	}
-	if status == 499 {
-		return
-	}
-	writeProblem(w, problem{Status: status, Title: http.StatusText(status),
-		Detail: "the backend could not be reached or did not answer in time"})
-}
-
-// uploadStopped answers a write whose upload the proxy stopped before its
-// end: the backend did not get the whole body, so it cannot apply it and the
-// barrier opens at once.
-func (p *Proxy) uploadStopped(w http.ResponseWriter, r *http.Request, fw *forwardedWrite, why error) {
-	fw.answered = true
-	attrs := []slog.Attr{slog.String("resource", fw.resource), slog.String("token", fw.token),
-		slog.String("method", r.Method), slog.String("target", logTarget(r))}
-	var pb problem
-	switch why {
-	case errUploadCut:
-		p.opts.Metrics.upstreamError("upload_cut")
-		current, _ := p.store.Max(fw.resource)
-		pb, _ = p.problemFor(&StaleError{Resource: fw.resource, Token: fw.fl.token, Current: current})
-		pb.Detail = errUploadCut.Error() + "; the backend did not get it whole"
-		pb.Token = fw.token
-		w.Header().Set(HeaderRefused, pb.Reason)
-		w.Header().Set(HeaderCurrentToken, pb.CurrentToken)
-		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off by a larger token", append(attrs,
-			slog.Int("status", pb.Status), slog.String("current_token", pb.CurrentToken))...)
-	case errUploadIdle:
-		p.opts.Metrics.upstreamError("upload_timeout")
-		pb = problem{Status: http.StatusRequestTimeout, Title: "Request body timeout",
-			Detail: "no body bytes arrived within the upload idle timeout; the upload was cut off and the backend did not get it whole"}
-		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off: client paused past the upload idle timeout",
-			append(attrs, slog.Int("status", pb.Status), slog.String("upload_idle_timeout", p.opts.UploadIdleTimeout.String()))...)
-	default:
-		p.opts.Metrics.upstreamError("client_gone")
-		p.log.LogAttrs(r.Context(), slog.LevelInfo, "client went away during the upload", append(attrs,
-			slog.Int("status", 499), slog.String("error", why.Error()))...)
-		return
-	}
-	w.Header().Set("Connection", "close") // the rest of the body is still on the wire
-	writeProblem(w, pb)
-}
-
-// dialError reports a failure to connect to the backend: nothing was sent.
-func dialError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
 // copyBuffers lends ReverseProxy its 32 KiB body copy buffers: allocating one
 // per request was the largest allocation of a small write (pprof).
 var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { return new([32 << 10]byte) }}}
@@ -655,4 +546,10 @@ func (b *bufferPool) Put(s []byte) {
 	if cap(s) >= 32<<10 {
 		b.p.Put((*[32 << 10]byte)(s[:32<<10]))
 	}
+}
+
+// dialError reports a failure to connect to the backend: nothing was sent.
+func dialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -6,19 +6,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-)
 
-func TestBulkDeleteQuery(t *testing.T) {
-	for q, want := range map[string]bool{
-		"delete": true, "delete=": true, "x=1&delete": true, "x=1;delete": true, "%64elete": true,
-		"": false, "uploads": false, "uploadId=1&partNumber=2": false, "deleted": false, "x=delete": false,
-		"prefix=100%&delete": true, "prefix=100%": false,
-	} {
-		if got := bulkDelete(q); got != want {
-			t.Errorf("bulkDelete(%q) = %v, want %v", q, got, want)
-		}
-	}
-}
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/wire"
+)
 
 // A multi-object delete is refused whatever its token; a POST of another kind
 // on the same path is fenced as usual.
@@ -29,7 +20,7 @@ func TestBulkDeleteRefused(t *testing.T) {
 	ctx := context.Background()
 	for _, path := range []string{"/bkt?delete", "/bkt?delete=", "/bkt?x-id=DeleteObjects&delete"} {
 		r := send(ctx, "POST", srv.URL+path, "7", "bulk")
-		if r.status != 400 || r.header.Get(HeaderRefused) != ReasonUnsupported {
+		if r.status != 400 || r.header.Get(wire.HeaderRefused) != wire.ReasonUnsupported {
 			t.Errorf("POST %s: %d %v", path, r.status, r.header)
 		}
 	}
@@ -68,8 +59,8 @@ func TestCheckRawPath(t *testing.T) {
 		"/bkt\\obj": false, "/bkt/x/..\\obj": false, "/bkt/obj#x": false, "/bkt/a b": false, "/bkt/a\tb": false,
 		"/bkt/obj%00": false, "/bkt/obj%0a": false, "/bkt/obj%1F": false, "/bkt/obj%7f": false, "/bkt/\x7f": false,
 	} {
-		if err := CheckRawPath(raw); (err == nil) != ok {
-			t.Errorf("CheckRawPath(%q) = %v, want ok=%v", raw, err, ok)
+		if err := fence.CheckRawPath(raw); (err == nil) != ok {
+			t.Errorf("fence.CheckRawPath(%q) = %v, want ok=%v", raw, err, ok)
 		}
 	}
 }
@@ -123,7 +114,7 @@ func TestFormUploadRefused(t *testing.T) {
 	ctx := context.Background()
 	for _, path := range []string{"/bkt", "/bkt/"} {
 		r := send(ctx, "POST", srv.URL+path, "41", "form", "Content-Type", "multipart/form-data; boundary=x")
-		if r.status != 400 || r.header.Get(HeaderRefused) != ReasonUnsupported {
+		if r.status != 400 || r.header.Get(wire.HeaderRefused) != wire.ReasonUnsupported {
 			t.Errorf("form POST %s: %d %v", path, r.status, r.header)
 		}
 	}
@@ -133,5 +124,25 @@ func TestFormUploadRefused(t *testing.T) {
 	// A form POSTed to a deeper path names its resource in the path.
 	if r := send(ctx, "POST", srv.URL+"/api/items", "41", "form2", "Content-Type", "multipart/form-data; boundary=x"); r.status != 204 {
 		t.Fatalf("form POST to /api/items: %d", r.status)
+	}
+}
+
+func TestLogTargetRedactsCredentials(t *testing.T) {
+	for _, tc := range []struct{ target, want string }{
+		{"/bkt/k", "/bkt/k"},
+		{"/bkt/k?uploadId=7&partNumber=2", "/bkt/k?uploadId=7&partNumber=2"},
+		{"/bkt/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIA%2F2026&X-Amz-Signature=abc123&X-Amz-Security-Token=tok",
+			"/bkt/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=REDACTED&X-Amz-Signature=REDACTED&X-Amz-Security-Token=REDACTED"},
+		{"/bkt/k?AWSAccessKeyId=AKIA&Signature=s%2Bg&Expires=1", "/bkt/k?AWSAccessKeyId=REDACTED&Signature=REDACTED&Expires=1"},
+		{"/bkt/k?x-amz-signature=abc", "/bkt/k?x-amz-signature=REDACTED"},
+		{"/bkt/k?X%2DAmz%2DSignature=abc", "/bkt/k?X%2DAmz%2DSignature=REDACTED"},
+		{"/bkt/k?Signature", "/bkt/k?Signature"},
+	} {
+		t.Run(tc.target, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPut, tc.target, nil)
+			if got := logTarget(r); got != tc.want {
+				t.Fatalf("logTarget(%q) = %q, want %q", tc.target, got, tc.want)
+			}
+		})
 	}
 }

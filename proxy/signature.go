@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-)
 
-// HeaderSignature carries the signature of a fencing token in signed-token
-// mode (FENCEPROXY_TOKEN_KEY): an HMAC-SHA256 over the resource key and the
-// token, issued by the lease API beside the token.
-const HeaderSignature = "X-Fencing-Token-Signature"
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/wire"
+)
 
 // TokenVerifier checks token signatures in signed-token mode (tokensig.Keys
 // provides it).
@@ -20,42 +18,52 @@ type TokenVerifier interface {
 	Verify(resource string, token uint64, signature string) error
 }
 
-// ErrSignature: signed-token mode is on and the write carries no valid
-// signature for its token and resource (403). Without it a buggy or hostile
-// worker could send 2^63-1 and fence a resource off for good.
-var ErrSignature = errors.New("fencing token signature missing or invalid")
+var (
+	// ErrSignature: signed-token mode is on and the write carries no valid
+	// signature for its token and resource (403). Without it a buggy or
+	// hostile worker could send 2^63-1 and fence a resource off for good.
+	ErrSignature = errors.New("fencing token signature missing or invalid")
+	// ErrForbidden: Options.Authenticate refused the request (403).
+	ErrForbidden = errors.New("request refused by authentication")
+)
 
-// checkSignature requires, for every resource a write touches, one
-// X-Fencing-Token-Signature value that signs t for that resource (a MOVE
-// carries one per resource, on separate header lines or comma-separated; the
-// base64url alphabet has no comma). It returns the resource that lacks one.
-// nil when signed-token mode is off.
-func (p *Proxy) checkSignature(r *http.Request, resources []string, t uint64) (string, error) {
-	if p.opts.Verifier == nil {
-		return "", nil
-	}
-	var sigs []string
-	for _, v := range r.Header.Values(HeaderSignature) {
-		for s := range strings.SplitSeq(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				sigs = append(sigs, s)
+// SignedTokens returns an Options.Authenticate for signed-token mode
+// (FENCEPROXY_TOKEN_KEY): a fenced write needs, for every resource it
+// touches, one X-Fencing-Token-Signature value that signs its token for that
+// resource (a MOVE carries one per resource, on separate header lines or
+// comma-separated; the base64url alphabet has no comma). Other requests pass.
+// The error is a *fence.ResourceError naming the resource that lacks one,
+// wrapping ErrSignature.
+func SignedTokens(v TokenVerifier) func(r *http.Request, resources []string, token uint64) error {
+	return func(r *http.Request, resources []string, t uint64) error {
+		if len(resources) == 0 {
+			return nil // not a fenced write
+		}
+		var sigs []string
+		for _, h := range r.Header.Values(wire.HeaderSignature) {
+			for s := range strings.SplitSeq(h, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					sigs = append(sigs, s)
+				}
 			}
 		}
-	}
-	if len(sigs) == 0 {
-		return resources[0], fmt.Errorf("%w: send the signature issued with the token in the %s header", ErrSignature, HeaderSignature)
-	}
-	for _, res := range resources {
-		ok := false
-		for _, s := range sigs {
-			if p.opts.Verifier.Verify(res, t, s) == nil {
-				ok = true
-				break
+		if len(sigs) == 0 {
+			return &fence.ResourceError{Resource: resources[0],
+				Err: fmt.Errorf("%w: send the signature issued with the token in the %s header", ErrSignature, wire.HeaderSignature)}
+		}
+		for _, res := range resources {
+			ok := false
+			for _, s := range sigs {
+				if v.Verify(res, t, s) == nil {
+					ok = true
+					break
+				}
+			}
+			if !ok {
+				return &fence.ResourceError{Resource: res,
+					Err: fmt.Errorf("%w: no %s value signs token %d for resource %q", ErrSignature, wire.HeaderSignature, t, res)}
 			}
 		}
-		if !ok {
-			return res, fmt.Errorf("%w: no %s value signs token %d for resource %q", ErrSignature, HeaderSignature, t, res)
-		}
+		return nil
 	}
-	return "", nil
 }

@@ -25,10 +25,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // takeoverEvent is one line of the takeover log: a write the backend applied
@@ -98,7 +101,7 @@ func (l *takeoverLog) applied(holder byte) bool {
 }
 
 // raiser is what takes a resource over beside writes: the fence barrier
-// itself (proxy.Fence), or bypass.
+// itself, or bypass.
 type raiser interface {
 	lease.Barrier
 	Raise(ctx context.Context, resource string, t uint64) (uint64, error)
@@ -143,6 +146,7 @@ type takeoverRig struct {
 	log            *takeoverLog
 	proxy, control string
 	p              *proxy.Proxy
+	barrier        *fence.Barrier
 	bypassed       bool
 
 	mu  sync.Mutex
@@ -172,13 +176,18 @@ func newTakeoverRig(t *testing.T, bypassed bool) *takeoverRig {
 	}
 	t.Cleanup(func() { store.Close() })
 	u, _ := url.Parse(backend.URL)
-	p, err := proxy.New(store, proxy.Options{Upstream: u, DrainTimeout: 20 * time.Second, UploadIdleTimeout: time.Minute,
-		CleanStart: true})
+	opts := proxy.OptionsFrom(config.Default())
+	opts.Upstream, opts.UploadIdleTimeout = u, time.Minute
+	b, err := fence.New(store, fence.Options{DrainTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rig.p = p
-	var r raiser = p.Fence()
+	p, err := proxy.New(b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig.p, rig.barrier = p, b
+	var r raiser = b
 	if bypassed {
 		r = bypass{store}
 	}
@@ -349,13 +358,13 @@ func testTakeover(t *testing.T, rig *takeoverRig, take func(*testing.T, *takeove
 		t.Fatalf("A's first write: %d", s)
 	}
 	up := startUpload(t, rig.proxy, path, a, 'A', size, chunked)
-	waitUntil(t, "A's upload is admitted", func() bool { return rig.p.Fence().InFlight("bkt/obj1") == 1 })
+	waitUntil(t, "A's upload is admitted", func() bool { return rig.barrier.InFlight("bkt/obj1") == 1 })
 
 	b := take(t, rig, path, a)
 	if rig.bypassed {
 		// B has its token but has not written yet; A wakes up and sends the rest.
 		resp := up.answer(t, 200*time.Millisecond)
-		waitUntil(t, "A's exchange is over", func() bool { return rig.p.Fence().InFlight("bkt/obj1") == 0 })
+		waitUntil(t, "A's exchange is over", func() bool { return rig.barrier.InFlight("bkt/obj1") == 0 })
 		stale := rig.log.staleAfterRaise()
 		if len(stale) == 0 || !rig.log.applied('A') {
 			t.Fatalf("with the raise beside the barrier, A's stale upload (token %d) should have been applied after the raise to %d; events %v",
@@ -371,10 +380,10 @@ func testTakeover(t *testing.T, rig *takeoverRig, take func(*testing.T, *takeove
 	// A still has not sent the rest of its body: B did not wait for it, and
 	// the proxy has answered A already.
 	resp := up.answer(t, 10*time.Second)
-	waitUntil(t, "A's exchange is over", func() bool { return rig.p.Fence().InFlight("bkt/obj1") == 0 })
+	waitUntil(t, "A's exchange is over", func() bool { return rig.barrier.InFlight("bkt/obj1") == 0 })
 	stale := rig.log.staleAfterRaise()
-	if resp.StatusCode != http.StatusConflict || resp.Header.Get(proxy.HeaderRefused) != proxy.ReasonStale ||
-		resp.Header.Get(proxy.HeaderCurrentToken) != strconv.FormatUint(b, 10) {
+	if resp.StatusCode != http.StatusConflict || resp.Header.Get(wire.HeaderRefused) != wire.ReasonStale ||
+		resp.Header.Get(wire.HeaderCurrentToken) != strconv.FormatUint(b, 10) {
 		t.Fatalf("A's stalled upload: %d %v, want 409 stale with current token %d", resp.StatusCode, resp.Header, b)
 	}
 	if len(stale) > 0 || rig.log.applied('A') {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/fence"
 )
 
 var (
@@ -21,12 +23,12 @@ var (
 // uploadBody is a forwarded write's request body as the upstream client reads
 // it. It tells the barrier when the whole body has been handed over (from then
 // on a backend may apply the write), cuts the upload off after a pause longer
-// than idle, and stops at once when a larger token cuts its flight. An upload
+// than idle, and stops at once when a larger token cuts its upload. An upload
 // stopped before its end never hands over its last bytes (nor, when chunked,
 // the terminating chunk), so no backend can apply it.
 type uploadBody struct {
 	body      io.ReadCloser
-	fl        *flight
+	up        *fence.Upload
 	rc        *http.ResponseController
 	idle      time.Duration // 0: no idle timeout
 	remaining int64         // bytes until the end of a Content-Length body; -1: until EOF
@@ -41,6 +43,13 @@ type uploadBody struct {
 	stopped error // errUploadCut, errUploadIdle or the client's read error
 }
 
+// init makes b wrap r's body for up (r.ContentLength -1: read to EOF).
+func (b *uploadBody) init(w http.ResponseWriter, r *http.Request, up *fence.Upload, idle time.Duration) {
+	b.body, b.up, b.rc, b.idle, b.remaining = r.Body, up, http.NewResponseController(w), idle, r.ContentLength
+	// A past deadline wakes a read blocked on a stalled client.
+	up.Interrupt = func() { _ = b.rc.SetReadDeadline(time.Now()) }
+}
+
 // Hold implements upstream.HeldBody: the body's end is not its sending.
 func (b *uploadBody) Hold() { b.held = true }
 
@@ -48,21 +57,14 @@ func (b *uploadBody) Hold() { b.held = true }
 // a larger token cut it off meanwhile (errUploadCut: nothing is sent). From
 // here on a backend may apply it.
 func (b *uploadBody) Send() error {
-	if !b.fl.body.CompareAndSwap(bodySending, bodySent) && b.fl.body.Load() == bodyCut {
+	if !b.up.Send() {
 		return b.stop(errUploadCut)
 	}
 	return nil
 }
 
-// init makes b wrap r's body for fl (r.ContentLength -1: read to EOF).
-func (b *uploadBody) init(w http.ResponseWriter, r *http.Request, fl *flight, idle time.Duration) {
-	b.body, b.fl, b.rc, b.idle, b.remaining = r.Body, fl, http.NewResponseController(w), idle, r.ContentLength
-	// A past deadline wakes a read blocked on a stalled client.
-	fl.interrupt = func() { _ = b.rc.SetReadDeadline(time.Now()) }
-}
-
 func (b *uploadBody) Read(p []byte) (int, error) {
-	if b.fl.body.Load() == bodySent {
+	if b.up.State() == fence.Sent {
 		return b.body.Read(p) // handed over whole; what follows is EOF
 	}
 	if b.idle > 0 {
@@ -70,7 +72,7 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	}
 	// Checked after setting the deadline: a cut that happened before it would
 	// otherwise have its past deadline overwritten.
-	if b.fl.body.Load() == bodyCut {
+	if b.up.State() == fence.Cut {
 		return 0, b.stop(errUploadCut)
 	}
 	n, err := b.body.Read(p)
@@ -80,7 +82,7 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	switch {
 	case err != nil && err != io.EOF:
 		switch {
-		case b.fl.body.Load() == bodyCut:
+		case b.up.State() == fence.Cut:
 			err = errUploadCut
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			err = errUploadIdle
@@ -89,7 +91,7 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	case err == io.EOF || b.remaining == 0:
 		// These bytes complete the body: once handed over, a backend may
 		// apply it. A held body is sent later, at Send.
-		if !b.held && !b.fl.body.CompareAndSwap(bodySending, bodySent) {
+		if !b.held && !b.up.Send() {
 			return 0, b.stop(errUploadCut)
 		}
 		// No deadline while the server waits for the next request or watches

@@ -16,7 +16,7 @@ const cleanStopFile = "CLEAN_STOP"
 // fsynced) that the process using this store stopped cleanly: no write it
 // forwarded can still reach the backend. Call it only then, after the proxy
 // listener stopped and every admitted write finished, abandoned ones through
-// their grace (proxy.Fence.WaitIdle). The next process's TakeCleanStop reads
+// their grace (fence.Barrier.WaitIdle). The next process's TakeCleanStop reads
 // and removes it. Errors: ErrClosed after Close; file system errors.
 func (s *Store) MarkCleanStop() error {
 	if s.closed.Load() {

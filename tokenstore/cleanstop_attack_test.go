@@ -13,9 +13,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
@@ -233,7 +236,13 @@ func TestTinyCacheProxyNeverReordersWrites(t *testing.T) {
 	}))
 	defer backend.Close()
 	u, _ := url.Parse(backend.URL)
-	p, err := proxy.New(s, proxy.Options{Upstream: u, CleanStart: true})
+	b, err := fence.New(s, fence.Options{DrainTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := proxy.OptionsFrom(config.Default())
+	opts.Upstream = u
+	p, err := proxy.New(b, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,12 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/proxy"
 
 	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
 )
 
-// fpMemStore is an in-memory proxy.Store for the reference proxy.
+// fpMemStore is an in-memory fence.Store for the reference proxy.
 type fpMemStore struct {
 	mu  sync.Mutex
 	max map[string]uint64
@@ -66,7 +68,13 @@ func fpReference(t *testing.T, upstream string, timeout time.Duration) string {
 		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
 	}
 	t.Cleanup(std.CloseIdleConnections)
-	p, err := proxy.New(&fpMemStore{}, proxy.Options{Upstream: u, Transport: std, ResponseTimeout: timeout})
+	b, err := fence.New(&fpMemStore{}, fence.Options{DrainTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := proxy.OptionsFrom(config.Default())
+	opts.Upstream, opts.Transport, opts.ResponseTimeout = u, std, timeout
+	p, err := proxy.New(b, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokensig"
@@ -124,7 +125,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 
 	// Signed-token mode: the lease API signs the tokens it issues, and the
 	// proxy forwards only writes whose token carries a valid signature.
-	var verifier proxy.TokenVerifier
+	var authenticate func(*http.Request, []string, uint64) error
 	var signer control.Signer
 	tokenKeys, err := cfg.TokenKeyBytes()
 	if err != nil {
@@ -135,33 +136,27 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		if err != nil {
 			return fmt.Errorf("FENCEPROXY_TOKEN_KEY: %w", err)
 		}
-		verifier, signer = keys, keys
+		authenticate, signer = proxy.SignedTokens(keys), keys
 	}
 	upstreamCAs, err := cfg.UpstreamCAs()
 	if err != nil {
 		return fmt.Errorf("FENCEPROXY_UPSTREAM_CA_FILE: %w", err)
 	}
-	p, err := proxy.New(store, proxy.Options{
-		Upstream:        cfg.Upstream,
-		TokenHeader:     cfg.TokenHeader,
-		UnfencedMethods: cfg.UnfencedMethods,
-		ResourceDepth:   cfg.ResourceDepth,
-		AllowMissing:    !cfg.RequireToken,
-		DrainTimeout:    cfg.DrainTimeout,
-		DialTimeout:     cfg.UpstreamDialTimeout,
-		ResponseTimeout: cfg.UpstreamResponseTimeout,
-		Logger:          log,
-		Metrics:         proxyMetrics,
-		UpstreamCAs:     upstreamCAs,
-		Observe:         cfg.Mode == "observe",
-
-		AbandonGrace:      cfg.AbandonGrace,
-		UploadIdleTimeout: cfg.UploadIdleTimeout,
-		MaxTokenJump:      cfg.MaxTokenJump,
-		Verifier:          verifier,
-		CleanStart:        cleanStart,
-		StandardClient:    !cfg.UpstreamFastPath,
+	// One barrier for every raise: writes, lease acquires, admin raises.
+	startGrace := cfg.AbandonGrace
+	if cleanStart {
+		startGrace = 0 // no write of the previous process can be in flight
+	}
+	barrier, err := fence.New(store, fence.Options{
+		DrainTimeout: cfg.DrainTimeout, AbandonGrace: cfg.AbandonGrace, StartGrace: startGrace,
+		MaxTokenJump: cfg.MaxTokenJump, ObserveRaise: proxyMetrics.ObserveRaise,
 	})
+	if err != nil {
+		return err
+	}
+	popts := proxy.OptionsFrom(cfg)
+	popts.UpstreamCAs, popts.Logger, popts.Metrics, popts.Authenticate = upstreamCAs, log, proxyMetrics, authenticate
+	p, err := proxy.New(barrier, popts)
 	if err != nil {
 		return err
 	}
@@ -178,7 +173,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 	snapshotTimer := time.AfterFunc(snapshotGrace, store.ReleaseOpenSnapshot)
 	defer snapshotTimer.Stop()
 	ready := &readiness{Store: store}
-	leases := lease.NewManager(store, p.Fence(), lease.Options{
+	leases := lease.NewManager(store, barrier, lease.Options{
 		MinTTL: cfg.LeaseMinTTL, MaxTTL: cfg.LeaseMaxTTL,
 		Grace: cfg.LeaseGrace, RevokeAfter: cfg.LeaseRevokeAfter, Logger: log,
 	})
@@ -201,7 +196,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 			Warning:       warning,
 			LeaseToken:    cfg.LeaseToken,
 			ResourceDepth: cfg.ResourceDepth,
-			Admin:         adminFences{store: store, fence: p.Fence()},
+			Admin:         adminFences{store: store, fence: barrier},
 			AdminToken:    cfg.AdminToken,
 			Signer:        signer,
 		}),
@@ -258,7 +253,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, onR
 		if srv == proxySrv && clean {
 			// Abandoned writes hold their barrier through the abandon grace;
 			// only once none is left can the next start skip its own grace.
-			if err := p.Fence().WaitIdle(sctx); err != nil {
+			if err := barrier.WaitIdle(sctx); err != nil {
 				log.Warn("shutdown timeout passed with abandoned writes in their grace; the next start waits its start-up grace",
 					"abandon_grace", cfg.AbandonGrace.String())
 				clean = false
@@ -323,7 +318,7 @@ func (r *readiness) Ready() error {
 // off and drains the smaller-token writes in flight like a write's raise.
 type adminFences struct {
 	store *tokenstore.Store
-	fence *proxy.Fence
+	fence *fence.Barrier
 }
 
 func (a adminFences) Raise(ctx context.Context, resource string, t uint64) (uint64, error) {

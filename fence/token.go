@@ -1,18 +1,17 @@
-package proxy
+package fence
 
 import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"strconv"
 )
 
 var (
-	// ErrTokenMissing: a fenced write carries no token header (428).
+	// ErrTokenMissing: a fenced write carries no token (428).
 	ErrTokenMissing = errors.New("fencing token missing")
-	// ErrTokenMalformed: the token header is empty, not a canonical unsigned
-	// decimal, above 2^63-1, or present more than once (400).
+	// ErrTokenMalformed: the token is empty, not a canonical unsigned
+	// decimal, above 2^63-1, or given more than once (400).
 	ErrTokenMalformed = errors.New("fencing token malformed")
 )
 
@@ -44,17 +43,16 @@ func ParseToken(s string) (uint64, error) {
 	return t, nil
 }
 
-// TokenFromHeader reads the fencing token from header name in h, before any
-// header rewriting. ErrTokenMissing when absent; ErrTokenMalformed when given
-// more than once or malformed.
-func TokenFromHeader(h http.Header, name string) (uint64, error) {
-	values := h.Values(name)
+// TokenFromValues reads the token from the values a request carries under
+// its token field (a header named name): ErrTokenMissing for none;
+// ErrTokenMalformed for more than one or a malformed one.
+func TokenFromValues(values []string, name string) (uint64, error) {
 	switch len(values) {
 	case 0:
 		return 0, ErrTokenMissing
 	case 1:
 		return ParseToken(values[0])
 	default:
-		return 0, fmt.Errorf("%w: header %s given %d times", ErrTokenMalformed, http.CanonicalHeaderKey(name), len(values))
+		return 0, fmt.Errorf("%w: %s given %d times", ErrTokenMalformed, name, len(values))
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package fence
 
 import (
 	"errors"
@@ -40,9 +40,9 @@ func TestResourceKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := ResourceKey(u.Path, tc.depth)
+			got, err := Resolver{Depth: tc.depth}.Key(u.Path)
 			if !errors.Is(err, tc.err) || got != tc.want {
-				t.Fatalf("ResourceKey(%q, %d) = %q, %v; want %q, %v", u.Path, tc.depth, got, err, tc.want, tc.err)
+				t.Fatalf("Key(%q, depth %d) = %q, %v; want %q, %v", u.Path, tc.depth, got, err, tc.want, tc.err)
 			}
 		})
 	}
@@ -60,7 +60,7 @@ func FuzzResourceKey(f *testing.F) {
 		if err != nil || depth < 0 || depth > 64 {
 			return
 		}
-		key, err := ResourceKey(u.Path, depth)
+		key, err := Resolver{Depth: depth}.Key(u.Path)
 		if err != nil {
 			if !errors.Is(err, ErrBadResource) {
 				t.Fatalf("unexpected error %v", err)
@@ -82,7 +82,7 @@ func FuzzResourceKey(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded path does not parse: %v", err)
 		}
-		if again, err := ResourceKey(ru.Path, depth); err != nil || again != key {
+		if again, err := (Resolver{Depth: depth}).Key(ru.Path); err != nil || again != key {
 			t.Fatalf("re-encoded path gives %q, %v; want %q", again, err, key)
 		}
 	})

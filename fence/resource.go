@@ -1,0 +1,147 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// ErrBadResource: the request target names no resource, or names it in a way
+// backends disagree on (dot segments, "\\"), so it cannot be fenced (400).
+var ErrBadResource = errors.New("request path names no fenceable resource")
+
+// MaxResourceKey is the longest resource key in bytes (S3 keys are at most
+// 1,024 bytes; the store's keys at most about 64 KiB).
+const MaxResourceKey = 4096
+
+// Resolver maps request targets to resource keys. It is the one place that
+// decides what a resource is: the proxy resolves write targets with it, and
+// the control API the keys that lease and fence URLs name, with the same
+// rules. A resource key is the percent-decoded path without its leading
+// slash, cut to its first Depth segments when Depth > 0.
+type Resolver struct {
+	// Depth is FENCEPROXY_RESOURCE_DEPTH: 0 keeps the whole path; N keeps its
+	// first N segments (2: /bkt/part-0/obj is the resource bkt/part-0).
+	Depth int
+}
+
+// Target returns the resource key of a request target's path as received
+// (still percent-encoded, without the query): CheckRawPath, then Key of the
+// decoded path. ErrBadResource when either refuses, or for a bad escape.
+func (r Resolver) Target(raw string) (string, error) {
+	if err := CheckRawPath(raw); err != nil {
+		return "", err
+	}
+	path, err := url.PathUnescape(raw) // returns raw itself when it has no '%'
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadResource, err)
+	}
+	return r.Key(path)
+}
+
+// Key maps a percent-decoded path (url.URL.Path) to its resource key: the
+// path without its leading slash, cut to its first Depth segments when Depth
+// > 0. So /bkt/part-0/obj%41 (decoded /bkt/part-0/objA) is bkt/part-0/objA,
+// or bkt/part-0 with Depth 2. Two targets the backend treats as one object
+// map to one key because the key is the decoded path. ErrBadResource for an
+// empty path, "." or ".." segments, and keys longer than MaxResourceKey bytes.
+func (r Resolver) Key(path string) (string, error) {
+	key := strings.TrimPrefix(path, "/")
+	if key == "" {
+		return "", fmt.Errorf("%w: the path is empty", ErrBadResource)
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if seg == "." || seg == ".." {
+			return "", fmt.Errorf("%w: dot segment %q in the path", ErrBadResource, seg)
+		}
+	}
+	if r.Depth > 0 {
+		i, n := 0, 0
+		for ; i < len(key); i++ {
+			if key[i] == '/' {
+				if n++; n == r.Depth {
+					break
+				}
+			}
+		}
+		key = key[:i]
+		if key == "" {
+			return "", fmt.Errorf("%w: the path's first segment is empty", ErrBadResource)
+		}
+	}
+	if len(key) > MaxResourceKey {
+		return "", fmt.Errorf("%w: the resource key is %d bytes, more than %d", ErrBadResource, len(key), MaxResourceKey)
+	}
+	return key, nil
+}
+
+// Name returns the resource key that raw names exactly: raw is the rest of
+// an API URL's path after its prefix (/v1/fences/, /v1/leases/) as received,
+// still percent-encoded. The bytes are checked as for Target, and the key
+// must be whole (Depth does not cut it). ErrBadResource otherwise.
+func (r Resolver) Name(raw string) (string, error) {
+	if err := CheckRawPath(raw); err != nil {
+		return "", err
+	}
+	name, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadResource, err)
+	}
+	key, err := Resolver{}.Key("/" + name)
+	if err != nil {
+		return "", err
+	}
+	if key != name {
+		return "", fmt.Errorf("%w: %q is not a resource key", ErrBadResource, name)
+	}
+	return key, nil
+}
+
+// LeaseName is Name for a lease: with Depth > 0 the name must have exactly
+// Depth segments, so the lease and the fence cover the same resource.
+func (r Resolver) LeaseName(raw string) (string, error) {
+	name, err := r.Name(raw)
+	if err != nil {
+		return "", err
+	}
+	if r.Depth > 0 && strings.Count(name, "/")+1 != r.Depth {
+		return "", fmt.Errorf("%w: lease name %q must have exactly %d segments (FENCEPROXY_RESOURCE_DEPTH), so the lease and the fence cover the same resource",
+			ErrBadResource, name, r.Depth)
+	}
+	return name, nil
+}
+
+// Prefix checks a decoded key prefix, as a listing takes it: at most
+// MaxResourceKey bytes and no control bytes, which no key has.
+// ErrBadResource otherwise.
+func Prefix(p string) error {
+	if len(p) > MaxResourceKey {
+		return fmt.Errorf("%w: the prefix is %d bytes, more than %d", ErrBadResource, len(p), MaxResourceKey)
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < ' ' || p[i] == 0x7f {
+			return fmt.Errorf("%w: control byte %q in the prefix", ErrBadResource, p[i])
+		}
+	}
+	return nil
+}
+
+// CheckRawPath refuses a raw (still percent-encoded) path with bytes that
+// backends read as something else than a path byte: raw "\\" (a slash to
+// WHATWG URL parsers), raw "#" (a fragment), raw spaces, and control bytes raw
+// or percent-encoded. Otherwise a stale write could reach an object under an
+// alias the fence does not know. Encoded "%5C", "%23" and "%20" are ordinary
+// key bytes (S3 keys may hold them) and pass. ErrBadResource.
+func CheckRawPath(raw string) error {
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c <= ' ' || c == 0x7f || c == '\\' || c == '#' {
+			return fmt.Errorf("%w: byte %q is not allowed in a path", ErrBadResource, c)
+		}
+		if c == '%' && i+2 < len(raw) && (raw[i+1] == '0' || raw[i+1] == '1' || strings.EqualFold(raw[i+1:i+3], "7f")) {
+			return fmt.Errorf("%w: encoded control byte %q in the path", ErrBadResource, raw[i:i+3])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/s3"
+	"github.com/fenceproxy/fenceproxy/wire"
+)
+
+// ErrHopByHop: a Connection header names a header the fence relies on, or the
+// request asks for a protocol upgrade whose later bytes would skip the fence (400).
+var ErrHopByHop = errors.New("hop-by-hop header would bypass the fence")
+
+// ErrFormUpload: an S3 browser upload (POST Object: a multipart form POSTed to
+// a bucket) names its key in the body; it is refused like a bulk delete (400).
+var ErrFormUpload = fmt.Errorf("%w: S3 POST Object (form upload) names its key in the body; upload with PUT", errUnsupported)
+
+// ErrUnsupported: S3 multi-object delete (POST /{bucket}?delete) names its keys
+// in the body, where the fence cannot see them; it is refused, whatever the
+// token, rather than forwarded unfenced (400). Delete objects one by one.
+var ErrUnsupported = fmt.Errorf("%w: S3 multi-object delete (POST ?delete) names its keys in the body; delete the objects one by one", errUnsupported)
+
+// errUnsupported is the class of writes the fence cannot see the target of.
+var errUnsupported = errors.New("write cannot be fenced")
+
+// checkTarget accepts origin-form request targets ("/path"), and "*" for
+// OPTIONS. Absolute-form ("http://host/path") is for forward proxies and
+// authority-form for CONNECT tunnels: fenceproxy is neither, and would
+// otherwise forward them to its upstream under another Host. fence.ErrBadResource.
+func checkTarget(r *http.Request) error {
+	switch uri := r.RequestURI; {
+	case strings.HasPrefix(uri, "/"): // also every HTTP/2 request but CONNECT
+		return nil
+	case uri == "*" && r.Method == http.MethodOptions:
+		return nil
+	case uri == "*":
+		return fmt.Errorf("%w: the target * is only for OPTIONS", fence.ErrBadResource)
+	default:
+		return fmt.Errorf("%w: target %.64q is not a path; fenceproxy is a reverse proxy, not a forward proxy or tunnel: send the path only", fence.ErrBadResource, uri)
+	}
+}
+
+func (p *Proxy) checkHopByHop(r *http.Request) error {
+	if len(r.Header.Values("Upgrade")) > 0 {
+		return fmt.Errorf("%w: protocol upgrades are not forwarded", ErrHopByHop)
+	}
+	for _, v := range r.Header.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			name = strings.TrimSpace(name)
+			if strings.EqualFold(name, p.opts.TokenHeader) || strings.EqualFold(name, wire.HeaderSignature) ||
+				strings.EqualFold(name, "Host") || strings.EqualFold(name, "Destination") || isMethodOverride(name) {
+				return fmt.Errorf("%w: Connection names %s", ErrHopByHop, name)
+			}
+		}
+	}
+	return nil
+}
+
+// methodOverrideHeaders ask some backends (Rails, Express's method-override,
+// Google APIs) to run another method than the request line's.
+var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+func isMethodOverride(name string) bool {
+	return slices.Contains(methodOverrideHeaders, http.CanonicalHeaderKey(name))
+}
+
+// methods returns the request line's method and every method an override
+// header asks for (upper-cased: frameworks compare them so).
+func methods(r *http.Request) []string {
+	ms := []string{r.Method}
+	for _, h := range methodOverrideHeaders {
+		for _, v := range r.Header[h] {
+			for m := range strings.SplitSeq(v, ",") {
+				ms = append(ms, strings.ToUpper(strings.TrimSpace(m)))
+			}
+		}
+	}
+	return ms
+}
+
+func hasMethodOverride(r *http.Request) bool {
+	for _, h := range methodOverrideHeaders {
+		if _, ok := r.Header[h]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// unfencedRequest reports whether every method the request may run as (its
+// own and any override header's) is unfenced: a GET asking the backend to
+// DELETE is fenced like the DELETE.
+func (p *Proxy) unfencedRequest(r *http.Request) bool {
+	if !hasMethodOverride(r) {
+		return p.unfenced[r.Method] // the common case, without allocating
+	}
+	for _, m := range methods(r) {
+		if !p.unfenced[m] {
+			return false
+		}
+	}
+	return true
+}
+
+// resources returns the resource keys a fenced write touches: its path's, and
+// for a WebDAV COPY or MOVE also its Destination's. fence.ErrBadResource for a
+// target the fence cannot name; ErrUnsupported and ErrFormUpload for S3
+// writes whose keys are in the body (s3.Classify).
+func (p *Proxy) resources(r *http.Request) ([]string, error) {
+	key, err := p.resolver.Target(rawPath(r))
+	if err != nil {
+		return nil, err
+	}
+	posts := r.Method == http.MethodPost || (hasMethodOverride(r) && slices.Contains(methods(r), http.MethodPost))
+	switch s3.Classify(posts, r.URL.RawQuery, r.Header, key) {
+	case s3.BulkDelete:
+		return []string{key}, ErrUnsupported
+	case s3.FormUpload:
+		return []string{key}, ErrFormUpload
+	}
+	keys := []string{key}
+	for _, dest := range r.Header.Values("Destination") {
+		u, err := url.Parse(dest)
+		if err != nil || !strings.HasPrefix(u.Path, "/") {
+			// RFC 4918 10.3: an absolute URI or an absolute path; a backend
+			// would resolve a relative one against a path the fence cannot know.
+			return keys, fmt.Errorf("%w: Destination %q is not an absolute URL or absolute path", fence.ErrBadResource, dest)
+		}
+		// Check the header as sent: url.Parse re-escapes "\\", which other
+		// parsers read as "/".
+		if err := fence.CheckRawPath(dest); err != nil {
+			return keys, fmt.Errorf("Destination: %w", err)
+		}
+		dk, err := p.resolver.Key(u.Path)
+		if err != nil {
+			return keys, fmt.Errorf("Destination: %w", err)
+		}
+		keys = append(keys, dk)
+	}
+	return keys, nil
+}
+
+// rawPath returns the path of the request target exactly as received.
+func rawPath(r *http.Request) string {
+	uri := r.RequestURI
+	if !strings.HasPrefix(uri, "/") {
+		return r.URL.EscapedPath()
+	}
+	if i := strings.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	return uri
+}

@@ -1,0 +1,178 @@
+// Package wire holds the types fenceproxy puts on the wire, shared by the
+// proxy, the control API and the Go client: header names, refusal reasons,
+// the problem+json body (RFC 9457), and the JSON of tokens, fences and
+// leases. It depends on nothing but the standard library and the fencing
+// core's token grammar.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+)
+
+// Header names.
+const (
+	// DefaultTokenHeader carries the fencing token of a write, unless the
+	// proxy runs with another FENCEPROXY_TOKEN_HEADER.
+	DefaultTokenHeader = "X-Fencing-Token"
+	// HeaderSignature carries the token's signature in signed-token mode
+	// (FENCEPROXY_TOKEN_KEY): an HMAC-SHA256 over the resource key and the
+	// token, issued by the lease API beside the token.
+	HeaderSignature = "X-Fencing-Token-Signature"
+	// HeaderRefused is on every refusal made by the proxy itself: the
+	// reason, so a client can tell it from the backend's own answers.
+	HeaderRefused = "Fencing-Refused"
+	// HeaderCurrentToken is on a stale refusal (409): the resource's maximum.
+	HeaderCurrentToken = "Fencing-Current-Token"
+)
+
+// Refusal reasons of the proxy: Fencing-Refused values and the problem's
+// "reason" member.
+const (
+	ReasonStale        = "stale"         // 409: the token is below the resource's maximum
+	ReasonMissing      = "missing"       // 428: a fenced write without a token
+	ReasonMalformed    = "malformed"     // 400: the token is not a canonical decimal up to 2^63-1, or given twice
+	ReasonBadResource  = "bad_resource"  // 400: the target names no fenceable resource
+	ReasonHopByHop     = "hop_by_hop"    // 400: a hop-by-hop header or an upgrade would skip the fence
+	ReasonUnsupported  = "unsupported"   // 400: a write whose targets the proxy cannot see
+	ReasonSignature    = "signature"     // 403: signed-token mode, no valid signature
+	ReasonForbidden    = "forbidden"     // 403: the authentication hook refused the request
+	ReasonJump         = "jump"          // 403: the token jumps too far above the maximum
+	ReasonDrainTimeout = "drain_timeout" // 503: smaller-token writes still in flight
+	ReasonStoreError   = "store_error"   // 503: the maximum could not be read or made durable
+	ReasonClientGone   = "client_gone"   // 499 (logged): the client went away while waiting
+	ReasonInternal     = "internal"      // 500
+)
+
+// Reasons of the control API's problems.
+const (
+	ReasonBadRequest      = "bad_request"        // 400: a bad body, name, parameter
+	ReasonUnauthorized    = "unauthorized"       // 401: a bearer token is needed
+	ReasonAdminDisabled   = "admin_disabled"     // 403: FENCEPROXY_ADMIN_TOKEN is unset
+	ReasonNotFound        = "not_found"          // 404: no such resource, lease or endpoint
+	ReasonMethod          = "method_not_allowed" // 405
+	ReasonLeaseHeld       = "lease_held"         // 409: another holder has the lease
+	ReasonLeaseLost       = "lease_lost"         // 409: the caller no longer has the lease
+	ReasonTokensExhausted = "tokens_exhausted"   // 409: the next token would pass 2^63-1
+	ReasonUnavailable     = "unavailable"        // 503: the store is closed or failing, or shutting down
+)
+
+// Problem is an RFC 9457 problem details body, as the proxy and the control
+// API write it (application/problem+json). Tokens are decimal strings:
+// 64-bit integers lose precision in JavaScript.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Reason string `json:"reason,omitempty"`
+
+	Resource     string `json:"resource,omitempty"`
+	Token        string `json:"token,omitempty"`
+	CurrentToken string `json:"current_token,omitempty"`
+
+	// A lease held by another holder (lease_held): nobody else may acquire
+	// it before GraceEnds.
+	Name      string     `json:"name,omitempty"`
+	Holder    string     `json:"holder,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	GraceEnds *time.Time `json:"grace_ends,omitempty"`
+}
+
+// WriteProblem writes p as the whole response, with Content-Type
+// application/problem+json, Content-Length and Cache-Control: no-store. A
+// Type left empty is about:blank. Headers set on w before stay.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	if p.Type == "" {
+		p.Type = "about:blank"
+	}
+	body, _ := json.Marshal(p)
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	w.Write(body)
+}
+
+// WriteJSON writes v as the whole response with status and Content-Type
+// application/json.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	body, _ := json.Marshal(v)
+	body = append(body, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// Token is a fencing token in JSON: written as a decimal string, read from a
+// string or a number, with the token grammar (digits only, no leading zeros,
+// at most 2^63-1).
+type Token uint64
+
+// MarshalJSON writes the token as a decimal string.
+func (t Token) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + strconv.FormatUint(uint64(t), 10) + `"`), nil
+}
+
+// UnmarshalJSON reads "42" or 42. Errors wrap fence.ErrTokenMalformed.
+func (t *Token) UnmarshalJSON(b []byte) error {
+	s := string(bytes.TrimSpace(b))
+	if unq, err := strconv.Unquote(s); err == nil {
+		s = unq
+	}
+	v, err := fence.ParseToken(s)
+	if err != nil {
+		return err
+	}
+	*t = Token(v)
+	return nil
+}
+
+// Fence is one resource's maximum: GET and PUT /v1/fences/{resource}.
+type Fence struct {
+	Resource string `json:"resource"`
+	Token    Token  `json:"token"`
+}
+
+// FenceList is a page of fences: GET /v1/fences. Next, when set, is passed
+// as after= for the next page.
+type FenceList struct {
+	Fences []Fence `json:"fences"`
+	Next   string  `json:"next,omitempty"`
+}
+
+// RaiseRequest is the body of an admin raise, PUT /v1/fences/{resource}.
+type RaiseRequest struct {
+	Token *Token `json:"token"`
+}
+
+// LeaseRequest is the body of a lease call: holder and ttl (a Go duration
+// such as "10s") to acquire; holder and token to renew or release.
+type LeaseRequest struct {
+	Holder string `json:"holder"`
+	TTL    string `json:"ttl,omitempty"`
+	Token  *Token `json:"token,omitempty"`
+}
+
+// Lease is a lease as the lease API answers it.
+type Lease struct {
+	Name       string    `json:"name"`
+	Holder     string    `json:"holder"`
+	Token      Token     `json:"token"`
+	State      string    `json:"state,omitempty"` // held, suspect, grace, expired or released
+	TTL        string    `json:"ttl"`             // a Go duration, fixed at acquire
+	AcquiredAt time.Time `json:"acquired_at"`
+	RenewedAt  time.Time `json:"renewed_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	// TokenSignature is the token's signature in signed-token mode, on
+	// acquire and renew answers only (the holder's proof, not for readers).
+	TokenSignature string `json:"token_signature,omitempty"`
+}
