@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/control"
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
@@ -133,7 +134,7 @@ func (f rigFences) Reset(ctx context.Context, resource string) (uint64, error) {
 	return f.store.Reset(resource)
 }
 
-func (f rigFences) List(prefix, after string, limit int) ([]tokenstore.Fence, error) {
+func (f rigFences) List(prefix, after string, limit int) ([]fence.Record, error) {
 	return f.store.List(prefix, after, limit)
 }
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/fenceproxy/fenceproxy/fence"
 )
 
 // openT opens a store in dir and closes it when the test ends.
@@ -639,11 +641,11 @@ func TestListAndReset(t *testing.T) {
 		}
 	}
 	page, err := s.List("a/", "", 2)
-	if err != nil || len(page) != 2 || page[0] != (Fence{"a/1", 10}) || page[1] != (Fence{"a/2", 11}) {
+	if err != nil || len(page) != 2 || page[0] != (fence.Record{Resource: "a/1", Token: 10}) || page[1] != (fence.Record{Resource: "a/2", Token: 11}) {
 		t.Fatalf("first page %v, %v", page, err)
 	}
 	page, err = s.List("a/", page[1].Resource, 2)
-	if err != nil || len(page) != 1 || page[0] != (Fence{"a/3", 12}) {
+	if err != nil || len(page) != 1 || page[0] != (fence.Record{Resource: "a/3", Token: 12}) {
 		t.Fatalf("second page %v, %v", page, err)
 	}
 	if all, _ := s.List("", "", 100); len(all) != 5 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
+	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokensig"
@@ -334,6 +335,6 @@ func (a adminFences) Reset(ctx context.Context, resource string) (uint64, error)
 	return a.fence.Reset(ctx, resource, func() (uint64, error) { return a.store.Reset(resource) })
 }
 
-func (a adminFences) List(prefix, after string, limit int) ([]tokenstore.Fence, error) {
+func (a adminFences) List(prefix, after string, limit int) ([]fence.Record, error) {
 	return a.store.List(prefix, after, limit)
 }
