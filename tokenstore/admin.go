@@ -51,6 +51,9 @@ func (s *Store) List(prefix, after string, limit int) ([]fence.Record, error) {
 // none, and nothing was written).
 // Errors: ErrClosed after Close; ErrDirGone; Badger errors.
 func (s *Store) Reset(resource string) (uint64, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed // before checkDir, which fails on the closed lock file
+	}
 	if err := s.checkDir(); err != nil {
 		return 0, err
 	}
