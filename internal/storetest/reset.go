@@ -61,7 +61,8 @@ func testResetRemoves(r *rig) {
 	}
 }
 
-// Reset of a resource without a maximum above 0 returns 0 and writes nothing.
+// Reset of a resource without a maximum above 0 returns 0 and writes
+// nothing: MarkWritten's record stays.
 func testResetNothing(r *rig) {
 	t := r.t
 	if removed, err := r.s.Reset("never"); err != nil || removed != 0 {
@@ -77,5 +78,8 @@ func testResetNothing(r *rig) {
 	}
 	if m := r.max("never"); m != 0 {
 		t.Errorf("Max(never) = %d, want 0", m)
+	}
+	if m, found := r.atOpen("marked"); !found || m != 0 {
+		t.Errorf("Reset of a marked resource removed its record: MaxAtOpen = %d, %v; want 0, true", m, found)
 	}
 }
