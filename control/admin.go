@@ -12,7 +12,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
 // AdminStore is what the admin API reads and changes. Raise and Reset must
@@ -24,7 +23,7 @@ type AdminStore interface {
 	// maximum (also with fence.ErrDrainTimeout, when it stays raised).
 	Raise(ctx context.Context, resource string, t uint64) (uint64, error)
 	// List returns up to limit fences after after whose resource starts with prefix.
-	List(prefix, after string, limit int) ([]tokenstore.Fence, error)
+	List(prefix, after string, limit int) ([]fence.Record, error)
 	// Reset removes resource's fence and lease record once no write on it is
 	// in flight; it returns the maximum removed (0: none).
 	Reset(ctx context.Context, resource string) (uint64, error)

@@ -329,6 +329,6 @@ func (a adminFences) Reset(ctx context.Context, resource string) (uint64, error)
 	return a.fence.Reset(ctx, resource, func() (uint64, error) { return a.store.Reset(resource) })
 }
 
-func (a adminFences) List(prefix, after string, limit int) ([]tokenstore.Fence, error) {
+func (a adminFences) List(prefix, after string, limit int) ([]fence.Record, error) {
 	return a.store.List(prefix, after, limit)
 }
