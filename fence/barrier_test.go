@@ -606,7 +606,9 @@ func (c *manualClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
-func (c *manualClock) AfterFunc(d time.Duration, f func()) { c.add(manualTimer{at: c.Now().Add(d), f: f}) }
+func (c *manualClock) AfterFunc(d time.Duration, f func()) {
+	c.add(manualTimer{at: c.Now().Add(d), f: f})
+}
 
 func (c *manualClock) add(tm manualTimer) {
 	c.mu.Lock()
