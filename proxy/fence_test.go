@@ -30,6 +30,7 @@ type memStore struct {
 	failRaise error         // when set, Raise fails with it
 	failMax   error         // when set, Max fails with it
 	raiseGate chan struct{} // when set, each Raise waits for a receive from it
+	entered   chan string   // when set, each Raise held by raiseGate sends its resource first
 }
 
 func newMemStore() *memStore {
@@ -40,11 +41,14 @@ func newMemStore() *memStore {
 			defer s.mu.Unlock()
 			return s.failMax
 		},
-		BeforeRaise: func(string, uint64) error {
+		BeforeRaise: func(resource string, _ uint64) error {
 			s.mu.Lock()
-			gate := s.raiseGate
+			gate, entered := s.raiseGate, s.entered
 			s.mu.Unlock()
 			if gate != nil {
+				if entered != nil {
+					entered <- resource
+				}
 				<-gate
 			}
 			s.mu.Lock()
@@ -495,11 +499,11 @@ func TestRaiseInProgress(t *testing.T) {
 			store := newMemStore()
 			store.seed(t, "bkt/obj", 5)
 			gate := make(chan struct{})
-			store.raiseGate = gate
+			store.set(func(s *memStore) { s.raiseGate, s.entered = gate, make(chan string, 1) })
 			backend := newGateBackend(t)
 			srv := newTestProxy(t, store, backend.URL, nil)
 			b := putAsync(srv.URL, "/bkt/obj", "6", "b6")
-			time.Sleep(50 * time.Millisecond) // b6 is inside Raise
+			<-store.entered // b6 is inside Raise
 			a := putAsync(srv.URL, "/bkt/obj", "5", "a5")
 			backend.assertNotArrived(t, "a5", 200*time.Millisecond)
 			if fail {
