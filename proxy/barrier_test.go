@@ -575,3 +575,31 @@ func TestCleanStartSkipsStartupGrace(t *testing.T) {
 		s.Close()
 	}
 }
+
+// A write the proxy could not connect for (a refused connection, a TLS
+// handshake the backend's certificate fails) never reached the backend: 502,
+// and it does not hold its resource's barrier for the abandon grace.
+func TestDialFailureIsNotAbandoned(t *testing.T) {
+	untrusted := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the backend got %s %s through a handshake that should fail", r.Method, r.URL)
+	}))
+	defer untrusted.Close()
+	refused := httptest.NewServer(http.NotFoundHandler())
+	refused.Close()
+	for name, backend := range map[string]string{"tls handshake": untrusted.URL, "connection refused": refused.URL} {
+		t.Run(name, func(t *testing.T) {
+			opts := testOptions(t, backend)
+			p, b := newProxy(t, newMemStore(), opts, fence.Options{DrainTimeout: 5 * time.Second, AbandonGrace: time.Hour})
+			srv := httptest.NewServer(p)
+			defer srv.Close()
+			for _, method := range []string{http.MethodDelete, http.MethodPut} {
+				if r := send(context.Background(), method, srv.URL+"/bkt/obj", "5", "A"); r.status != http.StatusBadGateway {
+					t.Fatalf("%s: %d %s, want 502", method, r.status, r.body)
+				}
+				if n := b.InFlight("bkt/obj"); n != 0 {
+					t.Fatalf("%s: %d writes still hold the barrier after a dial failure (abandoned)", method, n)
+				}
+			}
+		})
+	}
+}

@@ -11,12 +11,10 @@ package proxy
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
@@ -145,23 +143,8 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	}
 	transport := opts.Transport
 	if transport == nil {
-		std := &http.Transport{
-			Proxy:                 nil, // never send the backend's traffic through HTTP_PROXY
-			DialContext:           (&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:          512,
-			MaxIdleConnsPerHost:   512,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   opts.DialTimeout,
-			ExpectContinueTimeout: time.Second,
-			ResponseHeaderTimeout: opts.ResponseTimeout,
-			DisableCompression:    true, // would add Accept-Encoding and change the signed request
-			TLSClientConfig:       &tls.Config{RootCAs: opts.UpstreamCAs, MinVersion: tls.VersionTLS12},
-		}
-		transport = std
-		if opts.UpstreamFastPath {
-			transport = upstream.New(opts.Upstream, std, upstream.Options{
-				DialTimeout: opts.DialTimeout, ResponseTimeout: opts.ResponseTimeout})
-		}
+		transport = upstream.New(opts.Upstream, upstream.Options{FastPath: opts.UpstreamFastPath,
+			DialTimeout: opts.DialTimeout, ResponseTimeout: opts.ResponseTimeout, RootCAs: opts.UpstreamCAs})
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:    p.rewrite,
@@ -548,8 +531,9 @@ func (b *bufferPool) Put(s []byte) {
 	}
 }
 
-// dialError reports a failure to connect to the backend: nothing was sent.
+// dialError reports a failure to connect to the backend (upstream.DialError):
+// nothing of the request was sent.
 func dialError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	var de *upstream.DialError
+	return errors.As(err, &de)
 }

@@ -2,7 +2,7 @@
 // http.RoundTripper that sends the common request shape (HTTP/1.1 over plain
 // TCP, a Content-Length body of at most SmallBodyMax bytes) through
 // fasthttp's HostClient, which writes and reads on the calling goroutine, and
-// everything else through a standard *http.Transport that NewClient builds
+// everything else through a standard *http.Transport that New builds
 // (HTTP/1.1 only, TLS 1.2 or newer, never through an HTTP_PROXY).
 //
 // Measured in the project's benchmark (docs/PERFORMANCE.md), the upstream
@@ -119,22 +119,12 @@ type Client struct {
 	conns    sync.Map // netip.AddrPort (local) -> *conn, to clear a read deadline
 }
 
-// NewClient returns a Client for base, the upstream's http or https URL (its
+// New returns a Client for base, the upstream's http or https URL (its
 // scheme and host; the path is the caller's business). It builds both paths:
 // the fast path only for an http base and opts.FastPath.
-func NewClient(base *url.URL, opts Options) *Client {
+func New(base *url.URL, opts Options) *Client {
 	opts = opts.withDefaults()
 	return newClient(base, newTransport(opts), opts.FastPath, opts)
-}
-
-// New returns a Client for base whose fast path (for an http base, whatever
-// opts.FastPath says) passes everything else to fallback, which must not be
-// nil; opts.RootCAs is not used.
-//
-// Deprecated: use NewClient, which builds the Transport itself. New stays
-// until its last caller has moved.
-func New(base *url.URL, fallback http.RoundTripper, opts Options) *Client {
-	return newClient(base, fallback, true, opts.withDefaults())
 }
 
 func newClient(base *url.URL, fallback http.RoundTripper, fast bool, opts Options) *Client {

@@ -130,11 +130,11 @@ func stdTransport() *http.Transport {
 	return &http.Transport{Proxy: nil, DisableCompression: true}
 }
 
-// withFallback is NewClient with the fast path on and fallback in place of
+// withFallback is New with the fast path on and fallback in place of
 // its Transport.
 func withFallback(base *url.URL, fallback http.RoundTripper, opts Options) *Client {
 	opts.FastPath = true
-	c := NewClient(base, opts)
+	c := New(base, opts)
 	c.fallback = fallback
 	return c
 }

@@ -117,11 +117,11 @@ type path struct {
 var httpPaths = []path{
 	{"fast path", func(base *url.URL, opts Options) http.RoundTripper {
 		opts.FastPath = true
-		return NewClient(base, opts)
+		return New(base, opts)
 	}},
 	{"transport", func(base *url.URL, opts Options) http.RoundTripper {
 		opts.FastPath = false
-		return NewClient(base, opts)
+		return New(base, opts)
 	}},
 }
 
@@ -130,7 +130,7 @@ var httpPaths = []path{
 var httpsPaths = []path{
 	{"client", func(base *url.URL, opts Options) http.RoundTripper {
 		opts.FastPath = true
-		return NewClient(base, opts)
+		return New(base, opts)
 	}},
 	{"bare transport", func(base *url.URL, opts Options) http.RoundTripper { return newTransport(opts) }},
 }
@@ -418,7 +418,7 @@ func TestHTTPSUpstreamGetsWhatItGotBefore(t *testing.T) {
 	t.Cleanup(func() { ln.Close() })
 	base := "https://" + ln.Addr().String()
 	u, _ := url.Parse(base)
-	c := NewClient(u, Options{FastPath: true, RootCAs: roots})
+	c := New(u, Options{FastPath: true, RootCAs: roots})
 	ref := referenceTransport(roots)
 	t.Cleanup(c.CloseIdleConnections)
 	t.Cleanup(ref.CloseIdleConnections)
@@ -517,9 +517,9 @@ func TestResendThatCannotConnectIsNotDialError(t *testing.T) {
 		header   http.Header
 		wantDial bool
 	}{
-		{"fast path GET", func(u *url.URL) http.RoundTripper { return NewClient(u, Options{FastPath: true}) }, "GET", nil, false},
-		{"transport GET", func(u *url.URL) http.RoundTripper { return NewClient(u, Options{}) }, "GET", nil, false},
-		{"transport DELETE with an Idempotency-Key", func(u *url.URL) http.RoundTripper { return NewClient(u, Options{FastPath: true}) },
+		{"fast path GET", func(u *url.URL) http.RoundTripper { return New(u, Options{FastPath: true}) }, "GET", nil, false},
+		{"transport GET", func(u *url.URL) http.RoundTripper { return New(u, Options{}) }, "GET", nil, false},
+		{"transport DELETE with an Idempotency-Key", func(u *url.URL) http.RoundTripper { return New(u, Options{FastPath: true}) },
 			"DELETE", http.Header{"Idempotency-Key": {"k-1"}}, false},
 		// The bare Transport cannot tell; the Client watches its writes.
 		{"bare transport", func(u *url.URL) http.RoundTripper { return newTransport(Options{}) }, "GET", nil, true},
@@ -565,23 +565,20 @@ func TestResendThatCannotConnectIsNotDialError(t *testing.T) {
 	}
 }
 
-func TestNewClientPaths(t *testing.T) {
+func TestNewPaths(t *testing.T) {
 	httpBase, _ := url.Parse("http://backend.example:9000")
 	httpsBase, _ := url.Parse("https://backend.example")
 	put := func(base *url.URL) *http.Request {
 		return outbound(t, base.String(), "PUT", "/bkt/obj", []byte("b"), nil)
 	}
-	if !NewClient(httpBase, Options{FastPath: true}).Fast(put(httpBase)) {
+	if !New(httpBase, Options{FastPath: true}).Fast(put(httpBase)) {
 		t.Fatal("FastPath: true, no fast path")
 	}
-	if NewClient(httpBase, Options{}).Fast(put(httpBase)) {
+	if New(httpBase, Options{}).Fast(put(httpBase)) {
 		t.Fatal("FastPath: false, yet a fast path")
 	}
-	if NewClient(httpsBase, Options{FastPath: true}).Fast(put(httpsBase)) {
+	if New(httpsBase, Options{FastPath: true}).Fast(put(httpsBase)) {
 		t.Fatal("an https upstream took the fast path")
-	}
-	if !New(httpBase, stdTransport(), Options{}).Fast(put(httpBase)) {
-		t.Fatal("the deprecated New lost its fast path")
 	}
 }
 
