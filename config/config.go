@@ -263,8 +263,9 @@ func plainParseError(err error) error {
 	return err
 }
 
-// Validate reports every field whose value parsed but is not usable, each error
-// naming its variable; nil when all are fine.
+// Validate reports every field whose value is missing or not usable, each
+// error naming its variable (one error per line, sorted); nil when all are
+// fine. Parse runs it; server.New runs it for a Config built in code.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(name, format string, args ...any) {
@@ -281,6 +282,9 @@ func (c Config) Validate() error {
 		bad("UPSTREAM", "must not carry user information; credentials belong to the clients")
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
 		bad("UPSTREAM", "%q must not have a query or fragment", u.Redacted())
+	}
+	if c.DataDir == "" {
+		bad("DATA_DIR", "is required")
 	}
 	for name, addr := range map[string]string{"LISTEN": c.Listen, "CONTROL_LISTEN": c.ControlListen} {
 		if !strings.Contains(addr, ":") {

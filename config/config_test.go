@@ -149,7 +149,7 @@ func TestParse(t *testing.T) {
 			wantErr: []string{"FENCEPROXY_CONTROL_LISTEN", "FENCEPROXY_LISTEN"}},
 		// Port 0 asks the kernel for a free port, so two listeners on
 		// 127.0.0.1:0 get different ports: not a clash (tests and ad-hoc runs
-		// use it; cmd/fenceproxy's harness does by default).
+		// use it; internal/servertest does by default).
 		{name: "LISTEN and CONTROL_LISTEN both port 0", env: with("FENCEPROXY_LISTEN", "127.0.0.1:0", "FENCEPROXY_CONTROL_LISTEN", "127.0.0.1:0")},
 		{name: "LISTEN and CONTROL_LISTEN both :0", env: with("FENCEPROXY_LISTEN", ":0", "FENCEPROXY_CONTROL_LISTEN", ":0")},
 		{name: "LISTEN default equals CONTROL_LISTEN", env: with("FENCEPROXY_CONTROL_LISTEN", ":8080"),
@@ -311,7 +311,7 @@ func TestValidateZeroConfig(t *testing.T) {
 	if err == nil {
 		t.Fatal("Validate() of the zero Config = nil, want errors")
 	}
-	for _, name := range []string{"UPSTREAM", "LISTEN", "CONTROL_LISTEN", "TOKEN_HEADER", "DRAIN_TIMEOUT", "SHUTDOWN_TIMEOUT"} {
+	for _, name := range []string{"UPSTREAM", "DATA_DIR", "LISTEN", "CONTROL_LISTEN", "TOKEN_HEADER", "DRAIN_TIMEOUT", "SHUTDOWN_TIMEOUT"} {
 		if !strings.Contains(err.Error(), Prefix+name) {
 			t.Errorf("Validate() of the zero Config does not name %s%s:\n%v", Prefix, name, err)
 		}

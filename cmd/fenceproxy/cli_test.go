@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
+	"github.com/fenceproxy/fenceproxy/server"
 )
 
 // TestMain removes the fenceproxy binary that the process tests build (once
@@ -89,20 +91,20 @@ func childEnv(env map[string]string) []string {
 // fpProcess is a fenceproxy binary running as a child process.
 type fpProcess struct {
 	cmd            *exec.Cmd
-	Stdout, Stderr *syncBuffer
-	started        chan addrs    // receives the addresses of the "fenceproxy started" log line
-	exited         chan struct{} // closed when the process has exited
-	waitErr        error         // cmd.Wait's result, valid after exited is closed
-	Proxy, Control string        // set by waitServing
+	Stdout, Stderr *servertest.Buffer
+	started        chan server.Addrs // receives the addresses of the "fenceproxy started" log line
+	exited         chan struct{}     // closed when the process has exited
+	waitErr        error             // cmd.Wait's result, valid after exited is closed
+	Proxy, Control string            // set by waitServing
 }
 
 // startLogWriter scans a child's stderr for the "fenceproxy started" log line.
 type startLogWriter struct {
-	buf     *syncBuffer
+	buf     *servertest.Buffer
 	mu      sync.Mutex
 	partial []byte
 	seen    bool
-	started chan addrs
+	started chan server.Addrs
 }
 
 func (w *startLogWriter) Write(p []byte) (int, error) {
@@ -124,7 +126,7 @@ func (w *startLogWriter) Write(p []byte) (int, error) {
 		}
 		if !w.seen && json.Unmarshal(line, &rec) == nil && rec.Msg == "fenceproxy started" {
 			w.seen = true
-			w.started <- addrs{Proxy: rec.Listen, Control: rec.ControlListen}
+			w.started <- server.Addrs{Proxy: rec.Listen, Control: rec.ControlListen}
 		}
 	}
 	return len(p), nil
@@ -136,8 +138,8 @@ func startProcess(t *testing.T, env map[string]string, args ...string) *fpProces
 	t.Helper()
 	bin := fenceproxyBinary(t)
 	p := &fpProcess{
-		Stdout: &syncBuffer{}, Stderr: &syncBuffer{},
-		started: make(chan addrs, 1), exited: make(chan struct{}),
+		Stdout: &servertest.Buffer{}, Stderr: &servertest.Buffer{},
+		started: make(chan server.Addrs, 1), exited: make(chan struct{}),
 	}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = childEnv(env)
@@ -305,13 +307,13 @@ func TestRunUnknownCommand(t *testing.T) {
 
 // runBounded calls run and fails the test if it has not returned within 10s
 // (a configuration error must stop start-up at once).
-func runBounded(t *testing.T, args []string, env map[string]string, stdout, stderr *bytes.Buffer, onReady func(addrs)) error {
+func runBounded(t *testing.T, args []string, env map[string]string, stdout, stderr *bytes.Buffer, started func(server.Addrs)) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	var so, se syncBuffer
-	go func() { done <- run(ctx, args, env, &so, &se, onReady) }()
+	var so, se servertest.Buffer
+	go func() { done <- run(ctx, args, env, &so, &se, started) }()
 	select {
 	case err := <-done:
 		stdout.WriteString(so.String())
@@ -362,14 +364,14 @@ func TestRunRejectsBadConfig(t *testing.T) {
 						environ = append(environ, k+"="+v)
 					}
 					done := make(chan error, 1)
-					go func() { done <- Run(context.Background(), nil, environ, &syncBuffer{}, &syncBuffer{}) }()
+					go func() { done <- Run(context.Background(), nil, environ, &servertest.Buffer{}, &servertest.Buffer{}) }()
 					select {
 					case err = <-done:
 					case <-time.After(10 * time.Second):
 						t.Fatal("Run did not return within 10s: it started despite the bad configuration")
 					}
 				} else {
-					err = runBounded(t, nil, env, &stdout, &stderr, func(addrs) { started = true })
+					err = runBounded(t, nil, env, &stdout, &stderr, func(server.Addrs) { started = true })
 				}
 				if err == nil {
 					t.Fatal("start-up succeeded, want an error")
@@ -378,7 +380,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 					t.Errorf("error does not name %s: %v", tt.wantVar, err)
 				}
 				if started {
-					t.Error("onReady was called: the listeners were started")
+					t.Error("the started callback was called: the listeners were bound")
 				}
 				if _, serr := os.Stat(dataDir); !errors.Is(serr, os.ErrNotExist) {
 					t.Errorf("data directory %s was created (stat: %v); nothing should start", dataDir, serr)
@@ -456,7 +458,7 @@ func TestBinaryBadConfig(t *testing.T) {
 // cleanly on SIGTERM and releases the directory for a successor.
 func TestBinarySecondProcessSameDataDir(t *testing.T) {
 	dataDir := t.TempDir()
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 
 	first := startProcess(t, serveEnv(backend.URL(), dataDir))
 	first.waitServing(t)
@@ -481,8 +483,8 @@ func TestBinarySecondProcessSameDataDir(t *testing.T) {
 	}
 
 	// The first one is unaffected: it still fences writes.
-	client := newTestClient(t)
-	if st, _ := putToken(t, client, "http://"+first.Proxy, "/bkt/obj", "7", "first-7"); st != http.StatusOK {
+	client := servertest.NewClient(t)
+	if st, _ := servertest.PutToken(t, client, "http://"+first.Proxy, "/bkt/obj", "7", "first-7"); st != http.StatusOK {
 		t.Errorf("PUT through the first process: status %d, want 200", st)
 	}
 
@@ -498,7 +500,7 @@ func TestBinarySecondProcessSameDataDir(t *testing.T) {
 	}
 	third := startProcess(t, serveEnv(backend.URL(), dataDir))
 	third.waitServing(t)
-	if m := fenceMax(t, client, third.Control, "bkt/obj"); m != 7 {
+	if m := servertest.FenceMax(t, client, third.Control, "bkt/obj"); m != 7 {
 		t.Errorf("fence of bkt/obj after restart = %d, want 7", m)
 	}
 }

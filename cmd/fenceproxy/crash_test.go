@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // Environment variables of TestCrashCycles (read by the test, not passed on
@@ -159,7 +161,7 @@ func leaseToken(t *testing.T, client *http.Client, control, resource string) uin
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &l) != nil {
 		t.Fatalf("GET /v1/leases/%s: status %d\n%s", resource, resp.StatusCode, raw)
 	}
-	return mustUint(t, l.Token)
+	return servertest.MustUint(t, l.Token)
 }
 
 // TestCrashCycles: tokens acknowledged by the real binary survive SIGKILL at
@@ -183,7 +185,7 @@ func TestCrashCycles(t *testing.T) {
 	began := time.Now()
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	env := serveEnv(backend.URL(), t.TempDir())
 	// After a start-up, larger tokens wait ABANDON_GRACE for writes the killed
 	// process may have left at the backend; 50ms keeps that path in play
@@ -205,7 +207,7 @@ func TestCrashCycles(t *testing.T) {
 	var kills, losses, killsInFlight, cutRequests int
 
 	for cycle := 0; cycle <= cycles; cycle++ {
-		client := newTestClient(t)
+		client := servertest.NewClient(t)
 		p := startProcess(t, env)
 		p.waitServing(t)
 		waitReady(t, p, client)
@@ -214,7 +216,7 @@ func TestCrashCycles(t *testing.T) {
 		// What was acknowledged before the kills is durable.
 		for i, r := range crashResources {
 			acked, leaseAcked := ledger.maxOf(r)
-			m := fenceMax(t, client, p.Control, r)
+			m := servertest.FenceMax(t, client, p.Control, r)
 			if acked > m {
 				losses++
 				t.Errorf("cycle %d: token %d on %s was acknowledged before SIGKILL, but the persisted maximum after restart is %d", cycle, acked, r, m)
@@ -224,11 +226,11 @@ func TestCrashCycles(t *testing.T) {
 				t.Errorf("cycle %d: lease token %d on %s was acknowledged before SIGKILL, but the lease record after restart has %d", cycle, leaseAcked, r, lt)
 			}
 			if acked > 0 {
-				assertStale(t, client, backend, base, "/"+r, acked-1, m, fmt.Sprintf("stale-%d-%s", cycle, r))
+				servertest.AssertStale(t, client, backend, base, "/"+r, acked-1, m, fmt.Sprintf("stale-%d-%s", cycle, r))
 			}
 			if m > 0 { // the holder of the maximum writes again (a retry after the restart)
 				tok := strconv.FormatUint(m, 10)
-				if st, _ := putToken(t, client, base, "/"+r, tok, fmt.Sprintf("again-%d-%s", cycle, r)); st/100 != 2 {
+				if st, _ := servertest.PutToken(t, client, base, "/"+r, tok, fmt.Sprintf("again-%d-%s", cycle, r)); st/100 != 2 {
 					t.Errorf("cycle %d: PUT %s with the persisted maximum %d: status %d, want 2xx", cycle, r, m, st)
 				} else {
 					ledger.ackWrite(r, m)
@@ -261,7 +263,7 @@ func TestCrashCycles(t *testing.T) {
 					r, tok := crashResources[i], next[i].Add(1)
 					id := fmt.Sprintf("w%d-%d-%s-%d", w, cycle, r, tok)
 					inflight.Add(1)
-					resp, body, err := doPut(client, base, "/"+r, strconv.FormatUint(tok, 10), id)
+					resp, body, err := servertest.DoPut(client, base, "/"+r, strconv.FormatUint(tok, 10), id)
 					inflight.Add(-1)
 					switch {
 					case err != nil:
@@ -303,7 +305,7 @@ func TestCrashCycles(t *testing.T) {
 				raiseNext(i, tok)
 				id := fmt.Sprintf("lease-%d-%s-%d", cycle, r, tok)
 				inflight.Add(1)
-				resp, body, err := doPut(client, base, "/"+r, strconv.FormatUint(tok, 10), id)
+				resp, body, err := servertest.DoPut(client, base, "/"+r, strconv.FormatUint(tok, 10), id)
 				inflight.Add(-1)
 				switch {
 				case err != nil:
@@ -340,7 +342,7 @@ func TestCrashCycles(t *testing.T) {
 		client.CloseIdleConnections()
 	}
 
-	backend.checkOrder(t)
+	backend.CheckOrder(t)
 	ledger.mu.Lock()
 	defer ledger.mu.Unlock()
 	for _, r := range crashResources {

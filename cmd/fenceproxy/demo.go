@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/server"
 )
 
 // demoBucket is created in the in-memory S3 backend at start.
@@ -23,7 +25,7 @@ const demoBucket = "demo"
 // with the proxy in front of it, on a temporary DATA_DIR that is removed on
 // exit. It listens on 127.0.0.1:8080 and 127.0.0.1:9090 unless FENCEPROXY_LISTEN
 // or FENCEPROXY_CONTROL_LISTEN say otherwise; other FENCEPROXY_* variables apply.
-func demo(ctx context.Context, environ map[string]string, stdout, stderr io.Writer, onReady func(addrs)) error {
+func demo(ctx context.Context, environ map[string]string, stdout, stderr io.Writer, started func(server.Addrs)) error {
 	backend := s3mem.New()
 	if err := backend.CreateBucket(demoBucket); err != nil {
 		return fmt.Errorf("demo: create bucket: %w", err)
@@ -32,7 +34,7 @@ func demo(ctx context.Context, environ map[string]string, stdout, stderr io.Writ
 	if err != nil {
 		return fmt.Errorf("demo: backend listener: %w", err)
 	}
-	s3srv := &http.Server{Handler: gofakes3.New(backend).Server(), ReadHeaderTimeout: readHeaderTimeout}
+	s3srv := &http.Server{Handler: gofakes3.New(backend).Server(), ReadHeaderTimeout: 10 * time.Second}
 	go s3srv.Serve(ln)
 	defer s3srv.Close()
 
@@ -51,10 +53,10 @@ func demo(ctx context.Context, environ map[string]string, stdout, stderr io.Writ
 			env[config.Prefix+name] = addr
 		}
 	}
-	return serve(ctx, env, stderr, func(a addrs) {
+	return serve(ctx, env, stderr, func(a server.Addrs) {
 		fmt.Fprint(stdout, demoText(localURL(a.Proxy), localURL(a.Control), ln.Addr().String()))
-		if onReady != nil {
-			onReady(a)
+		if started != nil {
+			started(a)
 		}
 	})
 }

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // dfAnswer is a response with its body read.
@@ -160,7 +162,7 @@ func dfFill(t *testing.T, path string, n uint64) {
 func TestDiskFaultTmpfs(t *testing.T) {
 	const size, reserve = 64 << 20, 16 << 20
 	mnt := dfMountTmpfs(t, size)
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	env := serveEnv(backend.URL(), filepath.Join(mnt, "data"))
 	env["FENCEPROXY_MIN_FREE_SPACE"] = "16MiB"
 	p := startProcess(t, env)
@@ -179,21 +181,21 @@ func TestDiskFaultTmpfs(t *testing.T) {
 	for i := range 3 {
 		id := "low-" + strconv.Itoa(i)
 		dfStoreError(t, dfPut(t, proxyURL, "/bkt/obj", "2", id))
-		if backend.saw(id) {
+		if backend.Saw(id) {
 			t.Fatalf("%s reached the backend while the disk was low", id)
 		}
 	}
 	// The current holder's token needs no raise, so it still passes.
-	if a := dfPut(t, proxyURL, "/bkt/obj", "1", "holder"); a.status != http.StatusOK || !backend.saw("holder") {
+	if a := dfPut(t, proxyURL, "/bkt/obj", "1", "holder"); a.status != http.StatusOK || !backend.Saw("holder") {
 		t.Fatalf("write with the current token while low: %d %s", a.status, a.body)
 	}
 	if a := dfGet(t, controlURL+"/readyz"); a.status != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz while low: %d %s", a.status, a.body)
 	}
-	if code, body := call(t, http.MethodPost, controlURL+"/v1/leases/bkt/other", `{"holder":"A","ttl":"10s"}`, ""); code != http.StatusServiceUnavailable {
+	if code, body := servertest.Call(t, http.MethodPost, controlURL+"/v1/leases/bkt/other", `{"holder":"A","ttl":"10s"}`, ""); code != http.StatusServiceUnavailable {
 		t.Fatalf("lease acquire while low: %d %v", code, body)
 	}
-	if code, body := call(t, http.MethodGet, controlURL+"/v1/fences/bkt/obj", "", ""); code != http.StatusOK || body["token"] != "1" {
+	if code, body := servertest.Call(t, http.MethodGet, controlURL+"/v1/fences/bkt/obj", "", ""); code != http.StatusOK || body["token"] != "1" {
 		t.Fatalf("fence after refused raises: %d %v, want token 1", code, body)
 	}
 	if n := dfCount(p.Stderr.String(), dfLowMsg); n != 1 {
@@ -203,7 +205,7 @@ func TestDiskFaultTmpfs(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if a := dfPut(t, proxyURL, "/bkt/obj", "2", "after"); a.status != http.StatusOK || !backend.saw("after") {
+	if a := dfPut(t, proxyURL, "/bkt/obj", "2", "after"); a.status != http.StatusOK || !backend.Saw("after") {
 		t.Fatalf("the same write after space returned: %d %s", a.status, a.body)
 	}
 	if a := dfGet(t, controlURL+"/readyz"); a.status != http.StatusOK {
@@ -212,7 +214,7 @@ func TestDiskFaultTmpfs(t *testing.T) {
 	if n := dfCount(p.Stderr.String(), dfBackMsg); n != 1 {
 		t.Fatalf("%d %q log lines, want 1\nstderr:\n%s", n, dfBackMsg, p.Stderr)
 	}
-	backend.checkOrder(t)
+	backend.CheckOrder(t)
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -228,27 +230,27 @@ func TestDiskFaultTmpfs(t *testing.T) {
 // after a restart with a small reserve, the refused token turns out never to
 // have been written, and writes go through.
 func TestDiskFaultReserveAboveFreeSpace(t *testing.T) {
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	dir := t.TempDir()
 	env := map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": dir,
 		"FENCEPROXY_MIN_FREE_SPACE": strconv.FormatUint(dfFree(t, dir)+1<<30, 10),
 	}
-	in := startFenceproxy(t, env)
+	in := servertest.Start(t, env)
 	if !strings.Contains(in.Logs.String(), `"min_free_space":"`) {
 		t.Fatalf("start-up log lacks min_free_space:\n%s", in.Logs)
 	}
 	for i := range 3 {
 		id := "low-" + strconv.Itoa(i)
-		dfStoreError(t, dfPut(t, in.proxyURL(), "/bkt/obj", "10", id))
-		if backend.saw(id) {
+		dfStoreError(t, dfPut(t, in.ProxyURL(), "/bkt/obj", "10", id))
+		if backend.Saw(id) {
 			t.Fatalf("%s reached the backend below the reserve", id)
 		}
 	}
-	if a := dfGet(t, in.controlURL()+"/readyz"); a.status != http.StatusServiceUnavailable {
+	if a := dfGet(t, in.ControlURL()+"/readyz"); a.status != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz below the reserve: %d %s", a.status, a.body)
 	}
-	if code, body := call(t, http.MethodPost, in.controlURL()+"/v1/leases/bkt/lease", `{"holder":"A","ttl":"10s"}`, ""); code != http.StatusServiceUnavailable {
+	if code, body := servertest.Call(t, http.MethodPost, in.ControlURL()+"/v1/leases/bkt/lease", `{"holder":"A","ttl":"10s"}`, ""); code != http.StatusServiceUnavailable {
 		t.Fatalf("lease acquire below the reserve: %d %v", code, body)
 	}
 	if n := dfCount(in.Logs.String(), dfLowMsg); n != 1 {
@@ -259,18 +261,18 @@ func TestDiskFaultReserveAboveFreeSpace(t *testing.T) {
 	}
 
 	env["FENCEPROXY_MIN_FREE_SPACE"] = "1MiB"
-	in = startFenceproxy(t, env)
-	if a := dfGet(t, in.controlURL()+"/readyz"); a.status != http.StatusOK {
+	in = servertest.Start(t, env)
+	if a := dfGet(t, in.ControlURL()+"/readyz"); a.status != http.StatusOK {
 		t.Fatalf("/readyz with a small reserve: %d %s", a.status, a.body)
 	}
 	// 7 < 10: had the refused raise to 10 been written, 7 would be stale.
-	if a := dfPut(t, in.proxyURL(), "/bkt/obj", "7", "after"); a.status != http.StatusOK || !backend.saw("after") {
+	if a := dfPut(t, in.ProxyURL(), "/bkt/obj", "7", "after"); a.status != http.StatusOK || !backend.Saw("after") {
 		t.Fatalf("write after the restart: %d %s", a.status, a.body)
 	}
-	if tok := admFence(t, in, "bkt/obj"); tok != "7" {
-		t.Fatalf("fence after the restart: %q, want 7", tok)
+	if tok := servertest.FenceMax(t, servertest.NewClient(t), in.Control, "bkt/obj"); tok != 7 {
+		t.Fatalf("fence after the restart: %d, want 7", tok)
 	}
-	if got := len(backend.requests()); got != 1 {
+	if got := len(backend.Requests()); got != 1 {
 		t.Fatalf("backend got %d requests, want only the one after the restart", got)
 	}
 }

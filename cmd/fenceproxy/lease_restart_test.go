@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // Lease tokens and lease records survive SIGKILL of the real binary: a token
@@ -29,7 +31,7 @@ func lrRestart(t *testing.T, p *fpProcess, env map[string]string, client *http.C
 	return p
 }
 
-func lrEnv(t *testing.T, backend *recordingBackend) map[string]string {
+func lrEnv(t *testing.T, backend *servertest.RecordingBackend) map[string]string {
 	env := serveEnv(backend.URL(), t.TempDir())
 	env["FENCEPROXY_LEASE_MIN_TTL"] = "50ms"
 	return env
@@ -38,7 +40,7 @@ func lrEnv(t *testing.T, backend *recordingBackend) map[string]string {
 // lrAcquire is POST /v1/leases/bkt/job for holder; it returns the status and the body.
 func lrAcquire(t *testing.T, p *fpProcess, holder string, ttl time.Duration) (int, map[string]any) {
 	t.Helper()
-	return call(t, "POST", "http://"+p.Control+"/v1/leases/bkt/job", fmt.Sprintf(`{"holder":%q,"ttl":%q}`, holder, ttl), "")
+	return servertest.Call(t, "POST", "http://"+p.Control+"/v1/leases/bkt/job", fmt.Sprintf(`{"holder":%q,"ttl":%q}`, holder, ttl), "")
 }
 
 // TestLeaseTokensSurviveSIGKILL: acquire, kill -9, restart on the same
@@ -48,9 +50,9 @@ func lrAcquire(t *testing.T, p *fpProcess, holder string, ttl time.Duration) (in
 func TestLeaseTokensSurviveSIGKILL(t *testing.T) {
 	const ttl = 400 * time.Millisecond
 	const grace = ttl * 2 / 3 // the default grace
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	env := lrEnv(t, backend)
-	client := newTestClient(t)
+	client := servertest.NewClient(t)
 
 	p := lrRestart(t, nil, env, client)
 	prevSent := time.Now()
@@ -58,18 +60,18 @@ func TestLeaseTokensSurviveSIGKILL(t *testing.T) {
 	if status != http.StatusCreated {
 		t.Fatalf("h0 acquire: %d %v", status, l)
 	}
-	prevHolder, prevTok := "h0", mustUint(t, l["token"].(string))
-	if st, _ := putToken(t, client, "http://"+p.Proxy, "/bkt/job", strconv.FormatUint(prevTok, 10), "h0-1"); st != http.StatusOK {
+	prevHolder, prevTok := "h0", servertest.MustUint(t, l["token"].(string))
+	if st, _ := servertest.PutToken(t, client, "http://"+p.Proxy, "/bkt/job", strconv.FormatUint(prevTok, 10), "h0-1"); st != http.StatusOK {
 		t.Fatalf("h0's write: %d", st)
 	}
 
 	for cycle := 1; cycle <= 3; cycle++ {
 		p = lrRestart(t, p, env, client)
 		ctrl := "http://" + p.Control
-		if m := fenceMax(t, client, p.Control, "bkt/job"); m != prevTok {
+		if m := servertest.FenceMax(t, client, p.Control, "bkt/job"); m != prevTok {
 			t.Fatalf("cycle %d: fence after kill -9 and restart = %d, want %d", cycle, m, prevTok)
 		}
-		if status, l := call(t, "GET", ctrl+"/v1/leases/bkt/job", "", ""); status != 200 || l["holder"] != prevHolder || l["token"] != strconv.FormatUint(prevTok, 10) {
+		if status, l := servertest.Call(t, "GET", ctrl+"/v1/leases/bkt/job", "", ""); status != 200 || l["holder"] != prevHolder || l["token"] != strconv.FormatUint(prevTok, 10) {
 			t.Fatalf("cycle %d: lease after restart: %d %v, want %s with token %d", cycle, status, l, prevHolder, prevTok)
 		}
 
@@ -95,58 +97,58 @@ func TestLeaseTokensSurviveSIGKILL(t *testing.T) {
 		if waited := time.Since(prevSent); waited < ttl+grace {
 			t.Errorf("cycle %d: %s acquired %v after %s's acquire, before TTL+grace (%v)", cycle, holder, waited, prevHolder, ttl+grace)
 		}
-		tok := mustUint(t, l["token"].(string))
+		tok := servertest.MustUint(t, l["token"].(string))
 		t.Logf("cycle %d: %s got token %d after %d conflicts", cycle, holder, tok, conflicts)
 		if tok <= prevTok {
 			t.Fatalf("cycle %d: %s's token %d is not above %s's %d", cycle, holder, tok, prevHolder, prevTok)
 		}
-		if m := fenceMax(t, client, p.Control, "bkt/job"); m != tok {
+		if m := servertest.FenceMax(t, client, p.Control, "bkt/job"); m != tok {
 			t.Errorf("cycle %d: fence = %d, want the new token %d", cycle, m, tok)
 		}
-		assertStale(t, client, backend, "http://"+p.Proxy, "/bkt/job", prevTok, tok, fmt.Sprintf("%s-late-%d", prevHolder, cycle))
-		if st, _ := putToken(t, client, "http://"+p.Proxy, "/bkt/job", strconv.FormatUint(tok, 10), holder+"-1"); st != http.StatusOK {
+		servertest.AssertStale(t, client, backend, "http://"+p.Proxy, "/bkt/job", prevTok, tok, fmt.Sprintf("%s-late-%d", prevHolder, cycle))
+		if st, _ := servertest.PutToken(t, client, "http://"+p.Proxy, "/bkt/job", strconv.FormatUint(tok, 10), holder+"-1"); st != http.StatusOK {
 			t.Errorf("cycle %d: %s's write: %d", cycle, holder, st)
 		}
 		prevHolder, prevTok, prevSent = holder, tok, sent
 	}
-	backend.checkOrder(t)
+	backend.CheckOrder(t)
 }
 
 // TestLeaseSameHolderReacquiresAfterSIGKILL: the same holder acquiring right
 // after a restart (a restarted worker) gets a new, larger token, which fences
 // its previous incarnation; others are still kept out.
 func TestLeaseSameHolderReacquiresAfterSIGKILL(t *testing.T) {
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	env := lrEnv(t, backend)
-	client := newTestClient(t)
+	client := servertest.NewClient(t)
 	p := lrRestart(t, nil, env, client)
 	status, l := lrAcquire(t, p, "X", 10*time.Second)
 	if status != http.StatusCreated {
 		t.Fatalf("X acquire: %d %v", status, l)
 	}
-	prev := mustUint(t, l["token"].(string))
+	prev := servertest.MustUint(t, l["token"].(string))
 	for cycle := 1; cycle <= 2; cycle++ {
 		p = lrRestart(t, p, env, client)
 		status, l := lrAcquire(t, p, "X", 10*time.Second)
 		if status != http.StatusCreated {
 			t.Fatalf("cycle %d: X re-acquire right after restart: %d %v", cycle, status, l)
 		}
-		tok := mustUint(t, l["token"].(string))
+		tok := servertest.MustUint(t, l["token"].(string))
 		if tok <= prev {
 			t.Fatalf("cycle %d: X's new token %d is not above its previous %d", cycle, tok, prev)
 		}
-		if m := fenceMax(t, client, p.Control, "bkt/job"); m != tok {
+		if m := servertest.FenceMax(t, client, p.Control, "bkt/job"); m != tok {
 			t.Errorf("cycle %d: fence = %d, want %d", cycle, m, tok)
 		}
 		leases := "http://" + p.Control + "/v1/leases/bkt/job"
-		if status, _ := call(t, "PUT", leases, fmt.Sprintf(`{"holder":"X","token":"%d"}`, prev), ""); status != http.StatusConflict {
+		if status, _ := servertest.Call(t, "PUT", leases, fmt.Sprintf(`{"holder":"X","token":"%d"}`, prev), ""); status != http.StatusConflict {
 			t.Errorf("cycle %d: renew with the previous incarnation's token %d: %d, want 409", cycle, prev, status)
 		}
-		if status, _ := call(t, "PUT", leases, fmt.Sprintf(`{"holder":"X","token":"%d"}`, tok), ""); status != http.StatusOK {
+		if status, _ := servertest.Call(t, "PUT", leases, fmt.Sprintf(`{"holder":"X","token":"%d"}`, tok), ""); status != http.StatusOK {
 			t.Errorf("cycle %d: renew with the new token %d: %d, want 200", cycle, tok, status)
 		}
-		assertStale(t, client, backend, "http://"+p.Proxy, "/bkt/job", prev, tok, fmt.Sprintf("X-old-%d", cycle))
-		if st, _ := putToken(t, client, "http://"+p.Proxy, "/bkt/job", strconv.FormatUint(tok, 10), fmt.Sprintf("X-new-%d", cycle)); st != http.StatusOK {
+		servertest.AssertStale(t, client, backend, "http://"+p.Proxy, "/bkt/job", prev, tok, fmt.Sprintf("X-old-%d", cycle))
+		if st, _ := servertest.PutToken(t, client, "http://"+p.Proxy, "/bkt/job", strconv.FormatUint(tok, 10), fmt.Sprintf("X-new-%d", cycle)); st != http.StatusOK {
 			t.Errorf("cycle %d: write with the new token: %d", cycle, st)
 		}
 		if status, body := lrAcquire(t, p, "Y", 10*time.Second); status != http.StatusConflict || body["holder"] != "X" {
@@ -154,5 +156,5 @@ func TestLeaseSameHolderReacquiresAfterSIGKILL(t *testing.T) {
 		}
 		prev = tok
 	}
-	backend.checkOrder(t)
+	backend.CheckOrder(t)
 }

@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/fenceproxy/fenceproxy/client"
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // clBackendRequest is one request as the recording backend saw it.
@@ -77,14 +78,14 @@ func clPut(ctx context.Context, t *testing.T, hc *http.Client, url, body string)
 
 func TestClientTransportAndCheckResponse(t *testing.T) {
 	backend := clStartBackend(t)
-	in := startFenceproxy(t, map[string]string{
+	in := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.srv.URL,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
 	hc := &http.Client{Transport: &client.Transport{Base: &http.Transport{Proxy: nil}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	obj := in.proxyURL() + "/bkt/report.txt"
+	obj := in.ProxyURL() + "/bkt/report.txt"
 
 	// The holder writes with 41, a new holder takes over with 42.
 	for _, w := range []struct {
@@ -120,7 +121,7 @@ func TestClientTransportAndCheckResponse(t *testing.T) {
 
 	// The backend's own 409 is passed on and is not a proxy refusal; its body
 	// is left unread for the caller.
-	resp = clPut(client.WithToken(ctx, 1), t, hc, in.proxyURL()+"/conflict/x", "x")
+	resp = clPut(client.WithToken(ctx, 1), t, hc, in.ProxyURL()+"/conflict/x", "x")
 	if resp.StatusCode != http.StatusConflict {
 		t.Fatalf("PUT /conflict/x: status %d, want the backend's 409", resp.StatusCode)
 	}
@@ -195,11 +196,11 @@ func clHeaderOnly(stack *middleware.Stack) error {
 func TestClientS3Fencing(t *testing.T) {
 	const bucket, key = "jobs", "reports/client.txt"
 	_, upstream := startS3Gofakes3(t, bucket)
-	in := startFenceproxy(t, map[string]string{
+	in := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": upstream,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
-	fenced := clS3Client(in.proxyURL(), client.S3Fencing(client.ContextToken))
+	fenced := clS3Client(in.ProxyURL(), client.S3Fencing(client.ContextToken))
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	put := func(c *s3.Client, token uint64, body string) error {
@@ -250,7 +251,7 @@ func TestClientS3Fencing(t *testing.T) {
 
 	// An S3 client that only sets the header: AsStale reads the SDK's
 	// response error (headers and the sent request).
-	plain := clS3Client(in.proxyURL(), func(o *s3.Options) { o.APIOptions = append(o.APIOptions, clHeaderOnly) })
+	plain := clS3Client(in.ProxyURL(), func(o *s3.Options) { o.APIOptions = append(o.APIOptions, clHeaderOnly) })
 	err = put(plain, 40, "late from 40")
 	stale, ok = client.AsStale(err)
 	if !ok || stale.Current != 42 || stale.Token != 40 {
@@ -263,7 +264,7 @@ func TestClientS3Fencing(t *testing.T) {
 
 func TestClientLeases(t *testing.T) {
 	backend := clStartBackend(t)
-	in := startFenceproxy(t, map[string]string{
+	in := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM":      backend.srv.URL,
 		"FENCEPROXY_DATA_DIR":      t.TempDir(),
 		"FENCEPROXY_LEASE_MIN_TTL": "50ms",
@@ -272,11 +273,11 @@ func TestClientLeases(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const name = "bkt/leased/obj"
-	leases := &client.Leases{BaseURL: in.controlURL(), Bearer: "lease-secret"}
+	leases := &client.Leases{BaseURL: in.ControlURL(), Bearer: "lease-secret"}
 
 	// Without the bearer the call is refused with the API's 401.
 	var apiErr *client.APIError
-	if _, err := (&client.Leases{BaseURL: in.controlURL()}).Acquire(ctx, name, "A", time.Second); !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
+	if _, err := (&client.Leases{BaseURL: in.ControlURL()}).Acquire(ctx, name, "A", time.Second); !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
 		t.Errorf("acquire without bearer: %v, want *APIError 401", err)
 	}
 	if _, err := leases.Get(ctx, name); !errors.Is(err, client.ErrNotFound) {
@@ -293,7 +294,7 @@ func TestClientLeases(t *testing.T) {
 	}
 	// A writes with its token through the proxy.
 	hc := &http.Client{Transport: &client.Transport{Token: func(*http.Request) (uint64, error) { return a.Token, nil }}}
-	if resp := clPut(ctx, t, hc, in.proxyURL()+"/"+name, "from A"); resp.StatusCode != http.StatusOK || client.CheckResponse(resp) != nil {
+	if resp := clPut(ctx, t, hc, in.ProxyURL()+"/"+name, "from A"); resp.StatusCode != http.StatusOK || client.CheckResponse(resp) != nil {
 		t.Fatalf("A's write: status %d", resp.StatusCode)
 	}
 
@@ -342,7 +343,7 @@ func TestClientLeases(t *testing.T) {
 	} else if !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict {
 		t.Errorf("renew A after takeover: %v does not wrap the API's 409", err)
 	}
-	resp := clPut(ctx, t, hc, in.proxyURL()+"/"+name, "late from A")
+	resp := clPut(ctx, t, hc, in.ProxyURL()+"/"+name, "late from A")
 	if stale, ok := client.AsStale(client.CheckResponse(resp)); !ok || stale.Current != b.Token || stale.Token != a.Token {
 		t.Errorf("A's late write: status %d, stale %+v %v; want Current %d", resp.StatusCode, stale, ok, b.Token)
 	}

@@ -1,7 +1,10 @@
-package main
+package server_test
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -9,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // The example worker (examples/worker) as a built binary against an
@@ -25,21 +31,51 @@ func wkBuild(t *testing.T, dir string) string {
 	}
 	bin := filepath.Join(dir, "worker")
 	cmd := exec.Command(gobin, "build", "-o", bin, "./examples/worker")
-	cmd.Dir = filepath.Join("..", "..") // the module root
+	cmd.Dir = ".." // the module root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./examples/worker: %v\n%s", err, out)
 	}
 	return bin
 }
 
+// wkProcess is a worker binary running as a child process.
+type wkProcess struct {
+	cmd            *exec.Cmd
+	Stdout, Stderr *servertest.Buffer
+	exited         chan struct{} // closed when the process has exited
+	waitErr        error         // cmd.Wait's result, valid after exited is closed
+}
+
+// wait waits up to timeout for the process to exit and returns its exit code.
+func (p *wkProcess) wait(timeout time.Duration) (int, error) {
+	select {
+	case <-p.exited:
+	case <-time.After(timeout):
+		return -1, fmt.Errorf("still running after %v", timeout)
+	}
+	var ee *exec.ExitError
+	switch {
+	case p.waitErr == nil:
+		return 0, nil
+	case errors.As(p.waitErr, &ee):
+		return ee.ExitCode(), nil
+	default:
+		return -1, p.waitErr
+	}
+}
+
 // wkStart runs the worker binary for holder on lease bkt/report against in,
-// reusing cli_test.go's fpProcess for waiting; cleanup kills it.
-func wkStart(t *testing.T, bin string, in *instance, holder string, args ...string) *fpProcess {
+// without this process's FENCEPROXY_* variables; cleanup kills it.
+func wkStart(t *testing.T, bin string, in *servertest.Instance, holder string, args ...string) *wkProcess {
 	t.Helper()
-	p := &fpProcess{Stdout: &syncBuffer{}, Stderr: &syncBuffer{}, exited: make(chan struct{})}
-	args = append([]string{"-control", in.controlURL(), "-proxy", in.proxyURL(), "-lease", "bkt/report", "-holder", holder}, args...)
+	p := &wkProcess{Stdout: &servertest.Buffer{}, Stderr: &servertest.Buffer{}, exited: make(chan struct{})}
+	args = append([]string{"-control", in.ControlURL(), "-proxy", in.ProxyURL(), "-lease", "bkt/report", "-holder", holder}, args...)
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = childEnv(nil)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, config.Prefix) {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.Stdout, p.Stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start worker: %v", err)
@@ -60,7 +96,7 @@ func wkStart(t *testing.T, bin string, in *instance, holder string, args ...stri
 }
 
 // wkExit waits (bounded) for the worker to exit and returns its exit code.
-func wkExit(t *testing.T, p *fpProcess, name string, timeout time.Duration) int {
+func wkExit(t *testing.T, p *wkProcess, name string, timeout time.Duration) int {
 	t.Helper()
 	code, err := p.wait(timeout)
 	if err != nil {
@@ -70,7 +106,7 @@ func wkExit(t *testing.T, p *fpProcess, name string, timeout time.Duration) int 
 }
 
 // wkStopReason returns the reason of the worker's "stopped writing" log line, "" if none.
-func wkStopReason(p *fpProcess) string {
+func wkStopReason(p *wkProcess) string {
 	for line := range strings.SplitSeq(p.Stderr.String(), "\n") {
 		var rec struct{ Msg, Reason string }
 		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "stopped writing" {
@@ -81,9 +117,9 @@ func wkStopReason(p *fpProcess) string {
 }
 
 // wkWrites counts the backend's requests from holder (X-Request-Id holder-N).
-func wkWrites(b *recordingBackend, holder string) int {
+func wkWrites(b *servertest.RecordingBackend, holder string) int {
 	n := 0
-	for _, r := range b.requests() {
+	for _, r := range b.Requests() {
 		if strings.HasPrefix(r.RequestID, holder+"-") {
 			n++
 		}
@@ -104,9 +140,9 @@ func wkWaitUntil(t *testing.T, timeout time.Duration, what string, cond func() b
 }
 
 // wkLease reads GET /v1/leases/bkt/report.
-func wkLease(t *testing.T, in *instance) map[string]any {
+func wkLease(t *testing.T, in *servertest.Instance) map[string]any {
 	t.Helper()
-	status, l := call(t, "GET", in.controlURL()+"/v1/leases/bkt/report", "", "")
+	status, l := servertest.Call(t, "GET", in.ControlURL()+"/v1/leases/bkt/report", "", "")
 	if status != 200 {
 		t.Fatalf("GET lease: %d %v", status, l)
 	}
@@ -128,9 +164,9 @@ func TestWorker(t *testing.T) {
 		t.Skip("builds and runs examples/worker; skipped with -short")
 	}
 	bin := wkBuild(t, t.TempDir())
-	start := func(t *testing.T) (*instance, *recordingBackend) {
-		backend := newRecordingBackend(t)
-		return startFenceproxy(t, map[string]string{
+	start := func(t *testing.T) (*servertest.Instance, *servertest.RecordingBackend) {
+		backend := servertest.NewRecordingBackend(t)
+		return servertest.Start(t, map[string]string{
 			"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": t.TempDir(),
 			"FENCEPROXY_LEASE_MIN_TTL": "50ms", "FENCEPROXY_ADMIN_TOKEN": wkAdminToken,
 		}), backend
@@ -164,7 +200,7 @@ func TestWorker(t *testing.T) {
 		wkWaitUntil(t, 10*time.Second, "B's first write after A's lease ran out", func() bool { return wkWrites(backend, "B") >= 1 })
 		l = wkLease(t, in)
 		bTok := l["token"].(string)
-		if l["holder"] != "B" || mustUint(t, bTok) <= mustUint(t, aTok) {
+		if l["holder"] != "B" || servertest.MustUint(t, bTok) <= servertest.MustUint(t, aTok) {
 			t.Fatalf("lease after takeover: %v, want holder B with a token above A's %s", l, aTok)
 		}
 		if acq := wkTime(t, l, "acquired_at"); acq.Before(aExpires.Add(grace)) {
@@ -195,9 +231,9 @@ func TestWorker(t *testing.T) {
 
 		// The backend: tokens never decrease, nothing of A's after B's first write,
 		// and a late write with A's token is refused by the proxy, not forwarded.
-		backend.checkOrder(t)
+		backend.CheckOrder(t)
 		firstB := -1
-		for i, r := range backend.requests() {
+		for i, r := range backend.Requests() {
 			switch {
 			case strings.HasPrefix(r.RequestID, "B-"):
 				if firstB < 0 {
@@ -224,7 +260,7 @@ func TestWorker(t *testing.T) {
 			!strings.Contains(in.Logs.String(), `"token":"`+aTok+`","current_token":"`+bTok+`"`) {
 			t.Errorf("A logged a refused write, but the proxy logged no refusal of token %s\nproxy logs:\n%s", aTok, in.Logs)
 		}
-		assertStale(t, newTestClient(t), backend, in.proxyURL(), "/bkt/report", mustUint(t, aTok), mustUint(t, bTok), "A-late")
+		servertest.AssertStale(t, servertest.NewClient(t), backend, in.ProxyURL(), "/bkt/report", servertest.MustUint(t, aTok), servertest.MustUint(t, bTok), "A-late")
 	})
 
 	// An operator force-releases A's lease and B acquires: A's next renew gets
@@ -233,11 +269,11 @@ func TestWorker(t *testing.T) {
 		in, backend := start(t)
 		a := wkStart(t, bin, in, "A", "-ttl", "300ms", "-writes", "0", "-interval", "3s")
 		wkWaitUntil(t, 10*time.Second, "A's first write", func() bool { return wkWrites(backend, "A") == 1 })
-		leases := in.controlURL() + "/v1/leases/bkt/report"
-		if status, body := call(t, "DELETE", leases+"?force=true", "", wkAdminToken); status != 200 {
+		leases := in.ControlURL() + "/v1/leases/bkt/report"
+		if status, body := servertest.Call(t, "DELETE", leases+"?force=true", "", wkAdminToken); status != 200 {
 			t.Fatalf("force release: %d %v", status, body)
 		}
-		if status, body := call(t, "POST", leases, `{"holder":"B","ttl":"10s"}`, ""); status != 201 {
+		if status, body := servertest.Call(t, "POST", leases, `{"holder":"B","ttl":"10s"}`, ""); status != 201 {
 			t.Fatalf("B acquire after force release: %d %v", status, body)
 		}
 		if code := wkExit(t, a, "A", 2*time.Second); code != 2 {
@@ -260,9 +296,9 @@ func TestWorker(t *testing.T) {
 		in, backend := start(t)
 		a := wkStart(t, bin, in, "A", "-ttl", "30s", "-writes", "0", "-interval", "20ms") // renews only every 10s
 		wkWaitUntil(t, 10*time.Second, "A's first writes", func() bool { return wkWrites(backend, "A") >= 3 })
-		aTok := mustUint(t, wkLease(t, in)["token"].(string))
+		aTok := servertest.MustUint(t, wkLease(t, in)["token"].(string))
 		raised := strconv.FormatUint(aTok+10, 10)
-		if status, body := call(t, "PUT", in.controlURL()+"/v1/fences/bkt/report", `{"token":"`+raised+`"}`, wkAdminToken); status != 200 {
+		if status, body := servertest.Call(t, "PUT", in.ControlURL()+"/v1/fences/bkt/report", `{"token":"`+raised+`"}`, wkAdminToken); status != 200 {
 			t.Fatalf("raise: %d %v", status, body)
 		}
 		if code := wkExit(t, a, "A", 5*time.Second); code != 2 {
@@ -279,7 +315,7 @@ func TestWorker(t *testing.T) {
 		if m := wkWrites(backend, "A"); m != n {
 			t.Errorf("A's writes grew from %d to %d after it exited", n, m)
 		}
-		backend.checkOrder(t)
+		backend.CheckOrder(t)
 	})
 
 	// SIGTERM: the worker stops writing, releases, exits 0; B may acquire at once.
@@ -296,7 +332,7 @@ func TestWorker(t *testing.T) {
 		if l := wkLease(t, in); l["state"] != "released" {
 			t.Fatalf("lease after SIGTERM: %v, want released", l)
 		}
-		if status, body := call(t, "POST", in.controlURL()+"/v1/leases/bkt/report", `{"holder":"B","ttl":"10s"}`, ""); status != 201 {
+		if status, body := servertest.Call(t, "POST", in.ControlURL()+"/v1/leases/bkt/report", `{"holder":"B","ttl":"10s"}`, ""); status != 201 {
 			t.Fatalf("B acquire right after A's release: %d %v", status, body)
 		}
 	})
@@ -311,7 +347,7 @@ func TestWorker(t *testing.T) {
 		if !strings.Contains(a.Stderr.String(), "status 400") {
 			t.Errorf("A's log does not name the 400:\n%s", a.Stderr)
 		}
-		if n := len(backend.requests()); n != 0 {
+		if n := len(backend.Requests()); n != 0 {
 			t.Errorf("backend got %d requests", n)
 		}
 	})

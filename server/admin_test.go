@@ -1,10 +1,12 @@
-package main
+package server_test
 
 import (
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // The admin API on the control listener, behind FENCEPROXY_ADMIN_TOKEN.
@@ -13,17 +15,17 @@ const admToken = "adm1n-s3cret"
 
 // admStart runs fenceproxy with env added and raises fences by writing through
 // the proxy: bkt/a=5, bkt/b=7, bkt/c=3, other/x=9.
-func admStart(t *testing.T, env map[string]string) (*instance, *recordingBackend) {
+func admStart(t *testing.T, env map[string]string) (*servertest.Instance, *servertest.RecordingBackend) {
 	t.Helper()
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	full := map[string]string{"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_LEASE_MIN_TTL": "50ms"}
 	for k, v := range env {
 		full[k] = v
 	}
-	in := startFenceproxy(t, full)
-	client := newTestClient(t)
+	in := servertest.Start(t, full)
+	client := servertest.NewClient(t)
 	for _, f := range []struct{ path, tok string }{{"/bkt/a", "5"}, {"/bkt/b", "7"}, {"/bkt/c", "3"}, {"/other/x", "9"}} {
-		if st, _ := putToken(t, client, in.proxyURL(), f.path, f.tok, "seed"+f.path); st != http.StatusOK {
+		if st, _ := servertest.PutToken(t, client, in.ProxyURL(), f.path, f.tok, "seed"+f.path); st != http.StatusOK {
 			t.Fatalf("seed PUT %s token %s: %d", f.path, f.tok, st)
 		}
 	}
@@ -31,9 +33,9 @@ func admStart(t *testing.T, env map[string]string) (*instance, *recordingBackend
 }
 
 // admFence is GET /v1/fences/<key>: the token, "" on 404.
-func admFence(t *testing.T, in *instance, key string) string {
+func admFence(t *testing.T, in *servertest.Instance, key string) string {
 	t.Helper()
-	status, body := call(t, "GET", in.controlURL()+"/v1/fences/"+key, "", "")
+	status, body := servertest.Call(t, "GET", in.ControlURL()+"/v1/fences/"+key, "", "")
 	switch status {
 	case http.StatusNotFound:
 		return ""
@@ -46,9 +48,9 @@ func admFence(t *testing.T, in *instance, key string) string {
 }
 
 // admList is GET /v1/fences?query: "resource=token" items and next.
-func admList(t *testing.T, in *instance, query string) (int, []string, string) {
+func admList(t *testing.T, in *servertest.Instance, query string) (int, []string, string) {
 	t.Helper()
-	status, body := call(t, "GET", in.controlURL()+"/v1/fences?"+query, "", admToken)
+	status, body := servertest.Call(t, "GET", in.ControlURL()+"/v1/fences?"+query, "", admToken)
 	if status != http.StatusOK {
 		return status, nil, ""
 	}
@@ -113,15 +115,15 @@ func TestAdminListFences(t *testing.T) {
 
 func TestAdminRaiseFence(t *testing.T) {
 	in, backend := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken})
-	client := newTestClient(t)
-	url := in.controlURL() + "/v1/fences/bkt/a"
+	client := servertest.NewClient(t)
+	url := in.ControlURL() + "/v1/fences/bkt/a"
 	for _, tc := range []struct{ body, want string }{
 		{`{"token":"50"}`, "50"}, // string
 		{`{"token":60}`, "60"},   // number
 		{`{"token":"10"}`, "60"}, // lower: max(stored, requested), never down
 		{`{"token":60}`, "60"},
 	} {
-		status, body := call(t, "PUT", url, tc.body, admToken)
+		status, body := servertest.Call(t, "PUT", url, tc.body, admToken)
 		if status != http.StatusOK || body["token"] != tc.want || body["resource"] != "bkt/a" {
 			t.Errorf("PUT %s: %d %v, want 200 token %q", tc.body, status, body, tc.want)
 		}
@@ -130,50 +132,50 @@ func TestAdminRaiseFence(t *testing.T) {
 		t.Fatalf("fence after raises: %q, want 60", got)
 	}
 	// The proxy refuses lower tokens at once, admits the raised one.
-	assertStale(t, client, backend, in.proxyURL(), "/bkt/a", 59, 60, "a-59")
-	assertStale(t, client, backend, in.proxyURL(), "/bkt/a", 5, 60, "a-5")
-	if st, _ := putToken(t, client, in.proxyURL(), "/bkt/a", "60", "a-60"); st != http.StatusOK {
+	servertest.AssertStale(t, client, backend, in.ProxyURL(), "/bkt/a", 59, 60, "a-59")
+	servertest.AssertStale(t, client, backend, in.ProxyURL(), "/bkt/a", 5, 60, "a-5")
+	if st, _ := servertest.PutToken(t, client, in.ProxyURL(), "/bkt/a", "60", "a-60"); st != http.StatusOK {
 		t.Errorf("PUT with the raised token 60: %d, want 200", st)
 	}
 	// A resource never seen is raised too (fence-ahead by an external coordinator).
-	if status, body := call(t, "PUT", in.controlURL()+"/v1/fences/new/r", `{"token":4}`, admToken); status != http.StatusOK || body["token"] != "4" {
+	if status, body := servertest.Call(t, "PUT", in.ControlURL()+"/v1/fences/new/r", `{"token":4}`, admToken); status != http.StatusOK || body["token"] != "4" {
 		t.Errorf("raise new/r: %d %v", status, body)
 	}
-	assertStale(t, client, backend, in.proxyURL(), "/new/r", 3, 4, "new-3")
+	servertest.AssertStale(t, client, backend, in.ProxyURL(), "/new/r", 3, 4, "new-3")
 	// Bad bodies: 400, nothing changes.
 	for _, bad := range []string{`{"token":"007"}`, `{}`, `{"token":-1}`, `{"token":"9223372036854775808"}`, `{"token":"70","extra":1}`, `not json`, `{"token":"1.5"}`} {
-		if status, body := call(t, "PUT", url, bad, admToken); status != http.StatusBadRequest {
+		if status, body := servertest.Call(t, "PUT", url, bad, admToken); status != http.StatusBadRequest {
 			t.Errorf("PUT %s: %d %v, want 400", bad, status, body)
 		}
 	}
 	if got := admFence(t, in, "bkt/a"); got != "60" {
 		t.Errorf("fence after bad raises: %q, want 60", got)
 	}
-	backend.checkOrder(t)
+	backend.CheckOrder(t)
 }
 
 func TestAdminResetFence(t *testing.T) {
 	in, backend := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken})
-	client := newTestClient(t)
-	url := in.controlURL() + "/v1/fences/bkt/b"
+	client := servertest.NewClient(t)
+	url := in.ControlURL() + "/v1/fences/bkt/b"
 	for _, q := range []string{"", "?confirm=", "?confirm=bkt/a", "?confirm=bkt", "?confirm=bkt/b/", "?confirm=BKT/B", "?force=true"} {
-		if status, body := call(t, "DELETE", url+q, "", admToken); status != http.StatusBadRequest {
+		if status, body := servertest.Call(t, "DELETE", url+q, "", admToken); status != http.StatusBadRequest {
 			t.Errorf("DELETE /v1/fences/bkt/b%s: %d %v, want 400", q, status, body)
 		}
 	}
 	if got := admFence(t, in, "bkt/b"); got != "7" {
 		t.Fatalf("fence after unconfirmed resets: %q, want 7", got)
 	}
-	assertStale(t, client, backend, in.proxyURL(), "/bkt/b", 1, 7, "b-1-before")
+	servertest.AssertStale(t, client, backend, in.ProxyURL(), "/bkt/b", 1, 7, "b-1-before")
 
-	status, body := call(t, "DELETE", url+"?confirm=bkt/b", "", admToken)
+	status, body := servertest.Call(t, "DELETE", url+"?confirm=bkt/b", "", admToken)
 	if status != http.StatusOK || body["token"] != "7" || body["resource"] != "bkt/b" {
 		t.Fatalf("confirmed reset: %d %v, want 200 with the removed token 7", status, body)
 	}
 	if got := admFence(t, in, "bkt/b"); got != "" {
 		t.Fatalf("GET /v1/fences/bkt/b after reset: token %q, want 404", got)
 	}
-	if st, _ := putToken(t, client, in.proxyURL(), "/bkt/b", "1", "b-1-after"); st != http.StatusOK {
+	if st, _ := servertest.PutToken(t, client, in.ProxyURL(), "/bkt/b", "1", "b-1-after"); st != http.StatusOK {
 		t.Fatalf("PUT token 1 after reset: %d, want 200", st)
 	}
 	if got := admFence(t, in, "bkt/b"); got != "1" {
@@ -185,20 +187,20 @@ func TestAdminResetFence(t *testing.T) {
 	}
 
 	// Reset removes the lease record too: the next acquire starts at 1 again.
-	leases := in.controlURL() + "/v1/leases/bkt/c"
-	if status, body := call(t, "POST", leases, `{"holder":"A","ttl":"10s"}`, ""); status != 201 || body["token"] != "4" {
+	leases := in.ControlURL() + "/v1/leases/bkt/c"
+	if status, body := servertest.Call(t, "POST", leases, `{"holder":"A","ttl":"10s"}`, ""); status != 201 || body["token"] != "4" {
 		t.Fatalf("acquire bkt/c (fence 3): %d %v, want token 4", status, body)
 	}
-	if status, body := call(t, "DELETE", in.controlURL()+"/v1/fences/bkt/c?confirm=bkt/c", "", admToken); status != 200 || body["token"] != "4" {
+	if status, body := servertest.Call(t, "DELETE", in.ControlURL()+"/v1/fences/bkt/c?confirm=bkt/c", "", admToken); status != 200 || body["token"] != "4" {
 		t.Fatalf("reset bkt/c: %d %v", status, body)
 	}
-	if status, body := call(t, "GET", leases, "", ""); status != http.StatusNotFound {
+	if status, body := servertest.Call(t, "GET", leases, "", ""); status != http.StatusNotFound {
 		t.Errorf("lease bkt/c after reset: %d %v, want 404", status, body)
 	}
-	if status, body := call(t, "POST", leases, `{"holder":"B","ttl":"10s"}`, ""); status != 201 || body["token"] != "1" {
+	if status, body := servertest.Call(t, "POST", leases, `{"holder":"B","ttl":"10s"}`, ""); status != 201 || body["token"] != "1" {
 		t.Errorf("acquire bkt/c after reset: %d %v, want 201 token 1", status, body)
 	}
-	if status, _ := call(t, "DELETE", in.controlURL()+"/v1/fences/never/seen?confirm=never/seen", "", admToken); status != http.StatusNotFound {
+	if status, _ := servertest.Call(t, "DELETE", in.ControlURL()+"/v1/fences/never/seen?confirm=never/seen", "", admToken); status != http.StatusNotFound {
 		t.Errorf("reset of a resource never seen: %d, want 404", status)
 	}
 	// (No backend.checkOrder here: a reset is the one sanctioned way for tokens to go down.)
@@ -206,35 +208,35 @@ func TestAdminResetFence(t *testing.T) {
 
 func TestAdminForceReleaseLease(t *testing.T) {
 	in, _ := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken})
-	leases := in.controlURL() + "/v1/leases/bkt/l"
-	status, a := call(t, "POST", leases, `{"holder":"A","ttl":"10s"}`, "")
+	leases := in.ControlURL() + "/v1/leases/bkt/l"
+	status, a := servertest.Call(t, "POST", leases, `{"holder":"A","ttl":"10s"}`, "")
 	if status != 201 {
 		t.Fatalf("A acquire: %d %v", status, a)
 	}
 	aTok := a["token"].(string)
 	// A plain DELETE without holder and token is the holder's release: 400, not a force release.
-	if status, _ := call(t, "DELETE", leases, "", admToken); status != http.StatusBadRequest {
+	if status, _ := servertest.Call(t, "DELETE", leases, "", admToken); status != http.StatusBadRequest {
 		t.Errorf("DELETE without ?force and without a body: %d, want 400", status)
 	}
-	status, body := call(t, "DELETE", leases+"?force=true", "", admToken)
+	status, body := servertest.Call(t, "DELETE", leases+"?force=true", "", admToken)
 	if status != 200 || body["state"] != "released" || body["holder"] != "A" || body["token"] != aTok {
 		t.Fatalf("force release: %d %v", status, body)
 	}
-	if status, l := call(t, "GET", leases, "", ""); status != 200 || l["state"] != "released" {
+	if status, l := servertest.Call(t, "GET", leases, "", ""); status != 200 || l["state"] != "released" {
 		t.Errorf("lease after force release: %d %v", status, l)
 	}
 	// The token stays spent and the fence stays: A is lost, B gets a larger token at once.
 	if got := admFence(t, in, "bkt/l"); got != aTok {
 		t.Errorf("fence after force release: %q, want %s", got, aTok)
 	}
-	if status, _ := call(t, "PUT", leases, `{"holder":"A","token":"`+aTok+`"}`, ""); status != http.StatusConflict {
+	if status, _ := servertest.Call(t, "PUT", leases, `{"holder":"A","token":"`+aTok+`"}`, ""); status != http.StatusConflict {
 		t.Errorf("A's renew after force release: %d, want 409", status)
 	}
-	status, b := call(t, "POST", leases, `{"holder":"B","ttl":"10s"}`, "")
-	if status != 201 || mustUint(t, b["token"].(string)) <= mustUint(t, aTok) {
+	status, b := servertest.Call(t, "POST", leases, `{"holder":"B","ttl":"10s"}`, "")
+	if status != 201 || servertest.MustUint(t, b["token"].(string)) <= servertest.MustUint(t, aTok) {
 		t.Fatalf("B acquire after force release: %d %v, want a token above %s", status, b, aTok)
 	}
-	if status, _ := call(t, "DELETE", in.controlURL()+"/v1/leases/never/acquired?force=true", "", admToken); status != http.StatusNotFound {
+	if status, _ := servertest.Call(t, "DELETE", in.ControlURL()+"/v1/leases/never/acquired?force=true", "", admToken); status != http.StatusNotFound {
 		t.Errorf("force release of a lease never acquired: %d, want 404", status)
 	}
 }
@@ -242,15 +244,15 @@ func TestAdminForceReleaseLease(t *testing.T) {
 // admChecks gives holder A lease bkt/l, sends every admin call (list, raise,
 // reset, force release) with each Authorization value in bearers, wants
 // wantStatus for all, and checks that no fence or lease changed.
-func admChecks(t *testing.T, in *instance, wantStatus int, bearers []string) {
+func admChecks(t *testing.T, in *servertest.Instance, wantStatus int, bearers []string) {
 	t.Helper()
-	leases := in.controlURL() + "/v1/leases/bkt/l"
-	status, a := call(t, "POST", leases, `{"holder":"A","ttl":"10s"}`, "")
+	leases := in.ControlURL() + "/v1/leases/bkt/l"
+	status, a := servertest.Call(t, "POST", leases, `{"holder":"A","ttl":"10s"}`, "")
 	if status != 201 {
 		t.Fatalf("A acquire: %d %v", status, a)
 	}
 	aTok := a["token"].(string)
-	fences := in.controlURL() + "/v1/fences"
+	fences := in.ControlURL() + "/v1/fences"
 	calls := []struct{ method, url, body string }{
 		{"GET", fences + "?prefix=bkt/", ""},
 		{"PUT", fences + "/bkt/a", `{"token":"50"}`},
@@ -283,10 +285,10 @@ func admChecks(t *testing.T, in *instance, wantStatus int, bearers []string) {
 			t.Errorf("fence %s after refused admin calls: %q, want %q", key, got, want)
 		}
 	}
-	if status, l := call(t, "GET", leases, "", ""); status != 200 || l["holder"] != "A" || l["state"] != "held" || l["token"] != aTok {
+	if status, l := servertest.Call(t, "GET", leases, "", ""); status != 200 || l["holder"] != "A" || l["state"] != "held" || l["token"] != aTok {
 		t.Errorf("lease after refused force release: %d %v, want held by A", status, l)
 	}
-	if status, _ := call(t, "PUT", leases, `{"holder":"A","token":"`+aTok+`"}`, ""); status != http.StatusOK {
+	if status, _ := servertest.Call(t, "PUT", leases, `{"holder":"A","token":"`+aTok+`"}`, ""); status != http.StatusOK {
 		t.Errorf("A's renew after refused force release: %d, want 200", status)
 	}
 }
@@ -316,18 +318,18 @@ func TestAdminDisabledWithoutToken(t *testing.T) {
 // forceRelease, which checks the admin bearer itself.
 func TestAdminForceReleaseWithLeaseToken(t *testing.T) {
 	in, _ := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken, "FENCEPROXY_LEASE_TOKEN": "lease-s3cret"})
-	leases := in.controlURL() + "/v1/leases/bkt/l"
-	if status, body := call(t, "POST", leases, `{"holder":"A","ttl":"10s"}`, "lease-s3cret"); status != 201 {
+	leases := in.ControlURL() + "/v1/leases/bkt/l"
+	if status, body := servertest.Call(t, "POST", leases, `{"holder":"A","ttl":"10s"}`, "lease-s3cret"); status != 201 {
 		t.Fatalf("A acquire: %d %v", status, body)
 	}
 	// The lease bearer is not an admin bearer.
-	if status, _ := call(t, "DELETE", leases+"?force=true", "", "lease-s3cret"); status != http.StatusUnauthorized {
+	if status, _ := servertest.Call(t, "DELETE", leases+"?force=true", "", "lease-s3cret"); status != http.StatusUnauthorized {
 		t.Errorf("force release with the lease bearer: %d, want 401", status)
 	}
-	if status, l := call(t, "GET", leases, "", "lease-s3cret"); status != 200 || l["state"] != "held" {
+	if status, l := servertest.Call(t, "GET", leases, "", "lease-s3cret"); status != 200 || l["state"] != "held" {
 		t.Fatalf("lease after a refused force release: %d %v, want held", status, l)
 	}
-	if status, body := call(t, "DELETE", leases+"?force=true", "", admToken); status != http.StatusOK || body["state"] != "released" {
+	if status, body := servertest.Call(t, "DELETE", leases+"?force=true", "", admToken); status != http.StatusOK || body["state"] != "released" {
 		t.Errorf("force release with the admin bearer while FENCEPROXY_LEASE_TOKEN is set: %d %v, want 200 released", status, body)
 	}
 }
@@ -367,7 +369,7 @@ func TestAdminProfiler(t *testing.T) {
 		{"/debug/pprof/", admToken, http.StatusOK},
 		{"/debug/pprof/goroutine?debug=1", admToken, http.StatusOK},
 	} {
-		req, _ := http.NewRequest(http.MethodGet, in.controlURL()+tc.path, nil)
+		req, _ := http.NewRequest(http.MethodGet, in.ControlURL()+tc.path, nil)
 		if tc.bearer != "" {
 			req.Header.Set("Authorization", "Bearer "+tc.bearer)
 		}
@@ -386,7 +388,7 @@ func TestAdminProfiler(t *testing.T) {
 	}
 	// With no admin token set, the profiler is off like every admin call.
 	off, _ := admStart(t, nil)
-	if status, _ := call(t, "GET", off.controlURL()+"/debug/pprof/", "", ""); status != http.StatusForbidden {
+	if status, _ := servertest.Call(t, "GET", off.ControlURL()+"/debug/pprof/", "", ""); status != http.StatusForbidden {
 		t.Fatalf("profiler without FENCEPROXY_ADMIN_TOKEN: %d, want 403", status)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"bytes"
@@ -17,9 +17,11 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
-// The tests in this file drive a real fenceproxy (startFenceproxy) and check
+// The tests in this file drive a real fenceproxy (servertest.Start) and check
 // every answer against api/openapi.yaml with kin-openapi: the response's
 // status, headers and body with openapi3filter.ValidateResponse, and, where a
 // case says so, that the spec accepts (or rejects) the request that was sent.
@@ -32,7 +34,7 @@ import (
 // moved to the host of the spec's server entry for the listener it was sent to
 // (x-fenceproxy-listener), since the real listeners are on kernel-chosen ports.
 
-const oasSpecFile = "../../api/openapi.yaml"
+const oasSpecFile = "../api/openapi.yaml"
 
 // Listener names as in the spec's x-fenceproxy-listener server extension.
 const (
@@ -151,11 +153,11 @@ type oasCase struct {
 }
 
 // oasCheck sends c to in and validates the answer against the spec.
-func (s *oasSpec) check(t *testing.T, in *instance, c oasCase) (*http.Response, []byte) {
+func (s *oasSpec) check(t *testing.T, in *servertest.Instance, c oasCase) (*http.Response, []byte) {
 	t.Helper()
-	base := in.controlURL()
+	base := in.ControlURL()
 	if c.listener == oasProxy {
-		base = in.proxyURL()
+		base = in.ProxyURL()
 	}
 	req, err := http.NewRequest(c.method, base+c.target, strings.NewReader(c.body))
 	if err != nil {
@@ -275,7 +277,7 @@ func (b *oasBackend) count() int {
 	return len(b.got)
 }
 
-func startOASProxy(t *testing.T, backend http.Handler, extra map[string]string) *instance {
+func startOASProxy(t *testing.T, backend http.Handler, extra map[string]string) *servertest.Instance {
 	t.Helper()
 	srv := httptest.NewServer(backend)
 	t.Cleanup(srv.Close)
@@ -293,10 +295,10 @@ func startOASProxy(t *testing.T, backend http.Handler, extra map[string]string) 
 			env[k] = v
 		}
 	}
-	return startFenceproxy(t, env)
+	return servertest.Start(t, env)
 }
 
-func oasRun(t *testing.T, s *oasSpec, in *instance, backend *oasBackend, cases []oasCase) {
+func oasRun(t *testing.T, s *oasSpec, in *servertest.Instance, backend *oasBackend, cases []oasCase) {
 	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -466,7 +468,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	t.Run("proxy drain timeout", func(t *testing.T) {
 		done := make(chan int, 1)
 		go func() {
-			req, _ := http.NewRequest("PUT", in.proxyURL()+"/block/x", strings.NewReader("slow"))
+			req, _ := http.NewRequest("PUT", in.ProxyURL()+"/block/x", strings.NewReader("slow"))
 			req.Header.Set("X-Fencing-Token", "1")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -585,7 +587,7 @@ func TestOpenAPIConformanceDraining(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		req, _ := http.NewRequest("PUT", in.proxyURL()+"/block/x", strings.NewReader("x"))
+		req, _ := http.NewRequest("PUT", in.ProxyURL()+"/block/x", strings.NewReader("x"))
 		req.Header.Set("X-Fencing-Token", "1")
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
@@ -600,7 +602,7 @@ func TestOpenAPIConformanceDraining(t *testing.T) {
 	go func() { stopped <- in.Stop() }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		resp, err := http.Get(in.controlURL() + "/readyz")
+		resp, err := http.Get(in.ControlURL() + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusServiceUnavailable {
@@ -703,7 +705,7 @@ func TestOpenAPIForceReleaseWithLeaseToken(t *testing.T) {
 		body: `{"holder":"A","ttl":"10s"}`, op: "acquireLease", status: 201, req: oasReqOK})
 	var codes []int
 	for _, bearer := range []string{"admin-secret", "lease-secret"} {
-		req, _ := http.NewRequest("DELETE", in.controlURL()+"/v1/leases/jobs/a?force=true", nil)
+		req, _ := http.NewRequest("DELETE", in.ControlURL()+"/v1/leases/jobs/a?force=true", nil)
 		req.Header.Set("Authorization", "Bearer "+bearer)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -728,7 +730,7 @@ func TestOpenAPIForceFalseIsNotForce(t *testing.T) {
 	in := startOASProxy(t, newOASBackend(), map[string]string{"FENCEPROXY_ADMIN_TOKEN": "admin-secret"})
 	s.check(t, in, oasCase{listener: oasControl, method: "POST", target: "/v1/leases/jobs/a",
 		body: `{"holder":"A","ttl":"10s"}`, op: "acquireLease", status: 201, req: oasReqOK})
-	req, _ := http.NewRequest("DELETE", in.controlURL()+"/v1/leases/jobs/a?force=false", strings.NewReader(`{"holder":"A","token":"1"}`))
+	req, _ := http.NewRequest("DELETE", in.ControlURL()+"/v1/leases/jobs/a?force=false", strings.NewReader(`{"holder":"A","token":"1"}`))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

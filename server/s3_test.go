@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"bufio"
@@ -31,6 +31,8 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // Test credentials shared by the S3 clients and the SigV4-verifying backend.
@@ -325,9 +327,9 @@ func s3XMLEscape(s string) string {
 
 // s3FenceOf returns the token the control API reports for resource key (the
 // decoded key, escaped here into the URL), or the HTTP status if not 200.
-func s3FenceOf(t *testing.T, in *instance, key string) (string, int) {
+func s3FenceOf(t *testing.T, in *servertest.Instance, key string) (string, int) {
 	t.Helper()
-	u := in.controlURL() + (&url.URL{Path: "/v1/fences/" + key}).EscapedPath()
+	u := in.ControlURL() + (&url.URL{Path: "/v1/fences/" + key}).EscapedPath()
 	resp, err := http.Get(u)
 	if err != nil {
 		t.Fatalf("GET %s: %v", u, err)
@@ -377,12 +379,12 @@ func s3AssertStaleRefusal(t *testing.T, err error, current string) {
 func TestS3TakeoverThroughProxy(t *testing.T) {
 	const bucket, key = "jobs", "reports/daily.txt"
 	_, upstream := startS3Gofakes3(t, bucket)
-	in := startFenceproxy(t, map[string]string{
+	in := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": upstream,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
 	hc := newS3RecordingClient()
-	client := newS3Client(in.proxyURL(), hc)
+	client := newS3Client(in.ProxyURL(), hc)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 
@@ -445,12 +447,12 @@ func TestS3SigV4SurvivesProxy(t *testing.T) {
 	const keyEsc = "dir/a b+c%~(x).txt"
 	const keyUni = "ünïcødé/日本語 ファイル (1).txt"
 	backend := newS3SigV4Backend(t)
-	in := startFenceproxy(t, map[string]string{
+	in := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.srv.URL,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
 	hc := newS3RecordingClient()
-	client := newS3Client(in.proxyURL(), hc)
+	client := newS3Client(in.ProxyURL(), hc)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 
@@ -588,7 +590,7 @@ func TestS3ExpectContinueStaleNeverUploads(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(backend.Close)
-	in := startFenceproxy(t, map[string]string{
+	in := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.URL,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
@@ -683,14 +685,14 @@ func startS3Gofakes3(t *testing.T, bucket string) (*s3mem.Backend, string) {
 
 // startS3Fenced starts gofakes3 with bucket, fenceproxy in front of it, and
 // a path-style S3 client (newS3Client) pointed at the proxy.
-func startS3Fenced(t *testing.T, bucket string) (*instance, *s3.Client) {
+func startS3Fenced(t *testing.T, bucket string) (*servertest.Instance, *s3.Client) {
 	t.Helper()
 	_, upstream := startS3Gofakes3(t, bucket)
-	in := startFenceproxy(t, map[string]string{
+	in := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": upstream,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
-	return in, newS3Client(in.proxyURL(), newS3RecordingClient())
+	return in, newS3Client(in.ProxyURL(), newS3RecordingClient())
 }
 
 // s3GetObject returns the object's bytes through client.

@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"encoding/json"
@@ -10,13 +10,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // scrape returns the value of the sample named exactly series (name and
 // labels as Prometheus prints them), -1 when absent.
-func scrape(t *testing.T, in *instance, series string) float64 {
+func scrape(t *testing.T, in *servertest.Instance, series string) float64 {
 	t.Helper()
-	resp, err := http.Get(in.controlURL() + "/metrics")
+	resp, err := http.Get(in.ControlURL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,9 +36,9 @@ func scrape(t *testing.T, in *instance, series string) float64 {
 	return -1
 }
 
-func metricsPut(t *testing.T, in *instance, path, token string) int {
+func metricsPut(t *testing.T, in *servertest.Instance, path, token string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPut, in.proxyURL()+path, strings.NewReader("x"))
+	req, _ := http.NewRequest(http.MethodPut, in.ProxyURL()+path, strings.NewReader("x"))
 	if token != "" {
 		req.Header.Set("X-Fencing-Token", token)
 	}
@@ -61,7 +63,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer backend.Close()
-	in := startFenceproxy(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
 
 	for _, tc := range []struct {
 		path, token string
@@ -74,7 +76,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 			t.Fatalf("PUT %s token %q: %d, want %d", tc.path, tc.token, got, tc.status)
 		}
 	}
-	if resp, err := http.Get(in.proxyURL() + "/bkt/a"); err == nil {
+	if resp, err := http.Get(in.ProxyURL() + "/bkt/a"); err == nil {
 		resp.Body.Close()
 	}
 	for series, want := range map[string]float64{
@@ -103,7 +105,7 @@ func TestObserveMode(t *testing.T) {
 	backend := &leaseBackend{}
 	srv := httptest.NewServer(backend)
 	defer srv.Close()
-	in := startFenceproxy(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_MODE": "observe"})
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_MODE": "observe"})
 	for _, tok := range []string{"5", "6", "5", ""} {
 		if got := metricsPut(t, in, "/bkt/obj", tok); got != 204 {
 			t.Fatalf("observe mode, token %q: %d, want 204 (forwarded)", tok, got)
@@ -118,7 +120,7 @@ func TestObserveMode(t *testing.T) {
 	if got := scrape(t, in, `fenceproxy_requests_total{decision="observe_missing"}`); got != 1 {
 		t.Errorf("observe_missing = %v, want 1", got)
 	}
-	resp, err := http.Get(in.controlURL() + "/readyz")
+	resp, err := http.Get(in.ControlURL() + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +141,7 @@ func TestObserveMode(t *testing.T) {
 
 // Every metric the Grafana dashboard queries exists on /metrics.
 func TestDashboardMetricsExist(t *testing.T) {
-	raw, err := os.ReadFile("../../deploy/grafana/fenceproxy.json")
+	raw, err := os.ReadFile("../deploy/grafana/fenceproxy.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,9 +156,9 @@ func TestDashboardMetricsExist(t *testing.T) {
 	}
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
 	defer backend.Close()
-	in := startFenceproxy(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
 	metricsPut(t, in, "/bkt/a", "1") // so that the histograms and labelled counters have samples
-	resp, err := http.Get(in.controlURL() + "/metrics")
+	resp, err := http.Get(in.ControlURL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

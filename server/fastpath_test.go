@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"bufio"
@@ -24,6 +24,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/memstore"
 	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // fpReference is the proxy as it was before the fast path: the same
@@ -74,7 +75,7 @@ func fpStart(t *testing.T, upstream string, env map[string]string) string {
 	for k, v := range env {
 		e[k] = v
 	}
-	return startFenceproxy(t, e).Proxy
+	return servertest.Start(t, e).Proxy
 }
 
 // fpScript answers with raw bytes (package rawbackend).
@@ -656,7 +657,7 @@ func TestFastPathProxyUpstreamFailures(t *testing.T) {
 					b = newFPScript(t, tc.answer)
 					upstream = b.URL()
 				}
-				in := startFenceproxy(t, map[string]string{"FENCEPROXY_UPSTREAM": upstream, "FENCEPROXY_DATA_DIR": t.TempDir(),
+				in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": upstream, "FENCEPROXY_DATA_DIR": t.TempDir(),
 					"FENCEPROXY_UPSTREAM_FAST_PATH":        "true",
 					"FENCEPROXY_UPSTREAM_RESPONSE_TIMEOUT": "300ms", "FENCEPROXY_ABANDON_GRACE": "100ms", "FENCEPROXY_DRAIN_TIMEOUT": "5s"})
 				start := time.Now()

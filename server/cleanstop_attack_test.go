@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"errors"
@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // The clean-stop mark lets the next start skip the start-up grace. These
@@ -26,7 +28,7 @@ type lateBackend struct {
 	srv   *httptest.Server
 	delay time.Duration
 	mu    sync.Mutex
-	log   []backendRequest // in the order applied
+	log   []servertest.BackendRequest // in the order applied
 }
 
 func newLateBackend(t *testing.T, delay time.Duration) *lateBackend {
@@ -38,7 +40,7 @@ func newLateBackend(t *testing.T, delay time.Duration) *lateBackend {
 			time.Sleep(b.delay) // a slow backend that still applies the write
 		}
 		b.mu.Lock()
-		b.log = append(b.log, backendRequest{Method: r.Method, Path: r.URL.EscapedPath(),
+		b.log = append(b.log, servertest.BackendRequest{Method: r.Method, Path: r.URL.EscapedPath(),
 			Token: r.Header.Get("X-Fencing-Token"), RequestID: r.Header.Get("X-Request-Id")})
 		b.mu.Unlock()
 		w.WriteHeader(http.StatusOK)
@@ -93,7 +95,7 @@ func cleanStartLogged(logs string) bool { return strings.Contains(logs, `"clean_
 func TestAttackObserveModeAbandonedWriteMarkedClean(t *testing.T) {
 	const grace = 2 * time.Second
 	backend := newLateBackend(t, 800*time.Millisecond)
-	client := newTestClient(t)
+	client := servertest.NewClient(t)
 	dir := t.TempDir()
 	env := map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.srv.URL, "FENCEPROXY_DATA_DIR": dir,
@@ -101,16 +103,16 @@ func TestAttackObserveModeAbandonedWriteMarkedClean(t *testing.T) {
 		"FENCEPROXY_UPSTREAM_RESPONSE_TIMEOUT": "100ms", "FENCEPROXY_SHUTDOWN_TIMEOUT": "5s",
 		"FENCEPROXY_MODE": "observe",
 	}
-	first := startFenceproxy(t, env)
-	if st, _ := putToken(t, client, first.proxyURL(), "/bkt/obj", "5", "late"); st != http.StatusGatewayTimeout {
+	first := servertest.Start(t, env)
+	if st, _ := servertest.PutToken(t, client, first.ProxyURL(), "/bkt/obj", "5", "late"); st != http.StatusGatewayTimeout {
 		t.Fatalf("slow write in observe mode: %d, want 504", st)
 	}
 	if err := first.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	env["FENCEPROXY_MODE"] = "enforce"
-	second := startFenceproxy(t, env)
-	if st, _ := putToken(t, client, second.proxyURL(), "/bkt/obj", "6", "successor"); st != http.StatusOK {
+	second := servertest.Start(t, env)
+	if st, _ := servertest.PutToken(t, client, second.ProxyURL(), "/bkt/obj", "6", "successor"); st != http.StatusOK {
 		t.Fatalf("successor write: %d", st)
 	}
 	if !backend.applied("late", 5*time.Second) {
@@ -132,19 +134,19 @@ func TestAttackObserveModeAbandonedWriteMarkedClean(t *testing.T) {
 // with checkDir). If the second process then crashes with writes in flight,
 // the third start takes the stranger's mark and skips the start-up grace.
 func TestAttackMarkWrittenIntoReplacedDataDir(t *testing.T) {
-	backend := newRecordingBackend(t)
-	client := newTestClient(t)
+	backend := servertest.NewRecordingBackend(t)
+	client := servertest.NewClient(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	env := map[string]string{"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": dir}
-	first := startFenceproxy(t, env)
-	if st, _ := putToken(t, client, first.proxyURL(), "/bkt/obj", "3", "first"); st != http.StatusOK {
+	first := servertest.Start(t, env)
+	if st, _ := servertest.PutToken(t, client, first.ProxyURL(), "/bkt/obj", "3", "first"); st != http.StatusOK {
 		t.Fatalf("first write: %d", st)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	second := startFenceproxy(t, env) // opens a new store at the same path
-	if st, _ := putToken(t, client, second.proxyURL(), "/bkt/obj", "4", "second"); st != http.StatusOK {
+	second := servertest.Start(t, env) // opens a new store at the same path
+	if st, _ := servertest.PutToken(t, client, second.ProxyURL(), "/bkt/obj", "4", "second"); st != http.StatusOK {
 		t.Fatalf("second process's write: %d", st)
 	}
 	stopped := make(chan error, 1)
@@ -171,17 +173,17 @@ func TestAttackMarkWrittenIntoReplacedDataDir(t *testing.T) {
 // backend when SHUTDOWN_TIMEOUT passes leaves no mark.
 func TestCleanStopNotMarkedWhenShutdownTimesOut(t *testing.T) {
 	backend := newHeldBackend(t)
-	client := newTestClient(t)
+	client := servertest.NewClient(t)
 	dir := t.TempDir()
 	env := map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.srv.URL, "FENCEPROXY_DATA_DIR": dir,
 		"FENCEPROXY_SHUTDOWN_TIMEOUT": "300ms",
 	}
-	first := startFenceproxy(t, env)
+	first := servertest.Start(t, env)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		doPut(client, first.proxyURL(), "/bkt/obj", "5", "held")
+		servertest.DoPut(client, first.ProxyURL(), "/bkt/obj", "5", "held")
 	}()
 	select {
 	case <-backend.arrived:
@@ -205,9 +207,9 @@ func TestCleanStopNotMarkedWhenShutdownTimesOut(t *testing.T) {
 // sending its body mid-upload when SIGTERM came keeps the write unfinished
 // (its bytes so far are upstream) past SHUTDOWN_TIMEOUT: no mark.
 func TestCleanStopNotMarkedWithUploadHangingAtStop(t *testing.T) {
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	dir := t.TempDir()
-	first := startFenceproxy(t, map[string]string{
+	first := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": dir,
 		"FENCEPROXY_SHUTDOWN_TIMEOUT": "300ms", "FENCEPROXY_UPLOAD_IDLE_TIMEOUT": "30s",
 	})
@@ -222,7 +224,7 @@ func TestCleanStopNotMarkedWithUploadHangingAtStop(t *testing.T) {
 	}
 	// Wait until the write is admitted (its raise is durable) before the stop.
 	deadline := time.Now().Add(5 * time.Second)
-	for fenceMax(t, newTestClient(t), first.Control, "bkt/obj") != 5 {
+	for servertest.FenceMax(t, servertest.NewClient(t), first.Control, "bkt/obj") != 5 {
 		if time.Now().After(deadline) {
 			t.Fatal("the write was not admitted")
 		}
@@ -242,16 +244,16 @@ func TestCleanStopNotMarkedWithUploadHangingAtStop(t *testing.T) {
 func TestCleanStopAbandonedCopyHoldsBothResources(t *testing.T) {
 	backend := newLateBackend(t, 600*time.Millisecond)
 	dir := t.TempDir()
-	first := startFenceproxy(t, map[string]string{
+	first := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.srv.URL, "FENCEPROXY_DATA_DIR": dir,
 		"FENCEPROXY_ABANDON_GRACE": "3s", "FENCEPROXY_DRAIN_TIMEOUT": "10s",
 		"FENCEPROXY_UPSTREAM_RESPONSE_TIMEOUT": "100ms", "FENCEPROXY_SHUTDOWN_TIMEOUT": "300ms",
 	})
-	req, _ := http.NewRequest("COPY", first.proxyURL()+"/bkt/src", nil)
-	req.Header.Set("Destination", first.proxyURL()+"/bkt/dst")
+	req, _ := http.NewRequest("COPY", first.ProxyURL()+"/bkt/src", nil)
+	req.Header.Set("Destination", first.ProxyURL()+"/bkt/dst")
 	req.Header.Set("X-Fencing-Token", "5")
 	req.Header.Set("X-Request-Id", "late")
-	resp, err := newTestClient(t).Do(req)
+	resp, err := servertest.NewClient(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,39 +268,4 @@ func TestCleanStopAbandonedCopyHoldsBothResources(t *testing.T) {
 		t.Fatalf("a stop with an abandoned COPY in its grace logged clean_stop=true:\n%s", first.Logs)
 	}
 	backend.applied("late", 5*time.Second)
-}
-
-// TestCleanStopMarkTakenBeforeCrash: a process that started clean took the
-// mark; killed with SIGKILL, it leaves none, and the start after it waits.
-func TestCleanStopMarkTakenBeforeCrash(t *testing.T) {
-	backend := newRecordingBackend(t)
-	client := newTestClient(t)
-	dir := t.TempDir()
-	env := serveEnv(backend.URL(), dir)
-	first := startFenceproxy(t, env)
-	if st, _ := putToken(t, client, first.proxyURL(), "/bkt/obj", "5", "a"); st != http.StatusOK {
-		t.Fatalf("first write: %d", st)
-	}
-	if err := first.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if !cleanStopLogged(first.Logs.String()) {
-		t.Fatalf("idle stop not clean:\n%s", first.Logs)
-	}
-	p := startProcess(t, env)
-	p.waitServing(t)
-	if !cleanStartLogged(p.Stderr.String()) {
-		t.Fatalf("the start after a clean stop did not log clean_start=true:\n%s", p.Stderr)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "CLEAN_STOP")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the mark is still there while the process serves: %v", err)
-	}
-	if err := p.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	p.wait(10 * time.Second)
-	third := startFenceproxy(t, env)
-	if cleanStartLogged(third.Logs.String()) {
-		t.Fatalf("the start after a SIGKILL logged clean_start=true:\n%s", third.Logs)
-	}
 }

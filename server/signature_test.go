@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fenceproxy/fenceproxy/client"
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 	"github.com/fenceproxy/fenceproxy/tokensig"
 )
 
@@ -48,7 +49,7 @@ func sgKeys(t *testing.T, keys ...[]byte) *tokensig.Keys {
 }
 
 // sgStart runs fenceproxy in front of a recording backend with env added.
-func sgStart(t *testing.T, backend *recordingBackend, dataDir string, env map[string]string) *instance {
+func sgStart(t *testing.T, backend *servertest.RecordingBackend, dataDir string, env map[string]string) *servertest.Instance {
 	t.Helper()
 	full := map[string]string{
 		"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": dataDir,
@@ -57,7 +58,7 @@ func sgStart(t *testing.T, backend *recordingBackend, dataDir string, env map[st
 	for k, v := range env {
 		full[k] = v
 	}
-	return startFenceproxy(t, full)
+	return servertest.Start(t, full)
 }
 
 // sgLease is an acquire or renew answer: the token, the body's signature and
@@ -67,9 +68,9 @@ type sgLease struct{ token, sig, headerSig string }
 // sgLeaseCall acquires (POST, holder and ttl) or renews (PUT, holder and
 // token) the lease name and returns the answer; it fails the test on any
 // status but 201/200.
-func sgLeaseCall(t *testing.T, in *instance, method, name, body string) sgLease {
+func sgLeaseCall(t *testing.T, in *servertest.Instance, method, name, body string) sgLease {
 	t.Helper()
-	req, _ := http.NewRequest(method, in.controlURL()+"/v1/leases/"+name, strings.NewReader(body))
+	req, _ := http.NewRequest(method, in.ControlURL()+"/v1/leases/"+name, strings.NewReader(body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +87,7 @@ func sgLeaseCall(t *testing.T, in *instance, method, name, body string) sgLease 
 	return sgLease{token: out.Token, sig: out.TokenSignature, headerSig: resp.Header.Get("X-Fencing-Token-Signature")}
 }
 
-func sgAcquire(t *testing.T, in *instance, name, holder string) sgLease {
+func sgAcquire(t *testing.T, in *servertest.Instance, name, holder string) sgLease {
 	t.Helper()
 	return sgLeaseCall(t, in, "POST", name, `{"holder":"`+holder+`","ttl":"1h"}`)
 }
@@ -99,9 +100,9 @@ type sgAnswer struct {
 
 // sgPut sends PUT path through the proxy with the given token and signature
 // headers (nil: header absent) and an X-Request-Id the backend records.
-func sgPut(t *testing.T, in *instance, path string, token, sig []string, requestID string) sgAnswer {
+func sgPut(t *testing.T, in *servertest.Instance, path string, token, sig []string, requestID string) sgAnswer {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPut, in.proxyURL()+path, strings.NewReader("body of "+requestID))
+	req, _ := http.NewRequest(http.MethodPut, in.ProxyURL()+path, strings.NewReader("body of "+requestID))
 	if token != nil {
 		req.Header["X-Fencing-Token"] = token
 	}
@@ -124,7 +125,7 @@ func one(s string) []string { return []string{s} }
 func TestSignedTokensOrderOfChecks(t *testing.T) {
 	keyText, key := sgKey(t)
 	_, otherKey := sgKey(t)
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	in := sgStart(t, backend, t.TempDir(), map[string]string{"FENCEPROXY_TOKEN_KEY": keyText})
 	issuer, stranger := sgKeys(t, key), sgKeys(t, otherKey)
 	if !strings.Contains(in.Logs.String(), `"signed_tokens":true`) {
@@ -133,14 +134,14 @@ func TestSignedTokensOrderOfChecks(t *testing.T) {
 
 	// The lease API issues the token with its signature, in the body and the header.
 	a := sgAcquire(t, in, "bkt/obj", "A")
-	tok := mustUint(t, a.token)
+	tok := servertest.MustUint(t, a.token)
 	if a.sig == "" || a.sig != a.headerSig || a.sig != issuer.Sign("bkt/obj", tok) {
 		t.Fatalf("acquire: signature %q, header %q; want both %q", a.sig, a.headerSig, issuer.Sign("bkt/obj", tok))
 	}
 	if got := sgPut(t, in, "/bkt/obj", one(a.token), one(a.sig), "signed"); got.status != 200 {
 		t.Fatalf("write with token and signature: %+v, want 200", got)
 	}
-	if !backend.saw("signed") {
+	if !backend.Saw("signed") {
 		t.Fatal("the signed write did not reach the backend")
 	}
 	if r := sgLeaseCall(t, in, "PUT", "bkt/obj", `{"holder":"A","token":"`+a.token+`"}`); r.sig != a.sig || r.headerSig != a.sig {
@@ -150,7 +151,7 @@ func TestSignedTokensOrderOfChecks(t *testing.T) {
 
 	// A newer grant: a.token is now stale, with a valid signature.
 	b := sgAcquire(t, in, "bkt/obj", "A")
-	if mustUint(t, b.token) <= tok {
+	if servertest.MustUint(t, b.token) <= tok {
 		t.Fatalf("second acquire: token %s not above %s", b.token, a.token)
 	}
 	maxTok := strconv.FormatUint(client.MaxToken, 10)
@@ -168,10 +169,10 @@ func TestSignedTokensOrderOfChecks(t *testing.T) {
 		{"valid token, no signature", one(b.token), nil, sgAnswer{403, "signature", "signature"}},
 		{"valid token, empty signature", one(b.token), one(""), sgAnswer{403, "signature", "signature"}},
 		{"signature of another resource", one(other.token), one(other.sig), sgAnswer{403, "signature", "signature"}},
-		{"current token signed for another resource", one(b.token), one(issuer.Sign("bkt/other", mustUint(t, b.token))), sgAnswer{403, "signature", "signature"}},
+		{"current token signed for another resource", one(b.token), one(issuer.Sign("bkt/other", servertest.MustUint(t, b.token))), sgAnswer{403, "signature", "signature"}},
 		{"signature of another token", one(b.token), one(a.sig), sgAnswer{403, "signature", "signature"}},
 		{"garbage signature", one(b.token), one(garbage), sgAnswer{403, "signature", "signature"}},
-		{"signature under an unknown key", one(b.token), one(stranger.Sign("bkt/obj", mustUint(t, b.token))), sgAnswer{403, "signature", "signature"}},
+		{"signature under an unknown key", one(b.token), one(stranger.Sign("bkt/obj", servertest.MustUint(t, b.token))), sgAnswer{403, "signature", "signature"}},
 		{"forged 2^63-1, unsigned", one(maxTok), nil, sgAnswer{403, "signature", "signature"}},
 		{"forged 2^63-1, the current token's signature", one(maxTok), one(b.sig), sgAnswer{403, "signature", "signature"}},
 		{"stale token, bad signature", one(a.token), one(garbage), sgAnswer{403, "signature", "signature"}},
@@ -183,7 +184,7 @@ func TestSignedTokensOrderOfChecks(t *testing.T) {
 			if got := sgPut(t, in, "/bkt/obj", c.token, c.sig, id); got != c.want {
 				t.Errorf("got %+v, want %+v", got, c.want)
 			}
-			if backend.saw(id) {
+			if backend.Saw(id) {
 				t.Error("the refused write reached the backend")
 			}
 		})
@@ -198,8 +199,8 @@ func TestSignedTokensOrderOfChecks(t *testing.T) {
 
 	// An admin raise needs no signature; the tokens above it come from an
 	// issuer holding the key.
-	raised := mustUint(t, b.token) + 5
-	if status, body := call(t, "PUT", in.controlURL()+"/v1/fences/bkt/obj", `{"token":"`+strconv.FormatUint(raised, 10)+`"}`, sgAdmin); status != 200 {
+	raised := servertest.MustUint(t, b.token) + 5
+	if status, body := servertest.Call(t, "PUT", in.ControlURL()+"/v1/fences/bkt/obj", `{"token":"`+strconv.FormatUint(raised, 10)+`"}`, sgAdmin); status != 200 {
 		t.Fatalf("admin raise: %d %v", status, body)
 	}
 	if got := sgPut(t, in, "/bkt/obj", one(b.token), one(b.sig), "below the raise"); got != (sgAnswer{409, "stale", "stale"}) {
@@ -210,13 +211,13 @@ func TestSignedTokensOrderOfChecks(t *testing.T) {
 		t.Errorf("write with an external issuer's signature: %+v, want 200", got)
 	}
 	// Unfenced reads need neither token nor signature.
-	if resp, err := http.Get(in.proxyURL() + "/bkt/obj"); err != nil || resp.StatusCode != 200 {
+	if resp, err := http.Get(in.ProxyURL() + "/bkt/obj"); err != nil || resp.StatusCode != 200 {
 		t.Errorf("GET: %v %v", resp, err)
 	} else {
 		resp.Body.Close()
 	}
 	var writes []string
-	for _, r := range backend.requests() {
+	for _, r := range backend.Requests() {
 		if r.Method == http.MethodPut {
 			writes = append(writes, r.RequestID)
 		}
@@ -229,13 +230,13 @@ func TestSignedTokensOrderOfChecks(t *testing.T) {
 // A write with a Destination needs a signature for each resource it touches.
 func TestSignedTokensDestination(t *testing.T) {
 	keyText, key := sgKey(t)
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	in := sgStart(t, backend, t.TempDir(), map[string]string{"FENCEPROXY_TOKEN_KEY": keyText})
 	issuer := sgKeys(t, key)
 	move := func(sigs ...string) (int, string) {
-		req, _ := http.NewRequest("MOVE", in.proxyURL()+"/bkt/src", nil)
+		req, _ := http.NewRequest("MOVE", in.ProxyURL()+"/bkt/src", nil)
 		req.Header.Set("X-Fencing-Token", "7")
-		req.Header.Set("Destination", in.proxyURL()+"/bkt/dst")
+		req.Header.Set("Destination", in.ProxyURL()+"/bkt/dst")
 		req.Header["X-Fencing-Token-Signature"] = sigs
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -265,12 +266,12 @@ func TestSignedTokensKeyRotation(t *testing.T) {
 	oldText, oldKey := sgKey(t)
 	newText, newKey := sgKey(t)
 	onlyOld, onlyNew := sgKeys(t, oldKey), sgKeys(t, newKey)
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	dir := t.TempDir()
 
 	in := sgStart(t, backend, dir, map[string]string{"FENCEPROXY_TOKEN_KEY": oldText})
 	a := sgAcquire(t, in, "bkt/rot", "A")
-	tok := mustUint(t, a.token)
+	tok := servertest.MustUint(t, a.token)
 	if onlyOld.Verify("bkt/rot", tok, a.sig) != nil {
 		t.Fatal("KEY=old: the acquire's signature is not the old key's")
 	}
@@ -290,7 +291,7 @@ func TestSignedTokensKeyRotation(t *testing.T) {
 		t.Fatalf("KEY=new,old: renew signs %q, want the new key's signature", renewed.sig)
 	}
 	c := sgAcquire(t, in, "bkt/rot2", "C")
-	ctok := mustUint(t, c.token)
+	ctok := servertest.MustUint(t, c.token)
 	if onlyNew.Verify("bkt/rot2", ctok, c.sig) != nil || onlyOld.Verify("bkt/rot2", ctok, c.sig) == nil {
 		t.Fatalf("KEY=new,old: a new acquire is not signed with the new key: %q", c.sig)
 	}
@@ -311,14 +312,14 @@ func TestSignedTokensKeyRotation(t *testing.T) {
 	if got := sgPut(t, in, "/bkt/rot2", one(c.token), one(c.sig), "new-2"); got.status != 200 {
 		t.Errorf("KEY=new: write with the new signature %+v, want 200", got)
 	}
-	if backend.saw("old-3") {
+	if backend.Saw("old-3") {
 		t.Error("the refused write reached the backend")
 	}
 }
 
 // Without FENCEPROXY_TOKEN_KEY nothing is signed and nothing is checked.
 func TestSignedTokensOff(t *testing.T) {
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	in := sgStart(t, backend, t.TempDir(), nil)
 	if !strings.Contains(in.Logs.String(), `"signed_tokens":false`) {
 		t.Errorf("the start-up log does not say signed_tokens false:\n%s", in.Logs)
@@ -336,7 +337,7 @@ func TestSignedTokensOff(t *testing.T) {
 // forwarded, and does not raise the maximum.
 func TestSignedTokensObserveMode(t *testing.T) {
 	keyText, _ := sgKey(t)
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	in := sgStart(t, backend, t.TempDir(), map[string]string{"FENCEPROXY_TOKEN_KEY": keyText, "FENCEPROXY_MODE": "observe"})
 	a := sgAcquire(t, in, "bkt/obj", "A")
 	maxTok := strconv.FormatUint(client.MaxToken, 10)
@@ -348,7 +349,7 @@ func TestSignedTokensObserveMode(t *testing.T) {
 		if got := sgPut(t, in, "/bkt/obj", c.token, c.sig, id); got.status != 200 || got.refused != "" {
 			t.Errorf("write %d in observe mode: %+v, want 200 forwarded", i, got)
 		}
-		if !backend.saw(id) {
+		if !backend.Saw(id) {
 			t.Errorf("write %d was not forwarded", i)
 		}
 	}
@@ -370,29 +371,29 @@ func TestSignedTokensClient(t *testing.T) {
 	keyText, _ := sgKey(t)
 	const bucket = "jobs"
 	_, upstream := startS3Gofakes3(t, bucket)
-	in := startFenceproxy(t, map[string]string{
+	in := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": upstream, "FENCEPROXY_DATA_DIR": t.TempDir(),
 		"FENCEPROXY_TOKEN_KEY": keyText, "FENCEPROXY_ABANDON_GRACE": "0s",
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	leases := &client.Leases{BaseURL: in.controlURL()}
+	leases := &client.Leases{BaseURL: in.ControlURL()}
 	l, err := leases.Acquire(ctx, bucket+"/report.txt", "A", time.Minute)
 	if err != nil || l.TokenSignature == "" {
 		t.Fatalf("acquire: %+v, %v; want a signature", l, err)
 	}
 	hc := &http.Client{Transport: &client.Transport{}}
-	if resp := clPut(client.WithLease(ctx, l), t, hc, in.proxyURL()+"/"+bucket+"/report.txt", "signed"); resp.StatusCode != 200 || client.CheckResponse(resp) != nil {
+	if resp := clPut(client.WithLease(ctx, l), t, hc, in.ProxyURL()+"/"+bucket+"/report.txt", "signed"); resp.StatusCode != 200 || client.CheckResponse(resp) != nil {
 		t.Fatalf("write with WithLease: %d", resp.StatusCode)
 	}
-	resp := clPut(client.WithToken(ctx, l.Token), t, hc, in.proxyURL()+"/"+bucket+"/report.txt", "unsigned")
+	resp := clPut(client.WithToken(ctx, l.Token), t, hc, in.ProxyURL()+"/"+bucket+"/report.txt", "unsigned")
 	err = client.CheckResponse(resp)
 	var refused *client.RefusedError
 	if !errors.As(err, &refused) || refused.Status != 403 || refused.Reason != client.ReasonSignature || errors.Is(err, client.ErrStale) {
 		t.Errorf("write without the signature: %v, want *RefusedError 403 signature", err)
 	}
 
-	s3c := clS3Client(in.proxyURL(), client.S3Fencing(client.ContextToken))
+	s3c := clS3Client(in.ProxyURL(), client.S3Fencing(client.ContextToken))
 	put := func(ctx context.Context, body string) error {
 		_, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("report.txt"), Body: strings.NewReader(body)})
 		return err
@@ -416,7 +417,7 @@ func TestSignedTokensWorker(t *testing.T) {
 	}
 	bin := wkBuild(t, t.TempDir())
 	keyText, _ := sgKey(t)
-	backend := newRecordingBackend(t)
+	backend := servertest.NewRecordingBackend(t)
 	in := sgStart(t, backend, t.TempDir(), map[string]string{"FENCEPROXY_TOKEN_KEY": keyText, "FENCEPROXY_LEASE_MIN_TTL": "50ms"})
 	// Renews every TTL/3, so it re-reads the signature twice while writing.
 	w := wkStart(t, bin, in, "A", "-ttl", "3s", "-writes", "8", "-interval", "300ms")

@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // bodyBackend records the first byte and token of every body that arrived whole.
@@ -48,20 +50,20 @@ func TestTakeoverReproduction(t *testing.T) {
 			backend := &bodyBackend{}
 			srv := httptest.NewServer(backend)
 			t.Cleanup(srv.Close)
-			in := startFenceproxy(t, map[string]string{
+			in := servertest.Start(t, map[string]string{
 				"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ADMIN_TOKEN": "adm",
 				"FENCEPROXY_LEASE_MIN_TTL": "100ms", "FENCEPROXY_LEASE_GRACE": "100ms",
 			})
 			const path = "/bkt/obj1"
 			a := "1"
 			if how == "lease acquire" {
-				status, out := call(t, http.MethodPost, in.controlURL()+"/v1/leases"+path, `{"holder":"A","ttl":"100ms"}`, "")
+				status, out := servertest.Call(t, http.MethodPost, in.ControlURL()+"/v1/leases"+path, `{"holder":"A","ttl":"100ms"}`, "")
 				if status != http.StatusCreated {
 					t.Fatalf("A's acquire: %d %v", status, out)
 				}
 				a = out["token"].(string)
 			}
-			req, _ := http.NewRequest(http.MethodPut, in.proxyURL()+path, strings.NewReader("first"))
+			req, _ := http.NewRequest(http.MethodPut, in.ProxyURL()+path, strings.NewReader("first"))
 			req.Header.Set("X-Fencing-Token", a)
 			if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNoContent {
 				t.Fatalf("A's first write: %v %v", resp, err)
@@ -88,14 +90,14 @@ func TestTakeoverReproduction(t *testing.T) {
 			var b string
 			switch how {
 			case "admin raise":
-				status, out := call(t, http.MethodPut, in.controlURL()+"/v1/fences"+path, `{"token":50}`, "adm")
+				status, out := servertest.Call(t, http.MethodPut, in.ControlURL()+"/v1/fences"+path, `{"token":50}`, "adm")
 				if status != http.StatusOK || out["token"] != "50" {
 					t.Fatalf("admin raise: %d %v", status, out)
 				}
 				b = "50"
 			case "lease acquire":
 				for {
-					status, out := call(t, http.MethodPost, in.controlURL()+"/v1/leases"+path, `{"holder":"B","ttl":"10s"}`, "")
+					status, out := servertest.Call(t, http.MethodPost, in.ControlURL()+"/v1/leases"+path, `{"holder":"B","ttl":"10s"}`, "")
 					if status == http.StatusCreated {
 						b = out["token"].(string)
 						break
@@ -116,14 +118,14 @@ func TestTakeoverReproduction(t *testing.T) {
 			if resp.StatusCode != http.StatusConflict || resp.Header.Get("Fencing-Refused") != "stale" || resp.Header.Get("Fencing-Current-Token") != b {
 				t.Fatalf("A's stalled upload: %d %v, want 409 stale with current token %s", resp.StatusCode, resp.Header, b)
 			}
-			req, _ = http.NewRequest(http.MethodPut, in.proxyURL()+path, strings.NewReader("late"))
+			req, _ = http.NewRequest(http.MethodPut, in.ProxyURL()+path, strings.NewReader("late"))
 			req.Header.Set("X-Fencing-Token", a)
 			if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusConflict {
 				t.Fatalf("A's late write: %v %v, want 409", resp, err)
 			} else {
 				resp.Body.Close()
 			}
-			req, _ = http.NewRequest(http.MethodPut, in.proxyURL()+path, strings.NewReader("B"))
+			req, _ = http.NewRequest(http.MethodPut, in.ProxyURL()+path, strings.NewReader("B"))
 			req.Header.Set("X-Fencing-Token", b)
 			if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNoContent {
 				t.Fatalf("B's write: %v %v", resp, err)

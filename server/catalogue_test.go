@@ -1,4 +1,4 @@
-package main
+package server_test
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // catArrival is one request as a catalogue backend received it.
@@ -301,7 +303,8 @@ func catRows() []catRow {
 		}, status: 400, early: true},
 	)
 
-	// Oversized headers: maxHeaderBytes (net/http allows 4 KiB of slack on top).
+	// Oversized headers: the documented 64 KiB limit (net/http allows 4 KiB of slack on top).
+	const maxHeaderBytes = 64 << 10
 	rows = append(rows,
 		catRow{name: "size/one header over 64 KiB", raw: put(catTok, "X-Pad: "+strings.Repeat("p", maxHeaderBytes+8<<10)), status: 431, early: true},
 		catRow{name: "size/many headers over 64 KiB", raw: func(c catTarget) string {
@@ -425,7 +428,7 @@ func catRows() []catRow {
 // reach the recorder.
 func TestBadInputCatalogue(t *testing.T) {
 	upstream, evil := newCatRecorder(t), newCatRecorder(t)
-	in := startFenceproxy(t, map[string]string{
+	in := servertest.Start(t, map[string]string{
 		"FENCEPROXY_UPSTREAM": upstream.srv.URL,
 		"FENCEPROXY_DATA_DIR": t.TempDir(),
 	})
@@ -569,9 +572,9 @@ func catCheckNoTunnel(t *testing.T, conn net.Conn, br *bufio.Reader, c catTarget
 
 // catSeedWrite writes token to path through the proxy and checks that it was
 // forwarded, so later rows on path have a maximum to be stale against.
-func catSeedWrite(t *testing.T, in *instance, upstream *catRecorder, path, token string) {
+func catSeedWrite(t *testing.T, in *servertest.Instance, upstream *catRecorder, path, token string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPut, in.proxyURL()+path, strings.NewReader("seed"))
+	req, err := http.NewRequest(http.MethodPut, in.ProxyURL()+path, strings.NewReader("seed"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,15 @@
-package main
+package server_test
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // leaseBackend records the fencing tokens of the writes that reach it.
@@ -32,31 +32,10 @@ func (b *leaseBackend) got() string {
 	return strings.Join(b.tokens, ",")
 }
 
-// call sends method to url with a JSON body and bearer (both optional) and
-// returns the status and decoded JSON body.
-func call(t *testing.T, method, url, body, bearer string) (int, map[string]any) {
-	t.Helper()
-	req, _ := http.NewRequest(method, url, strings.NewReader(body))
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
-}
-
 // write sends a fenced PUT through the proxy with token.
-func write(t *testing.T, in *instance, path, token string) int {
+func write(t *testing.T, in *servertest.Instance, path, token string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPut, in.proxyURL()+path, strings.NewReader("data"))
+	req, _ := http.NewRequest(http.MethodPut, in.ProxyURL()+path, strings.NewReader("data"))
 	req.Header.Set("X-Fencing-Token", token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -66,7 +45,7 @@ func write(t *testing.T, in *instance, path, token string) int {
 	return resp.StatusCode
 }
 
-func startLeaseProxy(t *testing.T, extra map[string]string) (*instance, *leaseBackend) {
+func startLeaseProxy(t *testing.T, extra map[string]string) (*servertest.Instance, *leaseBackend) {
 	backend := &leaseBackend{}
 	srv := httptest.NewServer(backend)
 	t.Cleanup(srv.Close)
@@ -77,7 +56,7 @@ func startLeaseProxy(t *testing.T, extra map[string]string) (*instance, *leaseBa
 	for k, v := range extra {
 		env[k] = v
 	}
-	return startFenceproxy(t, env), backend
+	return servertest.Start(t, env), backend
 }
 
 // The first background document's timelines through the running server:
@@ -85,9 +64,9 @@ func startLeaseProxy(t *testing.T, extra map[string]string) (*instance, *leaseBa
 // (b) A renews, stalls, B takes over, A's write is refused, before B writes.
 func TestLeaseTakeoverFencesAhead(t *testing.T) {
 	in, backend := startLeaseProxy(t, nil)
-	leases := in.controlURL() + "/v1/leases/bkt/report"
+	leases := in.ControlURL() + "/v1/leases/bkt/report"
 
-	status, a := call(t, "POST", leases, `{"holder":"A","ttl":"300ms"}`, "")
+	status, a := servertest.Call(t, "POST", leases, `{"holder":"A","ttl":"300ms"}`, "")
 	if status != 201 {
 		t.Fatalf("A acquire: %d %v", status, a)
 	}
@@ -95,27 +74,27 @@ func TestLeaseTakeoverFencesAhead(t *testing.T) {
 	if write(t, in, "/bkt/report", aTok) != 204 {
 		t.Fatal("A's write with its token was refused")
 	}
-	if status, _ := call(t, "PUT", leases, `{"holder":"A","token":"`+aTok+`"}`, ""); status != 200 {
+	if status, _ := servertest.Call(t, "PUT", leases, `{"holder":"A","token":"`+aTok+`"}`, ""); status != 200 {
 		t.Fatalf("A renew: %d", status)
 	}
 	// B cannot take over while A holds (or is in its grace).
-	if status, body := call(t, "POST", leases, `{"holder":"B","ttl":"300ms"}`, ""); status != 409 || body["holder"] != "A" {
+	if status, body := servertest.Call(t, "POST", leases, `{"holder":"B","ttl":"300ms"}`, ""); status != 409 || body["holder"] != "A" {
 		t.Fatalf("B acquire while A holds: %d %v", status, body)
 	}
 	time.Sleep(300*time.Millisecond + 200*time.Millisecond + 50*time.Millisecond) // A stalls past TTL and grace
-	status, b := call(t, "POST", leases, `{"holder":"B","ttl":"300ms"}`, "")
+	status, b := servertest.Call(t, "POST", leases, `{"holder":"B","ttl":"300ms"}`, "")
 	if status != 201 {
 		t.Fatalf("B acquire after expiry: %d %v", status, b)
 	}
 	bTok := b["token"].(string)
-	if an, bn := mustUint(t, aTok), mustUint(t, bTok); bn <= an {
+	if an, bn := servertest.MustUint(t, aTok), servertest.MustUint(t, bTok); bn <= an {
 		t.Fatalf("B's token %d not above A's %d", bn, an)
 	}
 	// Fence-ahead: before B writes anything, A is already refused.
 	if got := write(t, in, "/bkt/report", aTok); got != 409 {
 		t.Fatalf("A's late write before B wrote: %d, want 409", got)
 	}
-	if status, _ := call(t, "PUT", leases, `{"holder":"A","token":"`+aTok+`"}`, ""); status != 409 {
+	if status, _ := servertest.Call(t, "PUT", leases, `{"holder":"A","token":"`+aTok+`"}`, ""); status != 409 {
 		t.Fatalf("A's late renew: %d, want 409", status)
 	}
 	if write(t, in, "/bkt/report", bTok) != 204 {
@@ -124,7 +103,7 @@ func TestLeaseTakeoverFencesAhead(t *testing.T) {
 	if got, want := backend.got(), aTok+","+bTok; got != want {
 		t.Fatalf("backend applied %s, want %s", got, want)
 	}
-	status, state := call(t, "GET", leases, "", "")
+	status, state := servertest.Call(t, "GET", leases, "", "")
 	if status != 200 || state["holder"] != "B" || state["token"] != bTok {
 		t.Fatalf("GET lease: %d %v", status, state)
 	}
@@ -132,23 +111,23 @@ func TestLeaseTakeoverFencesAhead(t *testing.T) {
 
 func TestLeaseBearerToken(t *testing.T) {
 	in, _ := startLeaseProxy(t, map[string]string{"FENCEPROXY_LEASE_TOKEN": "s3cret"})
-	leases := in.controlURL() + "/v1/leases/bkt/obj"
+	leases := in.ControlURL() + "/v1/leases/bkt/obj"
 	for _, bearer := range []string{"", "wrong"} {
-		if status, _ := call(t, "POST", leases, `{"holder":"A","ttl":"1s"}`, bearer); status != 401 {
+		if status, _ := servertest.Call(t, "POST", leases, `{"holder":"A","ttl":"1s"}`, bearer); status != 401 {
 			t.Fatalf("acquire with bearer %q: %d, want 401", bearer, status)
 		}
 	}
-	if status, _ := call(t, "GET", leases, "", "s3cret"); status != 404 {
+	if status, _ := servertest.Call(t, "GET", leases, "", "s3cret"); status != 404 {
 		t.Fatalf("nothing may have changed: GET %d, want 404", status)
 	}
-	if status, _ := call(t, "POST", leases, `{"holder":"A","ttl":"1s"}`, "s3cret"); status != 201 {
+	if status, _ := servertest.Call(t, "POST", leases, `{"holder":"A","ttl":"1s"}`, "s3cret"); status != 201 {
 		t.Fatalf("acquire with the token: %d", status)
 	}
 }
 
 func TestLeaseBadRequests(t *testing.T) {
 	in, _ := startLeaseProxy(t, map[string]string{"FENCEPROXY_RESOURCE_DEPTH": "2"})
-	base := in.controlURL() + "/v1/leases/"
+	base := in.ControlURL() + "/v1/leases/"
 	for _, tc := range []struct{ method, path, body string }{
 		{"POST", "bkt/part/extra", `{"holder":"A","ttl":"1s"}`}, // 3 segments with depth 2
 		{"POST", "bkt", `{"holder":"A","ttl":"1s"}`},
@@ -162,28 +141,19 @@ func TestLeaseBadRequests(t *testing.T) {
 		{"POST", "bkt/a%00", `{"holder":"A","ttl":"1s"}`},
 		{"PUT", "bkt/part", `{"holder":"A","token":"1","ttl":"30s"}`},
 	} {
-		if status, body := call(t, tc.method, base+tc.path, tc.body, ""); status != 400 {
+		if status, body := servertest.Call(t, tc.method, base+tc.path, tc.body, ""); status != 400 {
 			t.Errorf("%s %s %s: %d %v, want 400", tc.method, tc.path, tc.body, status, body)
 		}
 	}
-	if status, _ := call(t, "GET", base+"bkt/part", "", ""); status != 404 {
+	if status, _ := servertest.Call(t, "GET", base+"bkt/part", "", ""); status != 404 {
 		t.Fatalf("a bad request created a lease: %d", status)
 	}
 	// Tokens are accepted as strings or numbers.
-	status, a := call(t, "POST", base+"bkt/part", `{"holder":"A","ttl":"1s"}`, "")
+	status, a := servertest.Call(t, "POST", base+"bkt/part", `{"holder":"A","ttl":"1s"}`, "")
 	if status != 201 {
 		t.Fatal(status)
 	}
-	if status, _ := call(t, "PUT", base+"bkt/part", `{"holder":"A","token":`+a["token"].(string)+`}`, ""); status != 200 {
+	if status, _ := servertest.Call(t, "PUT", base+"bkt/part", `{"holder":"A","token":`+a["token"].(string)+`}`, ""); status != 200 {
 		t.Fatalf("renew with a numeric token: %d", status)
 	}
-}
-
-func mustUint(t *testing.T, s string) uint64 {
-	t.Helper()
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		t.Fatalf("token %q: %v", s, err)
-	}
-	return v
 }

@@ -1,0 +1,45 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/tokenstore"
+)
+
+// readiness is the store as seen by /readyz: not ready once a stop begins.
+type readiness struct {
+	*tokenstore.Store
+	draining atomic.Bool
+}
+
+var errDraining = errors.New("shutting down")
+
+func (r *readiness) Ready() error {
+	if r.draining.Load() {
+		return errDraining
+	}
+	return r.Store.Ready()
+}
+
+// adminFences is the admin API's view of the fences: listed from the store,
+// raised and reset through the fence barrier, so an operator's raise cuts
+// off and drains the smaller-token writes in flight like a write's raise.
+type adminFences struct {
+	store *tokenstore.Store
+	fence *fence.Barrier
+}
+
+func (a adminFences) Raise(ctx context.Context, resource string, t uint64) (uint64, error) {
+	return a.fence.Raise(ctx, resource, t)
+}
+
+func (a adminFences) Reset(ctx context.Context, resource string) (uint64, error) {
+	return a.fence.Reset(ctx, resource, func() (uint64, error) { return a.store.Reset(resource) })
+}
+
+func (a adminFences) List(prefix, after string, limit int) ([]fence.Record, error) {
+	return a.store.List(prefix, after, limit)
+}

@@ -1,0 +1,440 @@
+// Package server is one fenceproxy: the proxy listener and the control
+// listener over one token store, built from a config.Config. New binds and
+// builds everything, Run serves until its context ends and then stops
+// gracefully, Close stops at once. Whether the next start may skip its
+// start-up grace (the clean-stop mark) is decided in Close.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/control"
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/tokensig"
+	"github.com/fenceproxy/fenceproxy/tokenstore"
+)
+
+// Listener limits: slow-header clients are cut off and header blocks are
+// bounded before any handler runs.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 120 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
+
+// storeCloseTimeout bounds Close of the token store. Badger retries a failing
+// memtable flush forever (a removed DATA_DIR); every maximum is fsynced
+// already, so giving up on the flush loses nothing.
+const storeCloseTimeout = 10 * time.Second
+
+// leaseWatchInterval is how often the lease watcher looks for suspect holders.
+const leaseWatchInterval = time.Second
+
+// ErrClosed is returned by Run called after Close.
+var ErrClosed = errors.New("server: closed")
+
+// Options holds what is not configuration.
+type Options struct {
+	// Logger receives the JSON log lines (start-up configuration, refusals,
+	// upstream failures, shutdown) and Badger's own. nil: JSON lines on
+	// os.Stderr at cfg.LogLevel, as the command logs.
+	Logger *slog.Logger
+}
+
+// Addrs are the bound listener addresses (host:port, a port 0 resolved).
+type Addrs struct {
+	Proxy   string // the proxy listener (FENCEPROXY_LISTEN)
+	Control string // the control listener (FENCEPROXY_CONTROL_LISTEN)
+}
+
+// Server is one fenceproxy. Build it with New, then Run it (its stop ends
+// with Close) or Close it; a Server is not reused after its stop.
+type Server struct {
+	cfg        config.Config
+	log        *slog.Logger
+	proxyLn    net.Listener
+	controlLn  net.Listener
+	store      *tokenstore.Store
+	barrier    *fence.Barrier
+	leases     *lease.Manager
+	ready      *readiness
+	proxySrv   *http.Server
+	controlSrv *http.Server
+
+	snapshotTimer *time.Timer     // releases the store's open snapshot after the start-up grace
+	watchCtx      context.Context // the lease watcher's, ended by stopWatch
+	stopWatch     context.CancelFunc
+	background    sync.WaitGroup // the lease watcher, once Run started it
+
+	mu      sync.Mutex
+	running bool // Run was called
+	closing bool // Close was called
+
+	// unfinished is set when a stop had to close connections with requests
+	// still running, or gave up waiting for abandoned writes: a write this
+	// process forwarded may still reach the backend, so no clean-stop mark.
+	unfinished atomic.Bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New builds a server from cfg: it binds both listeners (first, so that a
+// port clash leaves no store directory behind), opens the token store in
+// cfg.DataDir and takes its clean-stop mark, and builds the fence barrier,
+// the proxy, the lease manager and the control API. Connections queue from
+// then on and are served once Run runs. It logs "fenceproxy started" with
+// the configuration.
+//
+// Errors: cfg fails Config.Validate (every bad field named by its variable);
+// a listener cannot be bound (naming FENCEPROXY_LISTEN or
+// FENCEPROXY_CONTROL_LISTEN); the data directory cannot be opened, is in use
+// by another process or its clean-stop mark cannot be taken (naming
+// FENCEPROXY_DATA_DIR). Nothing stays bound or open after an error.
+func New(cfg config.Config, opts Options) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	}
+	s := &Server{cfg: cfg, log: log}
+	// Undo what was bound or opened when a later step fails.
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	if s.proxyLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("FENCEPROXY_LISTEN: %w", err)
+	}
+	undo = append(undo, func() { s.proxyLn.Close() })
+	if s.controlLn, err = net.Listen("tcp", cfg.ControlListen); err != nil {
+		return nil, fmt.Errorf("FENCEPROXY_CONTROL_LISTEN: %w", err)
+	}
+	undo = append(undo, func() { s.controlLn.Close() })
+
+	store, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log, MinFreeSpace: uint64(cfg.MinFreeSpace)})
+	if err != nil {
+		return nil, fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
+	}
+	s.store = store
+	undo = append(undo, func() { closeStore(store, storeCloseTimeout, log) })
+	// Taken (removed durably) before any write is forwarded: a crash of this
+	// process must never pass for a clean stop.
+	cleanStart, err := store.TakeCleanStop()
+	if err != nil {
+		return nil, fmt.Errorf("FENCEPROXY_DATA_DIR: %w", err)
+	}
+
+	metrics := prometheus.NewRegistry()
+	proxyMetrics := proxy.NewMetrics(metrics)
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fenceproxy_fenced_resources",
+			Help: "Resources with a maximum above 0 held in memory now (at most 262,144).",
+		}, func() float64 { return float64(store.Resources()) }))
+	warning := ""
+	if cfg.Mode == "observe" {
+		warning = "OBSERVE MODE: stale and invalid writes are logged and counted but FORWARDED; nothing is fenced"
+		log.Warn(warning)
+	}
+
+	// Signed-token mode: the lease API signs the tokens it issues, and the
+	// proxy forwards only writes whose token carries a valid signature.
+	var authenticate func(*http.Request, []string, uint64) error
+	var signer control.Signer
+	tokenKeys, err := cfg.TokenKeyBytes()
+	if err != nil {
+		return nil, fmt.Errorf("FENCEPROXY_TOKEN_KEY: %w", err)
+	}
+	if len(tokenKeys) > 0 {
+		keys, err := tokensig.New(tokenKeys)
+		if err != nil {
+			return nil, fmt.Errorf("FENCEPROXY_TOKEN_KEY: %w", err)
+		}
+		authenticate, signer = proxy.SignedTokens(keys), keys
+	}
+	upstreamCAs, err := cfg.UpstreamCAs()
+	if err != nil {
+		return nil, fmt.Errorf("FENCEPROXY_UPSTREAM_CA_FILE: %w", err)
+	}
+
+	// One barrier for every raise: writes, lease acquires, admin raises.
+	fopts := fenceOptionsFrom(cfg)
+	if !cleanStart {
+		// Writes of the previous process may still be in flight.
+		fopts.StartGrace = cfg.AbandonGrace
+	}
+	fopts.ObserveRaise = proxyMetrics.ObserveRaise
+	if s.barrier, err = fence.New(store, fopts); err != nil {
+		return nil, err
+	}
+	popts := proxy.OptionsFrom(cfg)
+	popts.UpstreamCAs, popts.Logger, popts.Metrics, popts.Authenticate = upstreamCAs, log, proxyMetrics, authenticate
+	p, err := proxy.New(s.barrier, popts)
+	if err != nil {
+		return nil, err
+	}
+	if !cleanStart && cfg.AbandonGrace > 0 {
+		log.Info("start-up grace: no clean-stop mark (a crash, a kill, or a first start), so writes on resources "+
+			"that had a maximum at start wait out the abandon grace once", "until", time.Now().Add(cfg.AbandonGrace).UTC().Format(time.RFC3339Nano))
+	}
+	// The proxy's start-up grace reads maxima as they were at open; after it
+	// the read view would only keep old versions alive.
+	s.snapshotTimer = time.AfterFunc(fopts.StartGrace, store.ReleaseOpenSnapshot)
+
+	s.ready = &readiness{Store: store}
+	lopts := leaseOptionsFrom(cfg)
+	lopts.Logger = log
+	s.leases = lease.NewManager(store, s.barrier, lopts)
+	s.watchCtx, s.stopWatch = context.WithCancel(context.Background())
+	metrics.MustRegister(s.leases.Collector())
+
+	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	s.proxySrv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          errorLog,
+	}
+	s.controlSrv = &http.Server{
+		Handler: control.Handler(s.ready, log, control.Options{
+			Leases:        s.leases,
+			Metrics:       metrics,
+			Warning:       warning,
+			LeaseToken:    cfg.LeaseToken,
+			ResourceDepth: cfg.ResourceDepth,
+			Admin:         adminFences{store: store, fence: s.barrier},
+			AdminToken:    cfg.AdminToken,
+			Signer:        signer,
+		}),
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          errorLog,
+	}
+
+	log.Info("fenceproxy started",
+		"listen", s.proxyLn.Addr().String(), "control_listen", s.controlLn.Addr().String(),
+		"upstream", cfg.Upstream.Redacted(), "data_dir", cfg.DataDir,
+		"token_header", cfg.TokenHeader, "unfenced_methods", cfg.UnfencedMethods,
+		"resource_depth", cfg.ResourceDepth, "require_token", cfg.RequireToken,
+		"drain_timeout", cfg.DrainTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
+		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
+		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(), "upstream_fast_path", cfg.UpstreamFastPath,
+		"abandon_grace", cfg.AbandonGrace.String(), "upload_idle_timeout", cfg.UploadIdleTimeout.String(),
+		"max_token_jump", cfg.MaxTokenJump,
+		"signed_tokens", signer != nil,
+		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
+		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
+		"min_free_space", cfg.MinFreeSpace.String(), "clean_start", cleanStart)
+	return s, nil
+}
+
+// fenceOptionsFrom returns the barrier options that cfg sets, field for
+// field; the rest (StartGrace, Clock, ObserveRaise) stay zero.
+func fenceOptionsFrom(cfg config.Config) fence.Options {
+	return fence.Options{
+		DrainTimeout: cfg.DrainTimeout,
+		AbandonGrace: cfg.AbandonGrace,
+		MaxTokenJump: cfg.MaxTokenJump,
+	}
+}
+
+// leaseOptionsFrom returns the lease manager options that cfg sets (the
+// LEASE_* variables), field for field; the rest (Now, Logger) stay nil.
+func leaseOptionsFrom(cfg config.Config) lease.Options {
+	return lease.Options{
+		MinTTL:      cfg.LeaseMinTTL,
+		MaxTTL:      cfg.LeaseMaxTTL,
+		Grace:       cfg.LeaseGrace,
+		RevokeAfter: cfg.LeaseRevokeAfter,
+	}
+}
+
+// Addrs returns the bound listener addresses.
+func (s *Server) Addrs() Addrs {
+	return Addrs{Proxy: s.proxyLn.Addr().String(), Control: s.controlLn.Addr().String()}
+}
+
+// Run serves both listeners until ctx is done, a listener fails, or Close is
+// called. On ctx or a listener failure it then stops gracefully, each wait
+// bounded by cfg.ShutdownTimeout (one deadline for all): /readyz answers 503,
+// the proxy listener stops taking requests and lets the running ones finish
+// (past the deadline their connections are closed), writes the proxy gave up
+// on wait out their abandon grace, the control listener stops last, and Close
+// finishes the stop. It returns nil after a stop by ctx or Close, the
+// listener's error when one failed, ErrClosed when Close came first, and an
+// error when called twice. Failures while stopping are logged, not returned.
+func (s *Server) Run(ctx context.Context) error {
+	s.mu.Lock()
+	switch {
+	case s.closing:
+		s.mu.Unlock()
+		return ErrClosed
+	case s.running:
+		s.mu.Unlock()
+		return errors.New("server: Run called twice")
+	}
+	s.running = true
+	s.background.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.background.Done()
+		s.leases.Watch(s.watchCtx, leaseWatchInterval)
+	}()
+
+	errc := make(chan error, 2)
+	go func() {
+		errc <- fmt.Errorf("proxy listener: %w", serveMaybeTLS(s.proxySrv, s.proxyLn, s.cfg.TLSCertFile, s.cfg.TLSKeyFile))
+	}()
+	go func() {
+		errc <- fmt.Errorf("control listener: %w", serveMaybeTLS(s.controlSrv, s.controlLn, s.cfg.ControlTLSCertFile, s.cfg.ControlTLSKeyFile))
+	}()
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down: draining in-flight requests", "shutdown_timeout", s.cfg.ShutdownTimeout.String())
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) { // Close stopped the listeners
+			s.Close()
+			return nil
+		}
+		serveErr = err
+		s.log.Error("listener failed; shutting down", "error", serveErr.Error())
+	}
+	s.drain()
+	s.Close()
+	return serveErr
+}
+
+// drain is the graceful part of Run's stop; Close finishes it.
+func (s *Server) drain() {
+	// A fresh context: Run's is already done. /readyz answers 503 while the
+	// proxy drains, so the control listener closes last.
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	s.ready.draining.Store(true)
+	for _, srv := range []*http.Server{s.proxySrv, s.controlSrv} {
+		if err := srv.Shutdown(sctx); err != nil {
+			s.log.Warn("shutdown timeout passed; closing remaining connections", "error", err.Error())
+			s.unfinished.Store(true)
+			srv.Close()
+		}
+		// Observe mode forwards writes outside the fence's accounting: its
+		// stop is never clean, so there is nothing to wait for.
+		if srv == s.proxySrv && !s.unfinished.Load() && s.cfg.Mode != "observe" {
+			// Abandoned writes hold their barrier through the abandon grace;
+			// only once none is left can the next start skip its own grace.
+			if err := s.barrier.WaitIdle(sctx); err != nil {
+				s.log.Warn("shutdown timeout passed with abandoned writes in their grace; the next start waits its start-up grace",
+					"abandon_grace", s.cfg.AbandonGrace.String())
+				s.unfinished.Store(true)
+			}
+		}
+	}
+}
+
+// Close stops the server at once: a server that Run is not running, or one
+// that must stop now (Run then returns nil). Both listeners stop taking
+// requests, connections with a request still running are closed, and the
+// token store is closed, giving up after 10s (every maximum is fsynced
+// already). It leaves the clean-stop mark, letting the next start skip its
+// start-up grace, only when no write this process forwarded can still reach
+// the backend: not in observe mode, no request was cut off (here or in Run's
+// drain), and no admitted write is unfinished, abandoned ones in their grace
+// included. It logs "fenceproxy stopped" with clean_stop. Close is
+// idempotent and safe for concurrent use; every call returns the first
+// call's result: the store's close error, nil when it closed.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Server) close() error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.ready.draining.Store(true)
+	for _, srv := range []*http.Server{s.proxySrv, s.controlSrv} {
+		// Shutdown with a done context closes the listeners and idle
+		// connections, and returns the context's error when a request is
+		// still running (or a connection has not sent its first one yet).
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := srv.Shutdown(done); errors.Is(err, context.Canceled) {
+			s.unfinished.Store(true) // before Close, so that a draining Run sees it
+			srv.Close()
+		}
+	}
+	// Serve closes them, but Run may never have served.
+	s.proxyLn.Close()
+	s.controlLn.Close()
+	s.stopWatch()
+	s.background.Wait()
+	s.snapshotTimer.Stop()
+
+	clean := s.cfg.Mode != "observe" && !s.unfinished.Load() && s.idle()
+	if clean {
+		if err := s.store.MarkCleanStop(); err != nil {
+			s.log.Warn("could not mark the stop as clean; the next start waits its start-up grace", "error", err.Error())
+			clean = false
+		}
+	}
+	s.log.Info("fenceproxy stopped", "clean_stop", clean)
+	return closeStore(s.store, storeCloseTimeout, s.log)
+}
+
+// idle reports whether no admitted write is unfinished, without waiting.
+func (s *Server) idle() bool {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	return s.barrier.WaitIdle(done) == nil
+}
+
+// closeStore closes store, giving up after timeout; errors are logged and returned.
+func closeStore(store *tokenstore.Store, timeout time.Duration, log *slog.Logger) error {
+	done := make(chan error, 1)
+	go func() { done <- store.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Error("closing the token store failed", "error", err.Error())
+		}
+		return err
+	case <-time.After(timeout):
+		log.Error("closing the token store did not finish; exiting without it (every maximum is already fsynced)",
+			"timeout", timeout.String())
+		return fmt.Errorf("server: closing the token store did not finish within %s", timeout)
+	}
+}
+
+// serveMaybeTLS serves srv on ln, with TLS when cert and key are set.
+func serveMaybeTLS(srv *http.Server, ln net.Listener, cert, key string) error {
+	if cert != "" {
+		return srv.ServeTLS(ln, cert, key)
+	}
+	return srv.Serve(ln)
+}
