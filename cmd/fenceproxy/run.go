@@ -329,6 +329,11 @@ func (a adminFences) Reset(ctx context.Context, resource string) (uint64, error)
 	return a.fence.Reset(ctx, resource, func() (uint64, error) { return a.store.Reset(resource) })
 }
 
-func (a adminFences) List(prefix, after string, limit int) ([]tokenstore.Fence, error) {
-	return a.store.List(prefix, after, limit)
+func (a adminFences) List(prefix, after string, limit int) ([]fence.Record, error) {
+	fences, err := a.store.List(prefix, after, limit)
+	records := make([]fence.Record, len(fences))
+	for i, f := range fences {
+		records[i] = fence.Record(f)
+	}
+	return records, err
 }
