@@ -282,12 +282,19 @@ func TestSuspectReported(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { m.Watch(ctx, 10*time.Millisecond); close(done) }()
-	time.Sleep(100 * time.Millisecond)
+	watched := func() string { // the log once Watch has reported, or after 10 s
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			out := logs.String()
+			mu.Unlock()
+			if strings.Count(out, `"msg":"lease holder is suspect`) >= 2 || time.Now().After(deadline) {
+				return out
+			}
+		}
+	}
+	out := watched()
 	cancel()
 	<-done
-	mu.Lock()
-	out := logs.String()
-	mu.Unlock()
 	if n := strings.Count(out, `"msg":"lease holder is suspect`); n < 2 { // Get logs once, Watch once
 		t.Fatalf("suspect logged %d times:\n%s", n, out)
 	}

@@ -366,7 +366,7 @@ func testTokenZeroLeavesRecord(t *testing.T, observe bool) {
 // jump) without raising it or forwarding anything.
 func TestMaxTokenJump(t *testing.T) {
 	store := newMemStore()
-	store.set(func(s *memStore) { s.max["bkt/obj"] = 5 })
+	store.seed(t, "bkt/obj", 5)
 	backend, srv := newLateBackend(t)
 	proxy := newTestProxy(t, store, srv.URL, func(o *Options, f *fence.Options) { f.MaxTokenJump = 10 })
 	for _, tc := range []struct {

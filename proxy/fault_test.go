@@ -1,7 +1,7 @@
 package proxy
 
-// Store fault tests: a hand-written Store that fails like a breaking or
-// filling disk, driven end to end through New, an httptest proxy and a
+// Store fault tests: the in-memory store failing like a breaking or filling
+// disk, driven end to end through New, an httptest proxy and a
 // recording httptest backend. A fault must fail closed (503 store_error with
 // Retry-After, nothing forwarded, the maximum unchanged) and must not outlive
 // itself: once the store works again, the same write goes through.
@@ -21,19 +21,21 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/internal/memstore"
 	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
-// faultStore keeps maxima in memory, as durable as a real store's once Raise
-// returns nil, and fails on command: Max or Raise fail once they have
-// succeeded okMax / okRaise times (0: from the first call), a failing Raise
-// first hangs for delay (a slow disk that gives up); maxEvery / raiseEvery > 0
-// make them fail on every such call instead.
+// faultStore is the in-memory store (internal/memstore) failing on command
+// through its hooks: Max or Raise fail once they have succeeded okMax /
+// okRaise times (0: from the first call), a failing Raise first hangs for
+// delay (a slow disk that gives up); maxEvery / raiseEvery > 0 make them fail
+// on every such call instead. A raise that returned nil is as durable as a
+// real store's.
 type faultStore struct {
+	*memstore.Store
 	mu               sync.Mutex
-	max              map[string]uint64
 	maxCalls, raises int // calls so far
 	maxErr, raiseErr error
 	okMax, okRaise   int
@@ -42,7 +44,33 @@ type faultStore struct {
 	delay            time.Duration
 }
 
-func newFaultStore() *faultStore { return &faultStore{max: map[string]uint64{}} }
+func newFaultStore() *faultStore {
+	s := &faultStore{}
+	st, err := memstore.OpenWith(memstore.NewDisk(), memstore.Options{
+		BeforeMax: func(string) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.maxCalls++
+			return s.fails(s.maxCalls, s.okMax, s.maxEvery, s.maxErr)
+		},
+		BeforeRaise: func(string, uint64) error {
+			s.mu.Lock()
+			s.raises++
+			err := s.fails(s.raises, s.okRaise, s.raiseEvery, s.raiseErr)
+			delay := s.delay
+			s.mu.Unlock()
+			if err != nil {
+				time.Sleep(delay) // the slow disk of the case, not a wait for the test
+			}
+			return err
+		},
+	})
+	if err != nil {
+		panic(err) // a fresh Disk always opens
+	}
+	s.Store = st
+	return s
+}
 
 func (s *faultStore) fails(calls, ok, every int, err error) error {
 	if err == nil {
@@ -60,32 +88,6 @@ func (s *faultStore) fails(calls, ok, every int, err error) error {
 	return nil
 }
 
-func (s *faultStore) Max(resource string) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.maxCalls++
-	if err := s.fails(s.maxCalls, s.okMax, s.maxEvery, s.maxErr); err != nil {
-		return 0, err
-	}
-	return s.max[resource], nil
-}
-
-func (s *faultStore) Raise(resource string, t uint64) (uint64, error) {
-	s.mu.Lock()
-	s.raises++
-	err := s.fails(s.raises, s.okRaise, s.raiseEvery, s.raiseErr)
-	delay := s.delay
-	s.mu.Unlock()
-	if err != nil {
-		time.Sleep(delay)
-		return 0, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.max[resource] = max(s.max[resource], t)
-	return s.max[resource], nil
-}
-
 // heal ends every fault.
 func (s *faultStore) heal() {
 	s.mu.Lock()
@@ -93,10 +95,24 @@ func (s *faultStore) heal() {
 	s.maxErr, s.raiseErr = nil, nil
 }
 
+// durable returns resource's stored maximum, whatever faults are on.
 func (s *faultStore) durable(resource string) uint64 {
+	recs, _ := s.List(resource, "", 1)
+	if len(recs) == 1 && recs[0].Resource == resource {
+		return recs[0].Token
+	}
+	return 0
+}
+
+// seed stores maximum m for resource before any fault is on.
+func (s *faultStore) seed(t *testing.T, resource string, m uint64) {
+	t.Helper()
+	if _, err := s.Store.Raise(resource, m); err != nil {
+		t.Fatal(err)
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.max[resource]
+	s.raises = 0
+	s.mu.Unlock()
 }
 
 // arrival is one write as the backend received it, with the maximum the store
@@ -194,7 +210,7 @@ func TestStoreFaults(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newFaultStore()
-			store.max["bkt/obj"] = 42
+			store.seed(t, "bkt/obj", 42)
 			tc.fault(store)
 			backend := newFaultBackend(t, store)
 			srv := newTestProxy(t, store, backend.URL, nil)
@@ -240,7 +256,7 @@ func TestStoreFaults(t *testing.T) {
 // failed raise changed nothing.
 func TestStoreFaultSlowRaise(t *testing.T) {
 	store := newFaultStore()
-	store.max["r"] = 42
+	store.seed(t, "r", 42)
 	store.raiseErr, store.delay = errIO, 200*time.Millisecond
 	backend := newFaultBackend(t, store)
 	srv := newTestProxy(t, store, backend.URL, nil)

@@ -16,54 +16,77 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/internal/memstore"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
-// memStore is a hand-written in-memory Store. Raise can be made to fail or
-// to block until the test releases it.
+// memStore is the in-memory store (internal/memstore) with faults the test
+// switches on and off through memstore's hooks: Raise can be made to fail or
+// to block until the test releases it, Max to fail.
 type memStore struct {
+	*memstore.Store
 	mu        sync.Mutex
-	max       map[string]uint64
-	raises    int
-	failRaise error
-	failMax   error
+	raises    int           // raises that passed the hooks
+	failRaise error         // when set, Raise fails with it
+	failMax   error         // when set, Max fails with it
 	raiseGate chan struct{} // when set, each Raise waits for a receive from it
+	entered   chan string   // when set, each Raise held by raiseGate sends its resource first
 }
 
-func newMemStore() *memStore { return &memStore{max: map[string]uint64{}} }
-
-func (s *memStore) Max(resource string) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failMax != nil {
-		return 0, s.failMax
+func newMemStore() *memStore {
+	s := &memStore{}
+	st, err := memstore.OpenWith(memstore.NewDisk(), memstore.Options{
+		BeforeMax: func(string) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.failMax
+		},
+		BeforeRaise: func(resource string, _ uint64) error {
+			s.mu.Lock()
+			gate, entered := s.raiseGate, s.entered
+			s.mu.Unlock()
+			if gate != nil {
+				if entered != nil {
+					entered <- resource
+				}
+				<-gate
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.failRaise == nil {
+				s.raises++
+			}
+			return s.failRaise
+		},
+	})
+	if err != nil {
+		panic(err) // a fresh Disk always opens
 	}
-	return s.max[resource], nil
+	s.Store = st
+	return s
 }
 
-func (s *memStore) Raise(resource string, t uint64) (uint64, error) {
-	s.mu.Lock()
-	gate := s.raiseGate
-	s.mu.Unlock()
-	if gate != nil {
-		<-gate
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failRaise != nil {
-		return 0, s.failRaise
-	}
-	s.raises++
-	s.max[resource] = max(s.max[resource], t)
-	return s.max[resource], nil
-}
-
+// get returns resource's stored maximum, whatever faults are on.
 func (s *memStore) get(resource string) uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.max[resource]
+	recs, _ := s.List(resource, "", 1)
+	if len(recs) == 1 && recs[0].Resource == resource {
+		return recs[0].Token
+	}
+	return 0
 }
 
+// seed stores maximum m for resource, not counted as a raise.
+func (s *memStore) seed(t *testing.T, resource string, m uint64) {
+	t.Helper()
+	if _, err := s.Store.Raise(resource, m); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.raises = 0
+	s.mu.Unlock()
+}
+
+// set changes the faults under the lock.
 func (s *memStore) set(f func(s *memStore)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -274,7 +297,7 @@ func TestAdmission(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newMemStore()
 			if tc.stored > 0 {
-				store.max["bkt/obj"] = tc.stored
+				store.seed(t, "bkt/obj", tc.stored)
 			}
 			backend := newGateBackend(t)
 			srv := newTestProxy(t, store, backend.URL, func(o *Options, f *fence.Options) { o.RequireToken = tc.requireTok })
@@ -337,7 +360,7 @@ func TestStoreFailureFailsClosed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newMemStore()
-			store.max["bkt/obj"] = 42
+			store.seed(t, "bkt/obj", 42)
 			store.set(tc.fail)
 			backend := newGateBackend(t)
 			srv := newTestProxy(t, store, backend.URL, nil)
@@ -474,13 +497,13 @@ func TestRaiseInProgress(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		t.Run(fmt.Sprintf("raise fails=%v", fail), func(t *testing.T) {
 			store := newMemStore()
-			store.max["bkt/obj"] = 5
+			store.seed(t, "bkt/obj", 5)
 			gate := make(chan struct{})
-			store.raiseGate = gate
+			store.set(func(s *memStore) { s.raiseGate, s.entered = gate, make(chan string, 1) })
 			backend := newGateBackend(t)
 			srv := newTestProxy(t, store, backend.URL, nil)
 			b := putAsync(srv.URL, "/bkt/obj", "6", "b6")
-			time.Sleep(50 * time.Millisecond) // b6 is inside Raise
+			<-store.entered // b6 is inside Raise
 			a := putAsync(srv.URL, "/bkt/obj", "5", "a5")
 			backend.assertNotArrived(t, "a5", 200*time.Millisecond)
 			if fail {

@@ -33,31 +33,18 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/internal/memstore"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
-// forwardStore is an in-memory proxy.Store.
-type forwardStore struct {
-	mu  sync.Mutex
-	max map[string]uint64
-}
-
-func newForwardStore() *forwardStore { return &forwardStore{max: make(map[string]uint64)} }
-
-func (s *forwardStore) Max(resource string) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.max[resource], nil
-}
-
-func (s *forwardStore) Raise(resource string, t uint64) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t > s.max[resource] {
-		s.max[resource] = t
+// newForwardStore is an empty in-memory store.
+func newForwardStore() *memstore.Store {
+	s, err := memstore.Open(memstore.NewDisk())
+	if err != nil {
+		panic(err) // a fresh Disk always opens
 	}
-	return s.max[resource], nil
+	return s
 }
 
 // fwdSeen is one request as the backend received it.

@@ -69,7 +69,7 @@ func TestCheckRawPath(t *testing.T) {
 // destination's resource too, and refused when stale there.
 func TestDestinationFenced(t *testing.T) {
 	store := newMemStore()
-	store.max["dav/report"] = 10
+	store.seed(t, "dav/report", 10)
 	backend := newGateBackend(t)
 	srv := newTestProxy(t, store, backend.URL, nil)
 	ctx := context.Background()

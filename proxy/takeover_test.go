@@ -136,7 +136,7 @@ func (f rigFences) Reset(ctx context.Context, resource string) (uint64, error) {
 	return f.store.Reset(resource)
 }
 
-func (f rigFences) List(prefix, after string, limit int) ([]tokenstore.Fence, error) {
+func (f rigFences) List(prefix, after string, limit int) ([]fence.Record, error) {
 	return f.store.List(prefix, after, limit)
 }
 

@@ -4,20 +4,17 @@ import (
 	"bytes"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/fenceproxy/fenceproxy/fence"
 )
 
-// Fence is one resource's stored maximum.
-type Fence struct {
-	Resource string
-	Token    uint64
-}
-
-// List returns up to limit fences whose resource starts with prefix and sorts
-// after after ("" = from the start), in resource order, read from disk. A
-// full page means there may be more: call again with after = the last resource.
+// List returns up to limit records whose resource starts with prefix and
+// sorts after after ("" = from the start), in resource (byte) order, read
+// from disk; a record with maximum 0 (MarkWritten) is listed too. A full page
+// means there may be more: call again with after = the last resource.
 // Errors: ErrClosed after Close; Badger read errors.
-func (s *Store) List(prefix, after string, limit int) ([]Fence, error) {
-	var out []Fence
+func (s *Store) List(prefix, after string, limit int) ([]fence.Record, error) {
+	var out []fence.Record
 	err := s.withDB(func(db *badger.DB) error {
 		return db.View(func(txn *badger.Txn) error {
 			opts := badger.DefaultIteratorOptions
@@ -39,7 +36,7 @@ func (s *Store) List(prefix, after string, limit int) ([]Fence, error) {
 				}); err != nil {
 					return err
 				}
-				out = append(out, Fence{Resource: resource, Token: m})
+				out = append(out, fence.Record{Resource: resource, Token: m})
 			}
 			return nil
 		})
@@ -54,6 +51,9 @@ func (s *Store) List(prefix, after string, limit int) ([]Fence, error) {
 // none, and nothing was written).
 // Errors: ErrClosed after Close; ErrDirGone; Badger errors.
 func (s *Store) Reset(resource string) (uint64, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed // before checkDir, which fails on the closed lock file
+	}
 	if err := s.checkDir(); err != nil {
 		return 0, err
 	}

@@ -45,9 +45,13 @@ func (s *Store) MarkCleanStop() error {
 // TakeCleanStop reports whether the previous process on this store stopped
 // cleanly (MarkCleanStop), and removes the mark durably before returning, so
 // that a crash of this process is never taken for a clean stop. Call it once,
-// after Open and before forwarding any write. Errors: file system errors
+// after Open and before forwarding any write. Errors: ErrClosed after Close
+// (the directory may be another process's by then); file system errors
 // (then treat the stop as unclean).
 func (s *Store) TakeCleanStop() (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
 	path := filepath.Join(s.dir, cleanStopFile)
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {

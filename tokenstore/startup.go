@@ -71,11 +71,12 @@ func (s *Store) MaxAtOpen(resource string) (max uint64, found bool, err error) {
 // memory while its cache entry lasts, else by one Badger read.
 // Errors as for Raise.
 func (s *Store) MarkWritten(resource string) error {
-	if s.cache.hasRecord(resource) {
-		return nil
-	}
+	// Closed first: the cache outlives Close and would answer for it.
 	if s.closed.Load() {
 		return ErrClosed
+	}
+	if s.cache.hasRecord(resource) {
+		return nil
 	}
 	if err := s.checkDir(); err != nil {
 		return err

@@ -92,7 +92,7 @@ func exchange(rt http.RoundTripper, r *http.Request) outcome {
 func compareWithTransport(t *testing.T, b *scriptBackend, timeout time.Duration, method, target string, body []byte, h http.Header) (fast, std outcome) {
 	t.Helper()
 	u, _ := url.Parse(b.URL())
-	fc := New(u, stdTransport(), Options{ResponseTimeout: timeout})
+	fc := withFallback(u, stdTransport(), Options{ResponseTimeout: timeout})
 	st := stdTransport()
 	st.ResponseHeaderTimeout = timeout
 	t.Cleanup(fc.CloseIdleConnections)
@@ -310,7 +310,7 @@ func TestAttackStrayBytesAnswerTheNextRequest(t *testing.T) {
 					return true
 				})
 				u, _ := url.Parse(b.URL())
-				var rt http.RoundTripper = New(u, stdTransport(), Options{ResponseTimeout: 2 * time.Second})
+				var rt http.RoundTripper = withFallback(u, stdTransport(), Options{ResponseTimeout: 2 * time.Second})
 				if !fastPath {
 					rt = stdTransport()
 				}
@@ -353,7 +353,7 @@ func TestAttackBackendClosedIdleConnection(t *testing.T) {
 		for _, fastPath := range []bool{false, true} {
 			var rt http.RoundTripper = stdTransport()
 			if fastPath {
-				rt = New(u, stdTransport(), Options{})
+				rt = withFallback(u, stdTransport(), Options{})
 			}
 			for i := range 3 {
 				resp, err := rt.RoundTrip(outbound(t, backend.URL, "PUT", "/bkt/obj", []byte("x"), nil))
@@ -372,7 +372,7 @@ func TestAttackBackendClosedIdleConnection(t *testing.T) {
 		for _, fastPath := range []bool{false, true} {
 			var rt http.RoundTripper = stdTransport()
 			if fastPath {
-				rt = New(u, stdTransport(), Options{})
+				rt = withFallback(u, stdTransport(), Options{})
 			}
 			for i := range 3 {
 				if o := exchange(rt, outbound(t, b.URL(), "PUT", "/bkt/obj", []byte("x"), nil)); o.Err {
@@ -419,7 +419,7 @@ func TestFastPathCancelEndsExchange(t *testing.T) {
 						// ends only at the response timeout.
 						timeout = 300 * time.Millisecond
 					}
-					rt = New(u, stdTransport(), Options{ResponseTimeout: timeout})
+					rt = withFallback(u, stdTransport(), Options{ResponseTimeout: timeout})
 				}
 				ctx, cancel := context.WithCancel(context.Background())
 				returned := make(chan error, 1)
@@ -460,7 +460,7 @@ func TestAttackQueryWithHashByte(t *testing.T) {
 	backend := newRawBackend(t)
 	base := "http://" + backend.ln.Addr().String()
 	u, _ := url.Parse(base)
-	fast := New(u, stdTransport(), Options{})
+	fast := withFallback(u, stdTransport(), Options{})
 	std := stdTransport()
 	t.Cleanup(fast.CloseIdleConnections)
 	t.Cleanup(std.CloseIdleConnections)
@@ -487,7 +487,7 @@ func TestFastPathKnownDifferenceEarlyHints(t *testing.T) {
 	b := newScriptBackend(t, keepAfter("HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
 	u, _ := url.Parse(b.URL())
 	var got [2][]int
-	for i, rt := range []http.RoundTripper{New(u, stdTransport(), Options{}), stdTransport()} {
+	for i, rt := range []http.RoundTripper{withFallback(u, stdTransport(), Options{}), stdTransport()} {
 		var mu sync.Mutex
 		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
 			Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
@@ -549,7 +549,7 @@ func TestAttackEarlyAnswerThenReset(t *testing.T) {
 	for _, fastPath := range []bool{false, true} {
 		var rt http.RoundTripper = stdTransport()
 		if fastPath {
-			rt = New(u, stdTransport(), Options{})
+			rt = withFallback(u, stdTransport(), Options{})
 		}
 		done := make(chan struct{})
 		closed <- done
@@ -584,7 +584,7 @@ func TestFastPathOddRequestsMatchTransport(t *testing.T) {
 	backend := newRawBackend(t)
 	base := "http://" + backend.ln.Addr().String()
 	u, _ := url.Parse(base)
-	fast := New(u, stdTransport(), Options{})
+	fast := withFallback(u, stdTransport(), Options{})
 	std := stdTransport()
 	t.Cleanup(fast.CloseIdleConnections)
 	t.Cleanup(std.CloseIdleConnections)
@@ -675,7 +675,7 @@ func TestFastPathNeverResendsWrites(t *testing.T) {
 		t.Run(fmt.Sprintf("%s body=%d", tc.method, len(tc.body)), func(t *testing.T) {
 			b := newScriptBackend(t, closeAfter(""))
 			u, _ := url.Parse(b.URL())
-			c := New(u, stdTransport(), Options{ResponseTimeout: 2 * time.Second})
+			c := withFallback(u, stdTransport(), Options{ResponseTimeout: 2 * time.Second})
 			t.Cleanup(c.CloseIdleConnections)
 			r := outbound(t, b.URL(), tc.method, "/bkt/obj", tc.body, nil)
 			if !c.Fast(r) {
@@ -710,7 +710,7 @@ func TestFastPathBackendHangsAfterRequest(t *testing.T) {
 	})
 	defer close(release)
 	u, _ := url.Parse(b.URL())
-	c := New(u, stdTransport(), Options{ResponseTimeout: 300 * time.Millisecond})
+	c := withFallback(u, stdTransport(), Options{ResponseTimeout: 300 * time.Millisecond})
 	t.Cleanup(c.CloseIdleConnections)
 	for _, method := range []string{"PUT", "GET"} {
 		start := time.Now()
@@ -742,7 +742,7 @@ func TestFastPathConnectionsBounded(t *testing.T) {
 		return err == nil
 	})
 	u, _ := url.Parse(b.URL())
-	c := New(u, stdTransport(), Options{})
+	c := withFallback(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
 	for range 30 {
 		resp, err := c.RoundTrip(outbound(t, b.URL(), "GET", "/big", nil, nil))
@@ -788,7 +788,7 @@ func TestFastPathNoCrossTalk(t *testing.T) {
 	}))
 	t.Cleanup(backend.Close)
 	u, _ := url.Parse(backend.URL)
-	c := New(u, stdTransport(), Options{})
+	c := withFallback(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
 	var wg sync.WaitGroup
 	errs := make(chan error, 200)

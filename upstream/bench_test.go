@@ -23,7 +23,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		rt   http.RoundTripper
-	}{{"transport", std}, {"fast", New(u, std, Options{})}} {
+	}{{"transport", std}, {"fast", withFallback(u, std, Options{})}} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetParallelism(16)

@@ -2,27 +2,35 @@
 // http.RoundTripper that sends the common request shape (HTTP/1.1 over plain
 // TCP, a Content-Length body of at most SmallBodyMax bytes) through
 // fasthttp's HostClient, which writes and reads on the calling goroutine, and
-// everything else through a standard *http.Transport.
+// everything else through a standard *http.Transport that NewClient builds
+// (HTTP/1.1 only, TLS 1.2 or newer, never through an HTTP_PROXY).
 //
 // Measured in the project's benchmark (docs/PERFORMANCE.md), the upstream
 // client is where a Go proxy loses most of its time; net/http's Transport
 // hands every request between three goroutines.
 //
+// Failures are classified where they arise, on both paths: when no
+// connection to the backend could be made (DNS lookup, TCP connect, and for
+// an https upstream the TLS handshake, which the Transport's dialer does
+// itself for this reason), RoundTrip returns a *DialError, and nothing of the
+// request was written; any other error may come after the backend got it.
+//
 // What the fast path keeps of net/http's behaviour: header names and values
 // as given (canonical keys, one line per value, nothing added: no User-Agent,
 // no Accept-Encoding), the request target as url.URL.RequestURI gives it,
 // streamed request and response bodies, response trailers, the dial timeout
-// (a *net.OpError with Op "dial") and the response-header timeout (an error
-// whose Timeout() is true). What it does not do, and so leaves to the
-// Transport: TLS, Expect: 100-continue, chunked or large request bodies,
-// request trailers, protocol upgrades, requests whose httptrace asks for
-// connection events. Like the Transport, the fast path sends a bodyless read
-// (GET, HEAD) a second time when its connection closed before any answer, and
-// never a write. Informational (1xx) responses are read and dropped.
+// (a *DialError) and the response-header timeout (an error whose Timeout() is
+// true). What it does not do, and so leaves to the Transport: TLS, Expect:
+// 100-continue, chunked or large request bodies, request trailers, protocol
+// upgrades, requests whose httptrace asks for connection events. Like the
+// Transport, the fast path sends a bodyless read (GET, HEAD) a second time
+// when its connection closed before any answer, and never a write.
+// Informational (1xx) responses are read and dropped.
 package upstream
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +44,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,54 +74,85 @@ type HeldBody interface {
 // (the same 64 KiB fenceproxy allows inbound); a larger one is a 502.
 const MaxResponseHeaderBytes = 64 << 10
 
-// Options configures a Client.
+// Options configures a Client and the Transport under it. Durations are Go
+// durations (5s, 250ms); a zero or negative one gets the default in brackets.
 type Options struct {
-	// DialTimeout bounds a TCP connect; a Go duration such as 5s. 0: 5s.
+	// FastPath sends requests of the common shape (see the package comment)
+	// to an http upstream through fasthttp; false sends every request through
+	// the Transport. An https upstream has no fast path either way.
+	FastPath bool
+	// DialTimeout bounds a connect (DNS lookup and TCP connect) and,
+	// separately, an https upstream's TLS handshake. [5s]
 	DialTimeout time.Duration
 	// ResponseTimeout bounds the wait for the response headers after the
-	// request was written, like http.Transport.ResponseHeaderTimeout. 0: none.
+	// request was written (http.Transport.ResponseHeaderTimeout), not the
+	// body that follows. Zero or negative: no bound.
 	ResponseTimeout time.Duration
-	// IdleTimeout closes keep-alive connections idle this long; keep it below
-	// the backend's own idle timeout, since the fast path does not resend a
-	// request that met a connection the backend had just closed. 0: 10s.
+	// IdleTimeout closes the fast path's keep-alive connections idle this
+	// long; keep it below the backend's own idle timeout, since the fast path
+	// does not resend a request that met a connection the backend had just
+	// closed. The Transport's idle connections close after 90s. [10s]
 	IdleTimeout time.Duration
+	// RootCAs are the certificate authorities an https upstream's
+	// certificate must chain to. nil: the system roots.
+	RootCAs *x509.CertPool
 }
 
-// Client is an http.RoundTripper for one upstream: Fallback carries what the
-// fast path does not (see the package comment).
+func (o Options) withDefaults() Options {
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 10 * time.Second
+	}
+	return o
+}
+
+// Client is an http.RoundTripper for one upstream: a fast path for the
+// common request shape and a Transport for the rest (see the package comment).
 type Client struct {
 	host     string // host:port dialled
 	urlHost  string // the base URL's host, as requests to it carry it
 	hc       *fasthttp.HostClient
-	fallback http.RoundTripper
+	fallback http.RoundTripper // the Transport; tests put their own here
 	timeout  time.Duration
 	conns    sync.Map // netip.AddrPort (local) -> *conn, to clear a read deadline
 }
 
-// New returns a Client for base, an http URL (an https one gets no fast path:
-// every request goes to fallback). fallback must not be nil.
+// NewClient returns a Client for base, the upstream's http or https URL (its
+// scheme and host; the path is the caller's business). It builds both paths:
+// the fast path only for an http base and opts.FastPath.
+func NewClient(base *url.URL, opts Options) *Client {
+	opts = opts.withDefaults()
+	return newClient(base, newTransport(opts), opts.FastPath, opts)
+}
+
+// New returns a Client for base whose fast path (for an http base, whatever
+// opts.FastPath says) passes everything else to fallback, which must not be
+// nil; opts.RootCAs is not used.
+//
+// Deprecated: use NewClient, which builds the Transport itself. New stays
+// until its last caller has moved.
 func New(base *url.URL, fallback http.RoundTripper, opts Options) *Client {
+	return newClient(base, fallback, true, opts.withDefaults())
+}
+
+func newClient(base *url.URL, fallback http.RoundTripper, fast bool, opts Options) *Client {
 	c := &Client{fallback: fallback, timeout: opts.ResponseTimeout}
-	if base == nil || base.Scheme != "http" {
+	if !fast || base == nil || base.Scheme != "http" {
 		return c
-	}
-	if opts.DialTimeout <= 0 {
-		opts.DialTimeout = 5 * time.Second
-	}
-	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = 10 * time.Second
 	}
 	c.host, c.urlHost = base.Host, base.Host
 	if base.Port() == "" {
 		c.host = net.JoinHostPort(base.Hostname(), "80")
 	}
-	dialer := &net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}
+	d := newDialer(opts)
 	c.hc = &fasthttp.HostClient{
 		Addr: c.host,
 		Dial: func(addr string) (net.Conn, error) {
-			nc, err := dialer.Dial("tcp", addr)
+			nc, err := d.dialContext(context.Background(), "tcp", addr)
 			if err != nil {
-				return nil, err // a *net.OpError with Op "dial": nothing was sent
+				return nil, err // a *DialError: nothing was sent
 			}
 			cn := &conn{Conn: nc, owner: c}
 			if ap, ok := addrPort(nc.LocalAddr()); ok {
@@ -152,8 +192,16 @@ func retryIfErr(req *fasthttp.Request, attempts int, err error) (resetTimeout, r
 	default:
 		return false, false
 	}
-	return false, errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	if !errors.Is(err, fasthttp.ErrConnectionClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		return false, false
+	}
+	req.SetUserValue(resentKey{}, true) // the first copy may have been written: see RoundTrip
+	return false, true
 }
+
+// resentKey marks a fast-path request that is being sent again after an
+// attempt that may have reached the backend.
+type resentKey struct{}
 
 // CloseIdleConnections closes idle keep-alive connections of both paths.
 func (c *Client) CloseIdleConnections() {
@@ -211,13 +259,13 @@ func wantsConnEvents(t *httptrace.ClientTrace) bool {
 		t.WroteHeaderField != nil || t.WroteHeaders != nil || t.Wait100Continue != nil || t.WroteRequest != nil
 }
 
-// RoundTrip implements http.RoundTripper. Errors: a *net.OpError with Op
-// "dial" when no connection could be made (nothing was sent); an error whose
-// Timeout() is true when the response headers did not come within
+// RoundTrip implements http.RoundTripper. Errors: a *DialError when no
+// connection could be made and nothing of the request was written; an error
+// whose Timeout() is true when the response headers did not come within
 // ResponseTimeout; otherwise the request may have reached the backend.
 func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 	if !c.Fast(r) {
-		return c.fallback.RoundTrip(r)
+		return c.roundTripFallback(r)
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -271,7 +319,7 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp.Header.SetNoDefaultContentType(true)
 	if err := c.hc.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		return nil, c.mapError(err)
+		return nil, c.mapError(err, req.UserValue(resentKey{}) != nil)
 	}
 	body := resp.BodyStream()
 	if body != nil {
@@ -335,12 +383,46 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 var headerValue = strings.NewReplacer("\n", " ", "\r", " ")
 
 // mapError gives fasthttp's errors the shapes net/http's Transport gives:
-// a timeout is a net.Error whose Timeout() is true.
-func (c *Client) mapError(err error) error {
+// a timeout is a net.Error whose Timeout() is true. resent: an earlier
+// attempt may have reached the backend.
+func (c *Client) mapError(err error, resent bool) error {
 	if errors.Is(err, fasthttp.ErrTimeout) {
 		return fmt.Errorf("upstream: no response headers within %s: %w", c.timeout, os.ErrDeadlineExceeded)
 	}
+	var de *DialError
+	if resent && errors.As(err, &de) {
+		return resendFailed(de)
+	}
 	return err
+}
+
+// roundTripFallback sends r through the Transport, noting whether any
+// attempt wrote it: the Transport resends some requests on a new connection
+// after a reused one failed, possibly after writing them on it.
+func (c *Client) roundTripFallback(r *http.Request) (*http.Response, error) {
+	var wrote atomic.Bool
+	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		// Also called when the write failed: part of it may have gone out.
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+	})
+	resp, err := c.fallback.RoundTrip(r.WithContext(ctx))
+	if err != nil {
+		var de *DialError
+		if wrote.Load() && errors.As(err, &de) {
+			err = resendFailed(de)
+		}
+		return nil, err
+	}
+	resp.Request = r
+	return resp, nil
+}
+
+// resendFailed is the error of a resend that could not connect after an
+// earlier attempt may have reached the backend: neither a DialError nor a
+// dial *net.OpError, so that no caller takes it for "nothing was sent".
+func resendFailed(de *DialError) error {
+	return fmt.Errorf("upstream: the request may have been written on a connection that then failed, "+
+		"and sending it again could not connect: %v", de.Err)
 }
 
 // responseBody streams a fast-path response body; at its end it fills the

@@ -38,6 +38,11 @@ func newRawBackend(t *testing.T) *rawBackend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newRawBackendOn(t, ln)
+}
+
+// newRawBackendOn is newRawBackend on ln (a TLS listener, say).
+func newRawBackendOn(t *testing.T, ln net.Listener) *rawBackend {
 	b := &rawBackend{ln: ln}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
@@ -125,6 +130,15 @@ func stdTransport() *http.Transport {
 	return &http.Transport{Proxy: nil, DisableCompression: true}
 }
 
+// withFallback is NewClient with the fast path on and fallback in place of
+// its Transport.
+func withFallback(base *url.URL, fallback http.RoundTripper, opts Options) *Client {
+	opts.FastPath = true
+	c := NewClient(base, opts)
+	c.fallback = fallback
+	return c
+}
+
 // The fast path sends the same request line, header lines and body as
 // net/http's Transport (sorted: the order of header fields is not kept by
 // either), so S3 SigV4 signatures and every other header survive.
@@ -132,7 +146,7 @@ func TestFastPathSendsWhatTheTransportSends(t *testing.T) {
 	backend := newRawBackend(t)
 	base := "http://" + backend.ln.Addr().String()
 	u, _ := url.Parse(base)
-	fast := New(u, stdTransport(), Options{})
+	fast := withFallback(u, stdTransport(), Options{})
 	std := stdTransport()
 	t.Cleanup(fast.CloseIdleConnections)
 	t.Cleanup(std.CloseIdleConnections)
@@ -244,7 +258,7 @@ func TestFallbackCarriesWhatTheFastPathDoesNot(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{next: stdTransport()}
-			c := New(u, rec, Options{})
+			c := withFallback(u, rec, Options{})
 			t.Cleanup(c.CloseIdleConnections)
 			r := tc.edit(outbound(t, backend.URL, "PUT", "/bkt/obj", []byte("body"), nil))
 			if got := c.Fast(r); got != tc.fast {
@@ -264,7 +278,7 @@ func TestFallbackCarriesWhatTheFastPathDoesNot(t *testing.T) {
 		})
 	}
 	t.Run("https upstream", func(t *testing.T) {
-		c := New(&url.URL{Scheme: "https", Host: "backend.example"}, stdTransport(), Options{})
+		c := withFallback(&url.URL{Scheme: "https", Host: "backend.example"}, stdTransport(), Options{})
 		r := outbound(t, "https://backend.example", "PUT", "/bkt/obj", []byte("b"), nil)
 		if c.Fast(r) {
 			t.Fatal("an https upstream took the fast path")
@@ -300,7 +314,7 @@ func TestFastPathResponses(t *testing.T) {
 	}))
 	t.Cleanup(backend.Close)
 	u, _ := url.Parse(backend.URL)
-	c := New(u, stdTransport(), Options{})
+	c := withFallback(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
 
 	t.Run("headers", func(t *testing.T) {
@@ -365,7 +379,7 @@ func TestFastPathResponses(t *testing.T) {
 func TestFastPathReusesConnections(t *testing.T) {
 	backend := newRawBackend(t)
 	u, _ := url.Parse("http://" + backend.ln.Addr().String())
-	c := New(u, stdTransport(), Options{})
+	c := withFallback(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
 	for i := range 20 {
 		resp, err := c.RoundTrip(outbound(t, u.String(), "PUT", "/bkt/obj", []byte{byte('a' + i)}, nil))
@@ -380,16 +394,17 @@ func TestFastPathReusesConnections(t *testing.T) {
 }
 
 func TestFastPathErrors(t *testing.T) {
-	t.Run("dial error is a dial *net.OpError", func(t *testing.T) {
+	t.Run("dial error is a DialError", func(t *testing.T) {
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		addr := ln.Addr().String()
 		ln.Close()
 		u, _ := url.Parse("http://" + addr)
-		c := New(u, stdTransport(), Options{DialTimeout: time.Second})
+		c := withFallback(u, stdTransport(), Options{DialTimeout: time.Second})
 		_, err := c.RoundTrip(outbound(t, u.String(), "PUT", "/bkt/obj", []byte("x"), nil))
+		var de *DialError
 		var op *net.OpError
-		if !errors.As(err, &op) || op.Op != "dial" {
-			t.Fatalf("err %v (%T), want a dial *net.OpError", err, err)
+		if !errors.As(err, &de) || !errors.As(err, &op) || op.Op != "dial" {
+			t.Fatalf("err %v (%T), want a *DialError over a dial *net.OpError", err, err)
 		}
 	})
 	t.Run("response header timeout is a timeout; a slow body after it is not", func(t *testing.T) {
@@ -405,7 +420,7 @@ func TestFastPathErrors(t *testing.T) {
 		}))
 		t.Cleanup(backend.Close)
 		u, _ := url.Parse(backend.URL)
-		c := New(u, stdTransport(), Options{ResponseTimeout: 200 * time.Millisecond})
+		c := withFallback(u, stdTransport(), Options{ResponseTimeout: 200 * time.Millisecond})
 		t.Cleanup(c.CloseIdleConnections)
 		_, err := c.RoundTrip(outbound(t, backend.URL, "GET", "/slow-headers", nil, nil))
 		var ne net.Error
@@ -429,7 +444,7 @@ func TestFastPathErrors(t *testing.T) {
 		}))
 		t.Cleanup(backend.Close)
 		u, _ := url.Parse(backend.URL)
-		c := New(u, stdTransport(), Options{})
+		c := withFallback(u, stdTransport(), Options{})
 		t.Cleanup(c.CloseIdleConnections)
 		resp, err := c.RoundTrip(outbound(t, backend.URL, "PUT", "/bkt/obj", bytes.Repeat([]byte("z"), SmallBodyMax), nil))
 		if err != nil {
@@ -443,7 +458,7 @@ func TestFastPathErrors(t *testing.T) {
 	t.Run("a body that fails midway never arrives whole", func(t *testing.T) {
 		backend := newRawBackend(t)
 		u, _ := url.Parse("http://" + backend.ln.Addr().String())
-		c := New(u, stdTransport(), Options{})
+		c := withFallback(u, stdTransport(), Options{})
 		t.Cleanup(c.CloseIdleConnections)
 		r := outbound(t, u.String(), "PUT", "/bkt/obj", nil, nil)
 		r.Body = io.NopCloser(io.MultiReader(strings.NewReader("half"), iotestErr{}))
@@ -473,7 +488,7 @@ func TestFastPathConcurrent(t *testing.T) {
 	}))
 	t.Cleanup(backend.Close)
 	u, _ := url.Parse(backend.URL)
-	c := New(u, stdTransport(), Options{})
+	c := withFallback(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -510,7 +525,7 @@ func TestFastPathSkipsDroppedConnections(t *testing.T) {
 	// After one answer the backend closes, without saying so.
 	backend := rawbackend.New(t, "127.0.0.1:0", rawbackend.CloseAfter("HTTP/1.1 204 No Content\r\n\r\n"))
 	u, _ := url.Parse(backend.URL())
-	c := New(u, stdTransport(), Options{})
+	c := withFallback(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
 	var want []string
 	for i, m := range []string{"GET", "PUT", "PUT", "POST", "GET"} {
@@ -538,7 +553,7 @@ func TestFastPathDropsConnectionsWithStrayBytes(t *testing.T) {
 	backend := rawbackend.New(t, "127.0.0.1:0", rawbackend.KeepAfter("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"+
 		"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nnot-yours!")) // the second answer is unasked
 	u, _ := url.Parse(backend.URL())
-	c := New(u, stdTransport(), Options{})
+	c := withFallback(u, stdTransport(), Options{})
 	t.Cleanup(c.CloseIdleConnections)
 	for i := range 5 {
 		resp, err := c.RoundTrip(outbound(t, u.String(), "PUT", "/bkt/obj", []byte("x"), nil))
@@ -585,7 +600,7 @@ func TestFastPathAsksHeldBodyBeforeSending(t *testing.T) {
 		t.Run(fmt.Sprintf("refuse=%v", refuse), func(t *testing.T) {
 			backend := newRawBackend(t)
 			u, _ := url.Parse("http://" + backend.ln.Addr().String())
-			c := New(u, stdTransport(), Options{})
+			c := withFallback(u, stdTransport(), Options{})
 			t.Cleanup(c.CloseIdleConnections)
 			r := outbound(t, u.String(), "PUT", "/bkt/obj", nil, nil)
 			body := &heldBody{r: bytes.NewReader([]byte("the whole body")), refuse: refuse}

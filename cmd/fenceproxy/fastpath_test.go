@@ -22,30 +22,9 @@ import (
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/proxy"
 
+	"github.com/fenceproxy/fenceproxy/internal/memstore"
 	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
 )
-
-// fpMemStore is an in-memory fence.Store for the reference proxy.
-type fpMemStore struct {
-	mu  sync.Mutex
-	max map[string]uint64
-}
-
-func (s *fpMemStore) Max(r string) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.max[r], nil
-}
-
-func (s *fpMemStore) Raise(r string, t uint64) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.max == nil {
-		s.max = map[string]uint64{}
-	}
-	s.max[r] = max(s.max[r], t)
-	return s.max[r], nil
-}
 
 // fpReference is the proxy as it was before the fast path: the same
 // proxy.New, with every request through an http.Transport configured as
@@ -68,7 +47,11 @@ func fpReference(t *testing.T, upstream string, timeout time.Duration) string {
 		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
 	}
 	t.Cleanup(std.CloseIdleConnections)
-	b, err := fence.New(&fpMemStore{}, fence.Options{DrainTimeout: 5 * time.Second})
+	store, err := memstore.Open(memstore.NewDisk())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fence.New(store, fence.Options{DrainTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -330,10 +330,5 @@ func (a adminFences) Reset(ctx context.Context, resource string) (uint64, error)
 }
 
 func (a adminFences) List(prefix, after string, limit int) ([]fence.Record, error) {
-	fences, err := a.store.List(prefix, after, limit)
-	records := make([]fence.Record, len(fences))
-	for i, f := range fences {
-		records[i] = fence.Record(f)
-	}
-	return records, err
+	return a.store.List(prefix, after, limit)
 }
