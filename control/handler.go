@@ -71,10 +71,7 @@ func handle[In, Out any](s *server, rt route, op func(ctx context.Context, req r
 		if rt.name != nil {
 			name, err := rt.name(rawAfter(r, rt.prefix))
 			if err != nil {
-				if rt.badName != nil {
-					err = wrap(rt.badName, err)
-				}
-				s.fail(w, r, rt, "", err)
+				s.fail(w, r, rt, "", wrap(rt.badName, err))
 				return
 			}
 			req.Name = name
