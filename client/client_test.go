@@ -2,12 +2,14 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCheckResponse(t *testing.T) {
@@ -98,7 +100,7 @@ func TestLeasesErrors(t *testing.T) {
 		default:
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(409)
-			io.WriteString(w, `{"title":"Fencing tokens exhausted","status":409,"detail":"reset"}`)
+			io.WriteString(w, `{"title":"Fencing tokens exhausted","status":409,"reason":"tokens_exhausted","detail":"reset"}`)
 		}
 	}))
 	defer srv.Close()
@@ -112,5 +114,47 @@ func TestLeasesErrors(t *testing.T) {
 	}
 	if _, err := l.Acquire(context.Background(), "x", "h", 0); err == nil {
 		t.Error("zero ttl accepted")
+	}
+}
+
+// Lease errors are decided by the problem's reason, whatever its title says.
+func TestLeasesErrorsByReason(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		body := map[string]string{
+			"/v1/leases/held":   `{"title":"x","status":409,"reason":"lease_held","name":"held","holder":"A","expires_at":"2026-01-02T03:04:05Z","grace_ends":"2026-01-02T03:04:07Z","detail":"d"}`,
+			"/v1/leases/lost":   `{"title":"x","status":409,"reason":"lease_lost","detail":"d"}`,
+			"/v1/leases/gone":   `{"title":"x","status":404,"reason":"not_found","detail":"d"}`,
+			"/v1/leases/titled": `{"title":"Lease held","status":409,"holder":"A"}`,
+			"/v1/leases/busy":   `{"title":"x","status":503,"reason":"drain_timeout","detail":"granted; acquire again"}`,
+		}[r.URL.Path]
+		var p struct{ Status int }
+		json.Unmarshal([]byte(body), &p)
+		w.WriteHeader(p.Status)
+		io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	l := &Leases{BaseURL: srv.URL}
+	ctx := context.Background()
+
+	_, err := l.Acquire(ctx, "held", "B", time.Second)
+	var held *HeldError
+	if !errors.As(err, &held) || !errors.Is(err, ErrHeld) || held.Holder != "A" || held.Detail != "d" ||
+		!held.ExpiresAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) || !held.GraceEnds.Equal(time.Date(2026, 1, 2, 3, 4, 7, 0, time.UTC)) {
+		t.Errorf("lease_held: %v (%+v)", err, held)
+	}
+	var apiErr *APIError
+	if _, err := l.Renew(ctx, "lost", "A", 1); !errors.Is(err, ErrLost) || !errors.As(err, &apiErr) || apiErr.Reason != "lease_lost" {
+		t.Errorf("lease_lost: %v", err)
+	}
+	if _, err := l.Get(ctx, "gone"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("not_found: %v", err)
+	}
+	if _, err := l.Acquire(ctx, "titled", "B", time.Second); errors.Is(err, ErrHeld) || !errors.As(err, &apiErr) || apiErr.Status != 409 {
+		t.Errorf("a 409 titled Lease held without a reason: %v", err)
+	}
+	if _, err := l.Acquire(ctx, "busy", "B", time.Second); !errors.As(err, &apiErr) || apiErr.Status != 503 ||
+		apiErr.Reason != "drain_timeout" || apiErr.Detail != "granted; acquire again" {
+		t.Errorf("drain_timeout: %v", err)
 	}
 }

@@ -6,6 +6,10 @@
 // Tokens are unsigned decimal integers of at most 2^63-1, as the proxy
 // requires. In signed-token mode (FENCEPROXY_TOKEN_KEY) a write also needs the
 // token's signature, which the lease API returns in Lease.TokenSignature:
-// WithLease puts both in a context, and Transport and S3Fencing send both. The
-// package does not depend on the proxy's own packages.
+// WithLease puts both in a context, and Transport and S3Fencing send both.
+//
+// The package shares with the proxy only what is on the wire: package wire
+// (header names, refusal and problem reasons, the problem body, the lease
+// JSON) and the token grammar of package fence. Lease call errors are told
+// apart by the problem's reason, never by its title.
 package client

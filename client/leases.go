@@ -9,9 +9,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // Lease API errors. Renew and Release fail with ErrLost once the lease is no
@@ -50,6 +51,9 @@ type APIError struct {
 	Status int
 	Title  string
 	Detail string
+	// Reason is the problem's "reason" (a wire.Reason* value, e.g.
+	// "unavailable", "drain_timeout"); "" when the answer had none.
+	Reason string
 }
 
 func (e *APIError) Error() string {
@@ -97,7 +101,7 @@ func (l *Leases) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 	if ttl <= 0 {
 		return Lease{}, fmt.Errorf("fenceproxy: acquire %q: ttl %v must be positive", name, ttl)
 	}
-	return l.call(ctx, http.MethodPost, name, map[string]string{"holder": holder, "ttl": ttl.String()})
+	return l.call(ctx, http.MethodPost, name, &wire.LeaseRequest{Holder: holder, TTL: ttl.String()})
 }
 
 // Renew extends holder's lease by its TTL, keeping the token. ErrLost means
@@ -119,11 +123,11 @@ func (l *Leases) Get(ctx context.Context, name string) (Lease, error) {
 }
 
 func (l *Leases) holderCall(ctx context.Context, method, name, holder string, token uint64) (Lease, error) {
-	s, err := formatToken(token)
-	if err != nil {
+	if _, err := formatToken(token); err != nil {
 		return Lease{}, err
 	}
-	return l.call(ctx, method, name, map[string]string{"holder": holder, "token": s})
+	t := wire.Token(token)
+	return l.call(ctx, method, name, &wire.LeaseRequest{Holder: holder, Token: &t})
 }
 
 // leaseURL is BaseURL/v1/leases/ followed by the name's segments, each escaped.
@@ -135,44 +139,9 @@ func (l *Leases) leaseURL(name string) string {
 	return strings.TrimRight(l.BaseURL, "/") + "/v1/leases/" + strings.Join(segs, "/")
 }
 
-// jsonToken reads a token written as a decimal string or a number.
-type jsonToken uint64
-
-func (t *jsonToken) UnmarshalJSON(b []byte) error {
-	s := string(bytes.TrimSpace(b))
-	if unq, err := strconv.Unquote(s); err == nil {
-		s = unq
-	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return fmt.Errorf("token %s: %w", b, err)
-	}
-	*t = jsonToken(v)
-	return nil
-}
-
-type leaseJSON struct {
-	Name       string    `json:"name"`
-	Holder     string    `json:"holder"`
-	Token      jsonToken `json:"token"`
-	State      string    `json:"state"`
-	TTL        string    `json:"ttl"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	RenewedAt  time.Time `json:"renewed_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	Signature  string    `json:"token_signature"`
-}
-
-type problemJSON struct {
-	Title     string    `json:"title"`
-	Status    int       `json:"status"`
-	Detail    string    `json:"detail"`
-	Holder    string    `json:"holder"`
-	ExpiresAt time.Time `json:"expires_at"`
-	GraceEnds time.Time `json:"grace_ends"`
-}
-
-func (l *Leases) call(ctx context.Context, method, name string, body any) (Lease, error) {
+// call sends a lease call with body (nil: none) and decodes the answer: a
+// wire.Lease, or a wire.Problem whose reason decides the error.
+func (l *Leases) call(ctx context.Context, method, name string, body *wire.LeaseRequest) (Lease, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -206,32 +175,39 @@ func (l *Leases) call(ctx context.Context, method, name string, body any) (Lease
 		return Lease{}, fmt.Errorf("fenceproxy: lease %s %q: reading the answer: %w", method, name, err)
 	}
 	if resp.StatusCode/100 == 2 {
-		var lj leaseJSON
+		var lj wire.Lease
 		if err := json.Unmarshal(data, &lj); err != nil {
 			return Lease{}, fmt.Errorf("fenceproxy: lease %s %q: decoding the answer: %w", method, name, err)
 		}
 		ttl, _ := time.ParseDuration(lj.TTL)
-		sig := lj.Signature
+		sig := lj.TokenSignature
 		if sig == "" {
 			sig = resp.Header.Get(HeaderSignature)
 		}
 		return Lease{Name: lj.Name, Holder: lj.Holder, Token: uint64(lj.Token), TTL: ttl, AcquiredAt: lj.AcquiredAt,
 			RenewedAt: lj.RenewedAt, ExpiresAt: lj.ExpiresAt, State: lj.State, TokenSignature: sig}, nil
 	}
-	var pb problemJSON
+	var pb wire.Problem
 	_ = json.Unmarshal(data, &pb) // a body that is not a problem leaves the status to speak
-	apiErr := &APIError{Status: resp.StatusCode, Title: pb.Title, Detail: pb.Detail}
+	apiErr := &APIError{Status: resp.StatusCode, Title: pb.Title, Detail: pb.Detail, Reason: pb.Reason}
 	if apiErr.Title == "" {
 		apiErr.Title = http.StatusText(resp.StatusCode)
 	}
-	switch {
-	case resp.StatusCode == http.StatusConflict && pb.Title == "Lease held":
-		return Lease{}, &HeldError{Name: name, Holder: pb.Holder, ExpiresAt: pb.ExpiresAt, GraceEnds: pb.GraceEnds, Detail: pb.Detail}
-	case resp.StatusCode == http.StatusConflict && pb.Title == "Lease lost":
+	switch pb.Reason {
+	case wire.ReasonLeaseHeld:
+		held := &HeldError{Name: name, Holder: pb.Holder, Detail: pb.Detail}
+		if pb.ExpiresAt != nil {
+			held.ExpiresAt = *pb.ExpiresAt
+		}
+		if pb.GraceEnds != nil {
+			held.GraceEnds = *pb.GraceEnds
+		}
+		return Lease{}, held
+	case wire.ReasonLeaseLost:
 		return Lease{}, fmt.Errorf("%w: %q: %w", ErrLost, name, apiErr)
-	case resp.StatusCode == http.StatusConflict && pb.Title == "Fencing tokens exhausted":
+	case wire.ReasonTokensExhausted:
 		return Lease{}, fmt.Errorf("%w: %q: %w", ErrExhausted, name, apiErr)
-	case resp.StatusCode == http.StatusNotFound && pb.Title == "Unknown lease":
+	case wire.ReasonNotFound:
 		return Lease{}, fmt.Errorf("%w: %q: %w", ErrNotFound, name, apiErr)
 	}
 	return Lease{}, apiErr

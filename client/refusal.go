@@ -10,25 +10,28 @@ import (
 	"strconv"
 
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // Response headers that mark a refusal made by the proxy itself.
 const (
-	HeaderRefused      = "Fencing-Refused"       // the refusal reason, e.g. "stale"
-	HeaderCurrentToken = "Fencing-Current-Token" // on a stale 409: the resource's maximum
+	HeaderRefused      = wire.HeaderRefused      // the refusal reason, e.g. "stale"
+	HeaderCurrentToken = wire.HeaderCurrentToken // on a stale 409: the resource's maximum
 )
 
 // Fencing-Refused values. ReasonStale comes as a *StaleError; the others as
-// a *RefusedError with that Reason.
+// a *RefusedError with that Reason (wire lists them all).
 const (
-	ReasonStale = "stale" // 409: a newer holder took over; stop writing
+	ReasonStale = wire.ReasonStale // 409: a newer holder took over; stop writing
 	// ReasonSignature: 403 in signed-token mode, the write carried no valid
 	// X-Fencing-Token-Signature for its token and resource. Not a takeover:
 	// retrying with the same headers will not help.
-	ReasonSignature = "signature"
+	ReasonSignature = wire.ReasonSignature
 	// ReasonJump: 403, the token is more than FENCEPROXY_MAX_TOKEN_JUMP above
 	// the resource's maximum.
-	ReasonJump = "jump"
+	ReasonJump = wire.ReasonJump
 )
 
 // maxProblemBody bounds how much of a refusal's problem+json body is read.
@@ -85,17 +88,6 @@ func (e *RefusedError) Error() string {
 // Is makes errors.Is(err, ErrRefused) hold.
 func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
-// problem is the proxy's problem+json body; tokens are decimal strings.
-type problem struct {
-	Title        string `json:"title"`
-	Status       int    `json:"status"`
-	Detail       string `json:"detail"`
-	Reason       string `json:"reason"`
-	Resource     string `json:"resource"`
-	Token        string `json:"token"`
-	CurrentToken string `json:"current_token"`
-}
-
 // CheckResponse tells a refusal made by the proxy from the backend's own
 // answers. It returns nil when resp carries no Fencing-Refused header (a
 // backend's own 409 included), without touching the body. For a refusal it
@@ -106,7 +98,7 @@ func CheckResponse(resp *http.Response) error {
 	if resp == nil || len(resp.Header.Values(HeaderRefused)) == 0 {
 		return nil
 	}
-	var pb problem
+	var pb wire.Problem
 	if resp.Body != nil && resp.Body != http.NoBody {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxProblemBody))
 		resp.Body.Close()
@@ -118,16 +110,16 @@ func CheckResponse(resp *http.Response) error {
 
 // refusal builds the error of a response that carries Fencing-Refused, from
 // its headers and (possibly empty) problem body.
-func refusal(resp *http.Response, pb problem) error {
+func refusal(resp *http.Response, pb wire.Problem) error {
 	reason := resp.Header.Get(HeaderRefused)
 	if resp.StatusCode == http.StatusConflict && reason == ReasonStale {
 		e := &StaleError{Resource: pb.Resource}
-		e.Token, _ = strconv.ParseUint(pb.Token, 10, 64)
+		e.Token, _ = fence.ParseToken(pb.Token)
 		cur := resp.Header.Get(HeaderCurrentToken)
 		if cur == "" {
 			cur = pb.CurrentToken
 		}
-		e.Current, _ = strconv.ParseUint(cur, 10, 64)
+		e.Current, _ = fence.ParseToken(cur)
 		return e
 	}
 	detail := pb.Detail
@@ -158,9 +150,9 @@ func AsStale(err error) (*StaleError, bool) {
 	if resp.StatusCode != http.StatusConflict || resp.Header.Get(HeaderRefused) != ReasonStale {
 		return nil, false
 	}
-	se = refusal(resp, problem{}).(*StaleError)
+	se = refusal(resp, wire.Problem{}).(*StaleError)
 	if resp.Request != nil {
-		se.Token, _ = strconv.ParseUint(resp.Request.Header.Get(DefaultHeader), 10, 64)
+		se.Token, _ = fence.ParseToken(resp.Request.Header.Get(DefaultHeader))
 	}
 	return se, true
 }

@@ -4,22 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // DefaultHeader is the request header that carries the fencing token unless
 // the proxy was started with another FENCEPROXY_TOKEN_HEADER.
-const DefaultHeader = "X-Fencing-Token"
+const DefaultHeader = wire.DefaultTokenHeader
 
 // HeaderSignature carries the token's signature when the proxy runs in
 // signed-token mode (FENCEPROXY_TOKEN_KEY); the lease API issues it with
 // the token (Lease.TokenSignature).
-const HeaderSignature = "X-Fencing-Token-Signature"
+const HeaderSignature = wire.HeaderSignature
 
 // MaxToken is the largest token the proxy accepts (2^63-1).
-const MaxToken = math.MaxInt64
+const MaxToken = fence.MaxToken
 
 // ErrNoToken, returned by a token function, sends the request without a token
 // header (for unfenced methods such as GET, or callers that hold no lease).

@@ -1,12 +1,18 @@
-// Package control serves fenceproxy's control API (health, readiness and
-// fences) on the control listener, never on the proxy listener.
+// Package control serves fenceproxy's control API on the control listener,
+// never on the proxy listener: health, readiness and metrics, the fences
+// (read, and the admin calls list, raise and reset) and the lease API.
+//
+// Every JSON call goes through one generic handler (handle): it resolves the
+// resource key or lease name in the URL with fence.Resolver, decodes the
+// request body strictly into its wire type, runs the operation, and answers
+// with the operation's wire type, or with the problem that the one error
+// table (table) gives for the operation's error.
 package control
 
 import (
-	"encoding/json"
+	"context"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -14,14 +20,44 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
-// Store is what the control API reads (tokenstore.Store provides it).
-type Store interface {
-	// Max returns a resource's durable maximum, 0 if it was never raised.
+// Fences is what the public fence read needs (tokenstore.Store provides it).
+type Fences interface {
+	// Max returns resource's durable maximum, 0 if it was never raised. An
+	// error is a store failure (503); its text is logged, not shown.
 	Max(resource string) (uint64, error)
-	// Ready returns nil while the store is open.
+}
+
+// Store is what Handler always needs: the fence read, and readiness.
+type Store interface {
+	Fences
+	// Ready returns nil while the store is open and the process is not
+	// shutting down (/readyz answers 503 otherwise). Its error is logged,
+	// not shown.
 	Ready() error
+}
+
+// AdminFences is what the admin fence calls need. Raise and Reset must go
+// through the fence barrier (fence.Barrier's Raise and Reset over the
+// store): a raise cuts off and drains the smaller-token writes in flight.
+// Errors other than those named below are store failures (503); their text
+// is logged, not shown.
+type AdminFences interface {
+	// List returns up to limit fences, in resource-key order, whose
+	// resource sorts after after and starts with prefix.
+	List(prefix, after string, limit int) ([]fence.Record, error)
+	// Raise makes max(current, t) resource's maximum (t <= fence.MaxToken),
+	// cuts off uploads below it and waits until no write below it is in
+	// flight; it returns the maximum. With fence.ErrDrainTimeout or ctx's
+	// cause it returns the maximum too when the raise took effect (it
+	// stays), 0 when nothing changed.
+	Raise(ctx context.Context, resource string, t uint64) (uint64, error)
+	// Reset removes resource's fence and lease record once no write on it
+	// is in flight; it returns the maximum removed (0: there was none).
+	// With fence.ErrDrainTimeout or ctx's cause nothing changed.
+	Reset(ctx context.Context, resource string) (uint64, error)
 }
 
 // FencePrefix is the URL prefix under which a resource key names its fence.
@@ -29,13 +65,23 @@ const FencePrefix = "/v1/fences/"
 
 // Options adds optional parts to the control API.
 type Options struct {
-	Leases        Leases // serves /v1/leases/* when set
-	LeaseToken    string // bearer token required by lease calls; "" = none
-	ResourceDepth int    // lease names must have exactly this many segments when > 0
-	Admin         AdminStore
-	AdminToken    string              // bearer token of admin calls; "" = admin calls refused
-	Metrics       prometheus.Gatherer // serves GET /metrics when set
-	Warning       string              // shown on /readyz while ready (observe mode)
+	// Leases serves /v1/leases/*; nil: no lease API.
+	Leases Leases
+	// LeaseToken is the bearer token every lease call needs; "": none.
+	LeaseToken string
+	// ResourceDepth is FENCEPROXY_RESOURCE_DEPTH: when > 0, lease names
+	// must have exactly this many segments.
+	ResourceDepth int
+	// Admin serves the admin fence calls (GET /v1/fences, PUT and DELETE
+	// /v1/fences/*) and Go's profiler; nil: none of them.
+	Admin AdminFences
+	// AdminToken is the bearer token of admin calls (also a lease
+	// force-release); "": admin calls are refused (403).
+	AdminToken string
+	// Metrics serves GET /metrics; nil: no metrics.
+	Metrics prometheus.Gatherer
+	// Warning is shown on /readyz while ready (observe mode); "": none.
+	Warning string
 	// Signer turns on signed-token mode for the lease API: acquire and renew
 	// answers carry the token's signature (X-Fencing-Token-Signature and
 	// "token_signature"). nil: off.
@@ -45,76 +91,75 @@ type Options struct {
 // Handler returns the control API router:
 //
 //	GET /healthz          200 while the process serves
-//	GET /readyz           200 while the store is open, else 503
-//	GET /v1/fences/{key}  {"resource": key, "token": "<decimal string>"}; 404 if never raised
+//	GET /readyz           200 while the store is ready, else 503
+//	GET /v1/fences/{key}  wire.Fence; 404 if never raised
+//	GET /v1/fences, PUT and DELETE /v1/fences/{key}  list, raise, reset (with Options.Admin; admin bearer)
 //	POST, PUT, DELETE, GET /v1/leases/{name}  acquire, renew, release, read (with Options.Leases)
 //	GET /metrics          Prometheus metrics (with Options.Metrics)
 //	GET /debug/pprof/...  Go profiles, e.g. profile?seconds=10 (with Options.Admin; admin bearer)
 //
-// Keys and names after the prefix are percent-decoded resource keys and may contain slashes.
+// Keys and names after the prefix are percent-decoded resource keys and may
+// contain slashes. Every refusal is an application/problem+json wire.Problem
+// with a reason (see table). store must not be nil.
 func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
+	s := &server{store: store, log: log, opts: opts}
 	r := chi.NewRouter()
 	if opts.Leases != nil {
-		(&leaseAPI{leases: opts.Leases, token: opts.LeaseToken, adminToken: opts.AdminToken, depth: opts.ResourceDepth, signer: opts.Signer, log: log}).routes(r)
+		s.leaseRoutes(r)
 	}
 	if opts.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{}))
 	}
 	if opts.Admin != nil {
-		(&admin{store: opts.Admin, token: opts.AdminToken, log: log}).routes(r)
+		s.adminRoutes(r)
 	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	r.Get("/readyz", func(w http.ResponseWriter, req *http.Request) {
-		if err := store.Ready(); err != nil {
-			log.LogAttrs(req.Context(), slog.LevelWarn, "not ready", slog.String("error", err.Error()))
-			writeProblem(w, http.StatusServiceUnavailable, "Not ready", "shutting down, or the token store is closed, its directory is gone or its disk is below FENCEPROXY_MIN_FREE_SPACE")
-			return
-		}
-		body := map[string]string{"status": "ready"}
-		if opts.Warning != "" {
-			body["warning"] = opts.Warning
-		}
-		writeJSON(w, http.StatusOK, body)
+	r.Get("/readyz", s.readyz)
+	r.Get(FencePrefix+"*", handle(s, route{
+		op: "fence.get", prefix: FencePrefix, name: fence.Resolver{}.Name,
+		badName: errUnknownResource, failed: fence.ErrStore, status: http.StatusOK,
+	}, s.getFence))
+	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
+		s.fail(w, req, route{op: "route"}, "", errNoEndpoint)
 	})
-	r.Get(FencePrefix+"*", func(w http.ResponseWriter, req *http.Request) {
-		key, err := fence.Resolver{}.Name(rawAfter(req, FencePrefix))
-		if err != nil {
-			writeProblem(w, http.StatusNotFound, "Unknown resource", "name a resource key after "+FencePrefix)
-			return
-		}
-		m, err := store.Max(key)
-		if err != nil {
-			log.LogAttrs(req.Context(), slog.LevelError, "fence lookup failed", slog.String("resource", key), slog.String("error", err.Error()))
-			writeProblem(w, http.StatusServiceUnavailable, "Fencing store unavailable", "the maximum could not be read")
-			return
-		}
-		if m == 0 {
-			writeProblem(w, http.StatusNotFound, "Unknown resource", "no fencing token was ever admitted above 0 for this resource")
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"resource": key, "token": strconv.FormatUint(m, 10)})
-	})
-	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		writeProblem(w, http.StatusNotFound, "Not found", "no such control endpoint")
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
-		writeProblem(w, http.StatusMethodNotAllowed, "Method not allowed", "")
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		s.fail(w, req, route{op: "route"}, "", errMethod)
 	})
 	return r
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+// server holds what the routes share.
+type server struct {
+	store Store
+	log   *slog.Logger
+	opts  Options
 }
 
-func writeProblem(w http.ResponseWriter, status int, title, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail})
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := s.store.Ready(); err != nil {
+		s.fail(w, r, route{op: "readyz"}, "", wrap(errNotReady, err))
+		return
+	}
+	body := map[string]string{"status": "ready"}
+	if s.opts.Warning != "" {
+		body["warning"] = s.opts.Warning
+	}
+	wire.WriteJSON(w, http.StatusOK, body)
+}
+
+// getFence: GET /v1/fences/{resource}, the resource's maximum; 404 for one
+// never raised above 0.
+func (s *server) getFence(_ context.Context, req request[none]) (wire.Fence, error) {
+	m, err := s.store.Max(req.Name)
+	if err != nil {
+		return wire.Fence{}, err
+	}
+	if m == 0 {
+		return wire.Fence{}, detailed(errUnknownResource, "no fencing token was ever admitted above 0 for this resource")
+	}
+	return wire.Fence{Resource: req.Name, Token: wire.Token(m)}, nil
 }
 
 // rawAfter returns the request target's path after prefix, as received

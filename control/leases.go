@@ -1,17 +1,10 @@
 package control
 
 import (
-	"bytes"
 	"context"
-	"crypto/subtle"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -24,12 +17,23 @@ import (
 // LeasePrefix is the URL prefix under which a lease name (a resource key) names its lease.
 const LeasePrefix = "/v1/leases/"
 
-// Leases is what the lease API needs (lease.Manager provides it).
+// Leases is what the lease API needs (lease.Manager provides it). Errors are
+// lease.ErrHeld (a *lease.HeldError), lease.ErrLost, lease.ErrExhausted,
+// lease.ErrInvalid, lease.ErrNotFound, and from Acquire also
+// fence.ErrDrainTimeout and ctx's cause (the lease may be granted then: the
+// error says so); any other error is a store failure (503), its text logged,
+// not shown.
 type Leases interface {
+	// Acquire grants name to holder for ttl with a new fencing token and
+	// raises name's fence to it through the fence barrier.
 	Acquire(ctx context.Context, name, holder string, ttl time.Duration) (lease.Lease, error)
+	// Renew extends holder's lease on name by its TTL, keeping token.
 	Renew(name, holder string, token uint64) (lease.Lease, error)
+	// Release ends holder's lease on name at once.
 	Release(name, holder string, token uint64) (lease.Lease, error)
+	// Get returns name's lease and its state now.
 	Get(name string) (lease.Lease, lease.State, error)
+	// ForceRelease ends name's lease whoever holds it (an operator's call).
 	ForceRelease(name string) (lease.Lease, error)
 }
 
@@ -41,269 +45,159 @@ type Signer interface {
 	Sign(resource string, token uint64) string
 }
 
-// leaseAPI serves /v1/leases/*.
-type leaseAPI struct {
-	leases     Leases
-	token      string // bearer token for lease calls; "" = open
-	adminToken string // DELETE ...?force=true needs the admin bearer
-	depth      int    // RESOURCE_DEPTH: a lease name must have exactly this many segments
-	signer     Signer // signed-token mode: acquire and renew answers carry the signature; nil = off
-	log        *slog.Logger
-}
-
-func (a *leaseAPI) routes(r chi.Router) {
-	r.Route(LeasePrefix, func(r chi.Router) {
-		r.Use(a.authorize)
-		r.Post("/*", a.acquire)
-		r.Put("/*", a.renew)
-		r.Delete("/*", a.release)
-		r.Get("/*", a.get)
+// leaseRoutes registers /v1/leases/*.
+func (s *server) leaseRoutes(r chi.Router) {
+	lr := func(op string, status int) route {
+		return route{
+			op: op, prefix: LeasePrefix, name: fence.Resolver{Depth: s.opts.ResourceDepth}.LeaseName,
+			badName: errBadLeaseName, badBody: lease.ErrInvalid, failed: errLeaseStore, status: status,
+		}
+	}
+	leases := r.With(s.leaseAuth)
+	leases.Post(LeasePrefix+"*", handle(s, lr("lease.acquire", http.StatusCreated), s.acquire))
+	leases.Put(LeasePrefix+"*", handle(s, lr("lease.renew", http.StatusOK), s.renew))
+	leases.Get(LeasePrefix+"*", handle(s, lr("lease.get", http.StatusOK), s.getLease))
+	release := handle(s, lr("lease.release", http.StatusOK), s.release)
+	forceRelease := s.adminAuth(handle(s, lr("lease.force_release", http.StatusOK), s.forceRelease))
+	leases.Delete(LeasePrefix+"*", func(w http.ResponseWriter, r *http.Request) {
+		force, err := forced(r)
+		switch {
+		case err != nil:
+			s.fail(w, r, lr("lease.release", http.StatusOK), "", err)
+		case force:
+			forceRelease.ServeHTTP(w, r)
+		default:
+			release(w, r)
+		}
 	})
 }
 
-// authorize requires FENCEPROXY_LEASE_TOKEN as a bearer token when it is set:
-// anyone who can acquire can fence out the real holder.
-func (a *leaseAPI) authorize(next http.Handler) http.Handler {
+// forced reads DELETE's ?force: true selects the admin force-release.
+func forced(r *http.Request) (bool, error) {
+	q := r.URL.Query()
+	if !q.Has("force") {
+		return false, nil
+	}
+	force, err := strconv.ParseBool(q.Get("force"))
+	if err != nil {
+		return false, detailed(errBadForce, "force is true or false")
+	}
+	return force, nil
+}
+
+// leaseAuth requires FENCEPROXY_LEASE_TOKEN as a bearer token when it is
+// set: anyone who can acquire can fence out the real holder. A
+// force-release is an admin call instead: it needs the admin bearer.
+func (s *server) leaseAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A force-release is an admin call: forceRelease checks the admin bearer.
-		if a.token != "" && !bearer(r, a.token) && !(r.Method == http.MethodDelete && r.URL.Query().Has("force")) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fenceproxy leases"`)
-			writeProblem(w, http.StatusUnauthorized, "Unauthorized", "lease calls need Authorization: Bearer <FENCEPROXY_LEASE_TOKEN>")
+		if s.opts.LeaseToken == "" || bearer(r, s.opts.LeaseToken) {
+			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		if force, err := forced(r); r.Method == http.MethodDelete && err == nil && force {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="fenceproxy leases"`)
+		s.fail(w, r, route{op: "lease"}, "", detailed(errUnauthorized, "lease calls need Authorization: Bearer <FENCEPROXY_LEASE_TOKEN>"))
 	})
 }
 
-// bearer reports whether r carries "Authorization: Bearer want" (constant-time compare).
-func bearer(r *http.Request, want string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
-}
-
-// name returns the lease name of r: the percent-decoded path after the prefix,
-// a valid resource key with exactly RESOURCE_DEPTH segments when that is set.
-func (a *leaseAPI) name(r *http.Request) (string, error) {
-	return fence.Resolver{Depth: a.depth}.LeaseName(rawAfter(r, LeasePrefix))
-}
-
-// Token is a fencing token in JSON: written as a decimal string (64-bit
-// integers lose precision in JavaScript), read from a string or a number.
-type Token uint64
-
-// MarshalJSON writes the token as a decimal string.
-func (t Token) MarshalJSON() ([]byte, error) {
-	return []byte(`"` + strconv.FormatUint(uint64(t), 10) + `"`), nil
-}
-
-// UnmarshalJSON reads "42" or 42, with the proxy's token rules.
-func (t *Token) UnmarshalJSON(b []byte) error {
-	s := string(bytes.TrimSpace(b))
-	if unq, err := strconv.Unquote(s); err == nil {
-		s = unq
+// acquire: POST /v1/leases/{name} {"holder","ttl"}.
+func (s *server) acquire(ctx context.Context, req request[wire.LeaseRequest]) (wire.Lease, error) {
+	if req.Body.Token != nil {
+		return wire.Lease{}, detailed(lease.ErrInvalid, "acquire takes holder and ttl, not a token")
 	}
-	v, err := fence.ParseToken(s)
+	ttl, err := time.ParseDuration(req.Body.TTL)
 	if err != nil {
-		return err
+		return wire.Lease{}, detailed(lease.ErrInvalid, fmt.Sprintf("ttl %q: want a Go duration such as 10s", req.Body.TTL))
 	}
-	*t = Token(v)
-	return nil
-}
-
-type leaseRequest struct {
-	Holder string `json:"holder"`
-	TTL    string `json:"ttl"`
-	Token  *Token `json:"token"`
-}
-
-type leaseBody struct {
-	Name       string    `json:"name"`
-	Holder     string    `json:"holder"`
-	Token      Token     `json:"token"`
-	State      string    `json:"state,omitempty"`
-	TTL        string    `json:"ttl"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	RenewedAt  time.Time `json:"renewed_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	// TokenSignature is the token's signature in signed-token mode, on
-	// acquire and renew answers only (the holder's proof, not for readers).
-	TokenSignature string `json:"token_signature,omitempty"`
-}
-
-// signed adds the signature of the lease's token to an acquire or renew
-// answer, in the X-Fencing-Token-Signature header and the body, when
-// signed-token mode is on. The lease name is the resource key it fences.
-func (a *leaseAPI) signed(w http.ResponseWriter, b leaseBody) leaseBody {
-	if a.signer != nil {
-		b.TokenSignature = a.signer.Sign(b.Name, uint64(b.Token))
-		w.Header().Set(wire.HeaderSignature, b.TokenSignature)
+	l, err := s.opts.Leases.Acquire(ctx, req.Name, req.Body.Holder, ttl)
+	if err != nil {
+		return wire.Lease{}, err
 	}
-	return b
+	return s.signed(req.Header, leaseOf(l, lease.StateHeld)), nil
 }
 
-func body(l lease.Lease, st lease.State) leaseBody {
-	return leaseBody{Name: l.Name, Holder: l.Holder, Token: Token(l.Token), State: string(st), TTL: l.TTL.String(),
-		AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt}
-}
-
-// decode reads a small JSON body; unknown fields are errors.
-func decodeRequest(r *http.Request) (leaseRequest, error) {
-	var req leaseRequest
-	return req, decodeStrict(r.Body, &req)
-}
-
-// decodeStrict reads exactly one small JSON object into v: unknown fields and
-// trailing data are errors.
-func decodeStrict(body io.Reader, v any) error {
-	dec := json.NewDecoder(io.LimitReader(body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("body: %w", err)
+// renew: PUT /v1/leases/{name} {"holder","token"}; the answer is signed.
+func (s *server) renew(_ context.Context, req request[wire.LeaseRequest]) (wire.Lease, error) {
+	if err := holderRequest(req.Body); err != nil {
+		return wire.Lease{}, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("body: data after the JSON object")
+	l, err := s.opts.Leases.Renew(req.Name, req.Body.Holder, uint64(*req.Body.Token))
+	if err != nil {
+		return wire.Lease{}, err
+	}
+	if l.Released {
+		return leaseOf(l, stateOf(l)), nil
+	}
+	return s.signed(req.Header, leaseOf(l, stateOf(l))), nil
+}
+
+// release: DELETE /v1/leases/{name} {"holder","token"}; a released token
+// needs no signature.
+func (s *server) release(_ context.Context, req request[wire.LeaseRequest]) (wire.Lease, error) {
+	if err := holderRequest(req.Body); err != nil {
+		return wire.Lease{}, err
+	}
+	l, err := s.opts.Leases.Release(req.Name, req.Body.Holder, uint64(*req.Body.Token))
+	if err != nil {
+		return wire.Lease{}, err
+	}
+	return leaseOf(l, stateOf(l)), nil
+}
+
+// holderRequest checks the body of a renew or release: holder and token.
+func holderRequest(b wire.LeaseRequest) error {
+	switch {
+	case b.Token == nil || b.Holder == "":
+		return detailed(lease.ErrInvalid, "holder and token are required")
+	case b.TTL != "":
+		return detailed(lease.ErrInvalid, "ttl is fixed at acquire; renew and release take holder and token")
 	}
 	return nil
 }
 
-func (a *leaseAPI) acquire(w http.ResponseWriter, r *http.Request) {
-	name, err := a.name(r)
+// getLease: GET /v1/leases/{name}, the lease with its state now.
+func (s *server) getLease(_ context.Context, req request[none]) (wire.Lease, error) {
+	l, st, err := s.opts.Leases.Get(req.Name)
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "Bad lease name", err.Error())
-		return
+		return wire.Lease{}, err
 	}
-	req, err := decodeRequest(r)
-	if err == nil && req.Token != nil {
-		err = errors.New("acquire takes holder and ttl, not a token")
-	}
-	var ttl time.Duration
-	if err == nil {
-		if ttl, err = time.ParseDuration(req.TTL); err != nil {
-			err = fmt.Errorf("ttl %q: want a Go duration such as 10s", req.TTL)
-		}
-	}
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "Bad lease request", err.Error())
-		return
-	}
-	l, err := a.leases.Acquire(r.Context(), name, req.Holder, ttl)
-	if err != nil {
-		a.fail(w, r, name, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, a.signed(w, body(l, lease.StateHeld)))
-}
-
-func (a *leaseAPI) renew(w http.ResponseWriter, r *http.Request) {
-	a.holderCall(w, r, a.leases.Renew, true)
-}
-
-func (a *leaseAPI) release(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Has("force") {
-		force, err := strconv.ParseBool(r.URL.Query().Get("force"))
-		if err != nil {
-			writeProblem(w, http.StatusBadRequest, "Bad force parameter", "force is true or false")
-			return
-		}
-		if force {
-			a.forceRelease(w, r)
-			return
-		}
-	}
-	a.holderCall(w, r, a.leases.Release, false)
+	return leaseOf(l, st), nil
 }
 
 // forceRelease: DELETE /v1/leases/{name}?force=true with the admin bearer
 // ends a lease whoever holds it; its token stays spent, the fence stays.
-func (a *leaseAPI) forceRelease(w http.ResponseWriter, r *http.Request) {
-	(&admin{token: a.adminToken, log: a.log}).authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, err := a.name(r)
-		if err != nil {
-			writeProblem(w, http.StatusBadRequest, "Bad lease name", err.Error())
-			return
-		}
-		l, err := a.leases.ForceRelease(name)
-		if err != nil {
-			a.fail(w, r, name, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, body(l, lease.StateReleased))
-	})).ServeHTTP(w, r)
+func (s *server) forceRelease(_ context.Context, req request[none]) (wire.Lease, error) {
+	l, err := s.opts.Leases.ForceRelease(req.Name)
+	if err != nil {
+		return wire.Lease{}, err
+	}
+	return leaseOf(l, lease.StateReleased), nil
 }
 
-// holderCall serves renew and release: both name the holder and its token.
-// sign: the answer carries the token's signature (renew; a released token
-// needs none).
-func (a *leaseAPI) holderCall(w http.ResponseWriter, r *http.Request, call func(name, holder string, token uint64) (lease.Lease, error), sign bool) {
-	name, err := a.name(r)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "Bad lease name", err.Error())
-		return
+// signed adds the signature of the lease's token to an acquire or renew
+// answer, in the X-Fencing-Token-Signature header h and the body, when
+// signed-token mode is on. The lease name is the resource key it fences.
+func (s *server) signed(h http.Header, l wire.Lease) wire.Lease {
+	if s.opts.Signer != nil {
+		l.TokenSignature = s.opts.Signer.Sign(l.Name, uint64(l.Token))
+		h.Set(wire.HeaderSignature, l.TokenSignature)
 	}
-	req, err := decodeRequest(r)
-	if err == nil && (req.Token == nil || req.Holder == "") {
-		err = errors.New("holder and token are required")
-	}
-	if err == nil && req.TTL != "" {
-		err = errors.New("ttl is fixed at acquire; renew and release take holder and token")
-	}
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "Bad lease request", err.Error())
-		return
-	}
-	l, err := call(name, req.Holder, uint64(*req.Token))
-	if err != nil {
-		a.fail(w, r, name, err)
-		return
-	}
-	st := lease.StateHeld
+	return l
+}
+
+// stateOf is the state of l as renew and release return it.
+func stateOf(l lease.Lease) lease.State {
 	if l.Released {
-		st = lease.StateReleased
+		return lease.StateReleased
 	}
-	b := body(l, st)
-	if sign && !l.Released {
-		b = a.signed(w, b)
-	}
-	writeJSON(w, http.StatusOK, b)
+	return lease.StateHeld
 }
 
-func (a *leaseAPI) get(w http.ResponseWriter, r *http.Request) {
-	name, err := a.name(r)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "Bad lease name", err.Error())
-		return
-	}
-	l, st, err := a.leases.Get(name)
-	if err != nil {
-		a.fail(w, r, name, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, body(l, st))
-}
-
-// fail maps lease errors to HTTP: the one place for the lease API.
-func (a *leaseAPI) fail(w http.ResponseWriter, r *http.Request, name string, err error) {
-	var held *lease.HeldError
-	switch {
-	case errors.As(err, &held):
-		w.Header().Set("Content-Type", "application/problem+json")
-		w.WriteHeader(http.StatusConflict)
-		json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": "Lease held", "status": http.StatusConflict,
-			"detail": held.Error(), "name": name, "holder": held.Holder, "expires_at": held.ExpiresAt, "grace_ends": held.GraceEnds})
-	case errors.Is(err, lease.ErrLost):
-		writeProblem(w, http.StatusConflict, "Lease lost", err.Error())
-	case errors.Is(err, lease.ErrExhausted):
-		writeProblem(w, http.StatusConflict, "Fencing tokens exhausted", err.Error())
-	case errors.Is(err, lease.ErrInvalid):
-		writeProblem(w, http.StatusBadRequest, "Bad lease request", err.Error())
-	case errors.Is(err, fence.ErrDrainTimeout):
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, "Smaller-token writes still in flight", err.Error())
-	case errors.Is(err, lease.ErrNotFound):
-		writeProblem(w, http.StatusNotFound, "Unknown lease", "no lease of this name was ever acquired")
-	default:
-		a.log.LogAttrs(r.Context(), slog.LevelError, "lease call failed", slog.String("lease", name), slog.String("error", err.Error()))
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, "Lease store unavailable", "the lease could not be read or written; nothing changed")
-	}
+// leaseOf is l in state st as the lease API answers it.
+func leaseOf(l lease.Lease, st lease.State) wire.Lease {
+	return wire.Lease{Name: l.Name, Holder: l.Holder, Token: wire.Token(l.Token), State: string(st), TTL: l.TTL.String(),
+		AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt}
 }

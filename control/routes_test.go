@@ -22,7 +22,7 @@ const specPath = "../api/openapi.yaml"
 // lease and admin routes; the walk never calls them. Every optional part of
 // Options is set, so every route the control listener can serve is walked.
 type routeLeases struct{ Leases }
-type routeAdmin struct{ AdminStore }
+type routeAdmin struct{ AdminFences }
 
 // TestRoutesMatchOpenAPI checks that the control router serves exactly the
 // operations api/openapi.yaml documents for the control listener, no more and

@@ -49,9 +49,11 @@ const (
 	ReasonInternal     = "internal"      // 500
 )
 
-// Reasons of the control API's problems.
+// Reasons of the control API's problems. It also uses bad_resource (a name
+// in the path that is no resource key), drain_timeout, client_gone (logged
+// only: nobody reads the answer) and internal from the list above.
 const (
-	ReasonBadRequest      = "bad_request"        // 400: a bad body, name, parameter
+	ReasonBadRequest      = "bad_request"        // 400: a bad body or query parameter
 	ReasonUnauthorized    = "unauthorized"       // 401: a bearer token is needed
 	ReasonAdminDisabled   = "admin_disabled"     // 403: FENCEPROXY_ADMIN_TOKEN is unset
 	ReasonNotFound        = "not_found"          // 404: no such resource, lease or endpoint
