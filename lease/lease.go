@@ -37,7 +37,7 @@ type Store interface {
 }
 
 // Barrier runs a change that raises a resource's fence through the fence
-// barrier (proxy.Fence provides it): writes on the resource wait for its
+// barrier (fence.Barrier provides it): writes on the resource wait for its
 // outcome, uploads below the new maximum are cut off, and it returns only
 // once no write below it is in flight upstream, so the previous holder's
 // writes can no longer be applied. It returns the maximum raise left; raise's

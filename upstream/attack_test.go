@@ -227,7 +227,7 @@ func TestFastPathKnownDifferenceDuplicateContentLength(t *testing.T) {
 // Trailers come back as the Transport gives them: sent in lower case (as
 // Node, Python and Rust servers send them), or unannounced. (An announced
 // name fasthttp deems forbidden, such as X-Forwarded-For, fails the whole
-// exchange: a known difference, pinned in cmd/fenceproxy.)
+// exchange: a known difference, pinned in package server.)
 func TestFastPathResponseTrailers(t *testing.T) {
 	for _, tc := range []struct{ name, resp string }{
 		{"lower-case name", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: x-sum\r\n\r\n5\r\nhello\r\n0\r\nx-sum: 1\r\n\r\n"},
