@@ -338,13 +338,9 @@ func (b *Barrier) RaiseWith(ctx context.Context, resource string, raise func() e
 	st := sh.ref(resource)
 	defer sh.unref(resource, st)
 	var deadline <-chan time.Time
-	st.mu.Lock()
-	for st.raising {
-		if err := b.wait(ctx, st, resource, &deadline, nil); err != nil {
-			return 0, err
-		}
+	if err := b.startRaise(ctx, st, resource, &deadline); err != nil {
+		return 0, err
 	}
-	st.raising = true
 	st.mu.Unlock()
 	start := b.clock.Now()
 	err := raise()
@@ -397,13 +393,9 @@ func (b *Barrier) Reset(ctx context.Context, resource string, reset func() (uint
 	st := sh.ref(resource)
 	defer sh.unref(resource, st)
 	var deadline <-chan time.Time
-	st.mu.Lock()
-	for st.raising {
-		if err := b.wait(ctx, st, resource, &deadline, nil); err != nil {
-			return 0, err
-		}
+	if err := b.startRaise(ctx, st, resource, &deadline); err != nil {
+		return 0, err
 	}
-	st.raising = true // newcomers wait, as for a raise
 	for len(st.inflight) > 0 {
 		if err := b.wait(ctx, st, resource, &deadline, nil); err != nil {
 			st.mu.Lock()
@@ -420,6 +412,20 @@ func (b *Barrier) Reset(ctx context.Context, resource string, reset func() (uint
 	st.broadcast()
 	st.mu.Unlock()
 	return removed, err
+}
+
+// startRaise waits until no other raise of the resource is in progress, then
+// marks one: newcomers wait for its outcome. It returns with st.mu held, or
+// with the wait's error and st.mu released.
+func (b *Barrier) startRaise(ctx context.Context, st *resourceState, resource string, deadline *<-chan time.Time) error {
+	st.mu.Lock()
+	for st.raising {
+		if err := b.wait(ctx, st, resource, deadline, nil); err != nil {
+			return err
+		}
+	}
+	st.raising = true
+	return nil
 }
 
 // startGrace returns a channel that fires when the start-up grace is over if
