@@ -102,8 +102,8 @@ type Lease struct {
 
 // Options configures a Manager. Zero values get the defaults in brackets.
 type Options struct {
-	MinTTL      time.Duration    // shortest TTL accepted [1s]
-	MaxTTL      time.Duration    // longest TTL accepted [1h]
+	MinTTL      time.Duration    // shortest TTL accepted (FENCEPROXY_LEASE_MIN_TTL); 0: any TTL above 0
+	MaxTTL      time.Duration    // longest TTL accepted (FENCEPROXY_LEASE_MAX_TTL); 0: no bound
 	Grace       time.Duration    // fixed grace after expiry [0: 2/3 of the lease's TTL]
 	RevokeAfter time.Duration    // silence after which a holder is suspect [0: half the TTL]
 	Now         func() time.Time // clock [time.Now]
@@ -121,12 +121,6 @@ type Manager struct {
 // NewManager returns a Manager over store whose grants raise fences through
 // barrier.
 func NewManager(store Store, barrier Barrier, opts Options) *Manager {
-	if opts.MinTTL <= 0 {
-		opts.MinTTL = time.Second
-	}
-	if opts.MaxTTL <= 0 {
-		opts.MaxTTL = time.Hour
-	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -191,7 +185,10 @@ func decode(name string, rec []byte) (*Lease, error) {
 // ErrInvalid for a TTL outside [MinTTL, MaxTTL] or an empty holder;
 // ErrExhausted; store errors; the barrier's errors (its drain timeout, ctx
 // ended) after the grant: the lease is then granted, and the holder
-// acquiring again gets a new token.
+// acquiring again gets a new token. The TTL runs from the grant; when the
+// drain took more than a third of it, Acquire renews the lease before it
+// returns, and fails with ErrLost if the lease expired past its grace or was
+// taken over meanwhile.
 func (m *Manager) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	if err := m.check(holder, ttl); err != nil {
 		return Lease{}, err
@@ -209,6 +206,19 @@ func (m *Manager) Acquire(ctx context.Context, name, holder string, ttl time.Dur
 	}
 	if err != nil {
 		return Lease{}, err
+	}
+	if waited := m.opts.Now().Sub(now); waited > ttl/3 {
+		// The drain took a good part of the TTL, which runs from the grant:
+		// run it from now, as a renew does, so that the answer never hands
+		// out a lease about to expire, or one taken over meanwhile.
+		refreshed, err := m.Renew(name, holder, granted.Token)
+		if err != nil {
+			m.opts.Logger.Warn("lease granted, but lost while writes with smaller tokens drained", "lease", name,
+				"holder", holder, "token", granted.Token, "waited", waited.String(), "error", err.Error())
+			return Lease{}, fmt.Errorf("lease %q was granted to %q with token %d, then lost while writes with smaller tokens drained for %s: %w",
+				name, holder, granted.Token, waited, err)
+		}
+		granted = refreshed
 	}
 	m.opts.Logger.Info("lease acquired", "lease", name, "holder", holder, "token", granted.Token,
 		"ttl", ttl.String(), "previous_holder", previous.Holder, "previous_token", previous.Token)
@@ -369,7 +379,7 @@ func (m *Manager) check(holder string, ttl time.Duration) error {
 		return fmt.Errorf("%w: holder is longer than 256 bytes", ErrInvalid)
 	case strings.TrimSpace(holder) == "" || strings.IndexFunc(holder, unicode.IsControl) >= 0:
 		return fmt.Errorf("%w: holder is blank or has control characters", ErrInvalid)
-	case ttl < m.opts.MinTTL || ttl > m.opts.MaxTTL:
+	case ttl <= 0 || ttl < m.opts.MinTTL || (m.opts.MaxTTL > 0 && ttl > m.opts.MaxTTL):
 		return fmt.Errorf("%w: ttl %s is outside [%s, %s]", ErrInvalid, ttl, m.opts.MinTTL, m.opts.MaxTTL)
 	}
 	return nil

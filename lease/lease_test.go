@@ -44,7 +44,7 @@ func newTestManager(t *testing.T, dir string) (*Manager, *tokenstore.Store, *clo
 	}
 	t.Cleanup(func() { s.Close() })
 	c := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	return NewManager(s, newBarrier(s), Options{Now: c.Now}), s, c
+	return NewManager(s, newBarrier(s), Options{Now: c.Now, MinTTL: time.Second, MaxTTL: time.Hour}), s, c
 }
 
 // The second background document's timeline: w1 holds and renews, w2 cannot
@@ -321,4 +321,78 @@ func newBarrier(s fence.Store) *fence.Barrier {
 		panic(err)
 	}
 	return b
+}
+
+// drainingBarrier is the fence barrier with a drain the test scripts: after
+// the grant, during runs (once) as if earlier writes were still draining.
+type drainingBarrier struct {
+	*fence.Barrier
+	mu     sync.Mutex
+	during func()
+}
+
+func (d *drainingBarrier) RaiseWith(ctx context.Context, resource string, raise func() error) (uint64, error) {
+	m, err := d.Barrier.RaiseWith(ctx, resource, raise)
+	d.mu.Lock()
+	during := d.during
+	d.during = nil
+	d.mu.Unlock()
+	if during != nil && err == nil {
+		during()
+	}
+	return m, err
+}
+
+// The TTL runs from the grant. An acquire whose drain took more than a third
+// of it renews before answering, so the holder never gets a lease that is
+// about to expire or was taken over while earlier writes drained.
+func TestAcquireAfterLongDrain(t *testing.T) {
+	const ttl = 9 * time.Second // grace 6s
+	for _, tc := range []struct {
+		name      string
+		drain     time.Duration
+		rival     bool // another holder acquires during the drain
+		wantErr   error
+		renewedAt time.Duration // after the grant
+	}{
+		{"short drain: as granted", 2 * time.Second, false, nil, 0},
+		{"long drain: renewed", 5 * time.Second, false, nil, 5 * time.Second},
+		{"drain past expiry and grace, taken over", 16 * time.Second, true, ErrLost, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			c := &clock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+			b := &drainingBarrier{Barrier: newBarrier(s)}
+			m := NewManager(s, b, Options{Now: c.Now})
+			granted := c.Now()
+			b.during = func() {
+				c.advance(tc.drain)
+				if tc.rival {
+					if _, err := m.Acquire(context.Background(), "r", "C", ttl); err != nil {
+						t.Errorf("C's acquire during the drain: %v", err)
+					}
+				}
+			}
+			l, err := m.Acquire(context.Background(), "r", "B", ttl)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("B's acquire: %+v, %v; want %v", l, err, tc.wantErr)
+			}
+			if err != nil {
+				if cur, _, _ := m.Get("r"); cur.Holder != "C" {
+					t.Fatalf("the lease is %s's, want C's", cur.Holder)
+				}
+				return
+			}
+			if want := granted.Add(tc.renewedAt); !l.RenewedAt.Equal(want) || !l.ExpiresAt.Equal(want.Add(ttl)) {
+				t.Fatalf("renewed at %s, expires at %s; want %s and %s", l.RenewedAt, l.ExpiresAt, want, want.Add(ttl))
+			}
+			if _, st, _ := m.Get("r"); st != StateHeld {
+				t.Fatalf("state %s right after the acquire, want held", st)
+			}
+		})
+	}
 }

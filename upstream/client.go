@@ -82,7 +82,9 @@ type Options struct {
 	// the Transport. An https upstream has no fast path either way.
 	FastPath bool
 	// DialTimeout bounds a connect (DNS lookup and TCP connect) and,
-	// separately, an https upstream's TLS handshake. [5s]
+	// separately, an https upstream's TLS handshake
+	// (FENCEPROXY_UPSTREAM_DIAL_TIMEOUT). Zero or negative: no bound but the
+	// system's.
 	DialTimeout time.Duration
 	// ResponseTimeout bounds the wait for the response headers after the
 	// request was written (http.Transport.ResponseHeaderTimeout), not the
@@ -99,9 +101,6 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = 5 * time.Second
-	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 10 * time.Second
 	}
