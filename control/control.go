@@ -118,7 +118,7 @@ func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	})
 	r.Get("/readyz", s.readyz)
 	r.Get(FencePrefix+"*", handle(s, route{
-		op: "fence.get", prefix: FencePrefix, name: fence.Resolver{}.Name,
+		op: "fence.get", prefix: FencePrefix, name: fence.Resolver{Depth: s.opts.ResourceDepth}.Name,
 		badName: errUnknownResource, failed: fence.ErrStore, status: http.StatusOK,
 	}, s.getFence))
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {

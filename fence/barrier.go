@@ -31,8 +31,8 @@ type Options struct {
 	// Clock: nil is the system clock.
 	Clock Clock
 	// ObserveRaise, when set, is called with the duration of every durable
-	// raise the barrier makes (a write's, Raise's, RaiseWith's), after it.
-	// nil: none.
+	// raise the barrier made (a write's, Raise's, RaiseWith's), after it;
+	// failed ones are not observed. nil: none.
 	ObserveRaise func(time.Duration)
 }
 
@@ -189,7 +189,7 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 	fresh := false // m is the maximum as our own raise left it: no need to read it again
 	for {
 		if st.raising {
-			if err := b.wait(ctx, st, resource, deadline, nil); err != nil {
+			if err := b.wait(ctx, st, resource, deadline); err != nil {
 				return nil, err
 			}
 			continue
@@ -230,16 +230,19 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 			// t is the maximum now: smaller-token uploads still sending their
 			// body are stale and cannot be applied if cut before their end.
 			st.cutBelow(t)
-			if err := b.wait(ctx, st, resource, deadline, nil); err != nil {
+			if err := b.wait(ctx, st, resource, deadline); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		if startGrace != nil {
-			if err := b.wait(ctx, st, resource, deadline, startGrace); err != nil {
+			over, err := b.waitOr(ctx, st, resource, deadline, startGrace)
+			if err != nil {
 				return nil, err
 			}
-			startGrace = nil
+			if over {
+				startGrace = nil
+			}
 			continue
 		}
 		st.inflight[t]++
@@ -292,7 +295,9 @@ func (b *Barrier) raise(resource string, t uint64) (uint64, error) {
 	}
 	start := b.clock.Now()
 	m, err := b.store.Raise(resource, t)
-	b.opts.ObserveRaise(b.clock.Now().Sub(start))
+	if err == nil {
+		b.opts.ObserveRaise(b.clock.Now().Sub(start))
+	}
 	return m, err
 }
 
@@ -344,7 +349,7 @@ func (b *Barrier) RaiseWith(ctx context.Context, resource string, raise func() e
 	st.mu.Unlock()
 	start := b.clock.Now()
 	err := raise()
-	if b.opts.ObserveRaise != nil {
+	if b.opts.ObserveRaise != nil && err == nil {
 		b.opts.ObserveRaise(b.clock.Now().Sub(start))
 	}
 	var m uint64
@@ -364,16 +369,19 @@ func (b *Barrier) RaiseWith(ctx context.Context, resource string, raise func() e
 	for {
 		if st.inflightBelow(m) {
 			st.cutBelow(m)
-			if err := b.wait(ctx, st, resource, &deadline, nil); err != nil {
+			if err := b.wait(ctx, st, resource, &deadline); err != nil {
 				return m, err
 			}
 			continue
 		}
 		if startGrace != nil {
-			if err := b.wait(ctx, st, resource, &deadline, startGrace); err != nil {
+			over, err := b.waitOr(ctx, st, resource, &deadline, startGrace)
+			if err != nil {
 				return m, err
 			}
-			startGrace = nil
+			if over {
+				startGrace = nil
+			}
 			continue
 		}
 		st.mu.Unlock()
@@ -383,7 +391,8 @@ func (b *Barrier) RaiseWith(ctx context.Context, resource string, raise func() e
 
 // Reset runs reset, which removes resource's maximum (an operator's reset:
 // the one way a maximum goes down), once every write on resource has
-// finished upstream, while newcomers wait: no write admitted under the old
+// finished upstream (after an unclean start, once the start-up grace is
+// over too), while newcomers wait: no write admitted under the old
 // maximum is still in flight when smaller tokens pass again. It returns what
 // reset returns. Errors: ErrDrainTimeout when writes were still in flight
 // after the drain timeout, or ctx's cause (reset did not run: nothing
@@ -392,17 +401,27 @@ func (b *Barrier) Reset(ctx context.Context, resource string, reset func() (uint
 	sh := b.shard(resource)
 	st := sh.ref(resource)
 	defer sh.unref(resource, st)
+	// After an unclean start, the previous process's writes may be in flight too.
+	startGrace := b.startGrace(resource, MaxToken)
 	var deadline <-chan time.Time
 	if err := b.startRaise(ctx, st, resource, &deadline); err != nil {
 		return 0, err
 	}
-	for len(st.inflight) > 0 {
-		if err := b.wait(ctx, st, resource, &deadline, nil); err != nil {
+	for len(st.inflight) > 0 || startGrace != nil {
+		wake := startGrace
+		if len(st.inflight) > 0 {
+			wake = nil
+		}
+		over, err := b.waitOr(ctx, st, resource, &deadline, wake)
+		if err != nil {
 			st.mu.Lock()
 			st.raising = false
 			st.broadcast()
 			st.mu.Unlock()
 			return 0, err
+		}
+		if over {
+			startGrace = nil
 		}
 	}
 	st.mu.Unlock()
@@ -420,7 +439,7 @@ func (b *Barrier) Reset(ctx context.Context, resource string, reset func() (uint
 func (b *Barrier) startRaise(ctx context.Context, st *resourceState, resource string, deadline *<-chan time.Time) error {
 	st.mu.Lock()
 	for st.raising {
-		if err := b.wait(ctx, st, resource, deadline, nil); err != nil {
+		if err := b.wait(ctx, st, resource, deadline); err != nil {
 			return err
 		}
 	}
@@ -600,11 +619,19 @@ func (st *resourceState) broadcast() {
 	}
 }
 
-// wait releases st.mu until the state changes or wake fires, then takes it
-// again. The drain timer starts at the first wait of a request. On timeout or
+// wait releases st.mu until the state changes, then takes it again. The
+// drain timer starts at the first wait of a request. On timeout or
 // cancellation it returns with st.mu released: ErrDrainTimeout (as a
 // *ResourceError of resource) or ctx's cause. Caller holds st.mu.
-func (b *Barrier) wait(ctx context.Context, st *resourceState, resource string, deadline *<-chan time.Time, wake <-chan time.Time) error {
+func (b *Barrier) wait(ctx context.Context, st *resourceState, resource string, deadline *<-chan time.Time) error {
+	_, err := b.waitOr(ctx, st, resource, deadline, nil)
+	return err
+}
+
+// waitOr is wait that also ends when wake fires, and then reports it: a
+// wait for the state to change must not take a change for the end of a
+// grace.
+func (b *Barrier) waitOr(ctx context.Context, st *resourceState, resource string, deadline *<-chan time.Time, wake <-chan time.Time) (woke bool, err error) {
 	if *deadline == nil {
 		*deadline = b.clock.After(b.opts.DrainTimeout)
 	}
@@ -613,10 +640,10 @@ func (b *Barrier) wait(ctx context.Context, st *resourceState, resource string, 
 	}
 	ch := st.changed
 	st.mu.Unlock()
-	var err error
 	select {
 	case <-ch:
 	case <-wake:
+		woke = true
 	case <-*deadline:
 		err = onResource(resource, ErrDrainTimeout)
 	case <-ctx.Done():
@@ -625,5 +652,5 @@ func (b *Barrier) wait(ctx context.Context, st *resourceState, resource string, 
 	if err == nil {
 		st.mu.Lock()
 	}
-	return err
+	return woke, err
 }

@@ -648,3 +648,46 @@ func (c *manualClock) advance(d time.Duration) {
 		}
 	}
 }
+
+// A change on the resource during the start-up grace (another raise of it)
+// wakes the waiters, but is not the end of the grace: they keep waiting. A
+// reset waits the grace out too.
+func TestStartGraceOutlastsChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := memstore.NewDisk()
+		s, err := memstore.Open(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.MarkWritten("zero")
+		s.Raise("old", 5)
+		s.Close()
+		if s, err = memstore.Open(d); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		const grace = 5 * time.Second
+		start := time.Now()
+		b := newBarrier(t, s, fence.Options{StartGrace: grace})
+		one := admit(b, []string{"zero"}, 1, nil)
+		if one.finished() {
+			t.Fatalf("1 admitted during the start-up grace: %v", one.err)
+		}
+		go b.Raise(context.Background(), "zero", 1) // a change on the resource, well before the grace ends
+		if one.finished() {
+			t.Fatalf("1 admitted %s after start, when another raise of its resource was made; the grace is %s", one.at.Sub(start), grace)
+		}
+		<-one.done
+		if one.err != nil || one.at.Sub(start) != grace {
+			t.Fatalf("1: %v after %s, want admitted after the %s grace", one.err, one.at.Sub(start), grace)
+		}
+		one.release()
+
+		b2 := newBarrier(t, s, fence.Options{StartGrace: grace})
+		start = time.Now()
+		removed, err := b2.Reset(context.Background(), "old", func() (uint64, error) { return s.Reset("old") })
+		if removed != 5 || err != nil || time.Since(start) != grace {
+			t.Fatalf("Reset after an unclean start: %d, %v after %s; want 5 after the %s grace", removed, err, time.Since(start), grace)
+		}
+	})
+}

@@ -78,8 +78,10 @@ func (r Resolver) Key(path string) (string, error) {
 
 // Name returns the resource key that raw names exactly: raw is the rest of
 // an API URL's path after its prefix (/v1/fences/, /v1/leases/) as received,
-// still percent-encoded. The bytes are checked as for Target, and the key
-// must be whole (Depth does not cut it). ErrBadResource otherwise.
+// still percent-encoded. The bytes are checked as for Target, and the name
+// must be a key some write can have: with Depth > 0, at most Depth segments
+// (a longer name would be fenced, and fence nothing). ErrBadResource
+// otherwise.
 func (r Resolver) Name(raw string) (string, error) {
 	if err := CheckRawPath(raw); err != nil {
 		return "", err
@@ -94,6 +96,10 @@ func (r Resolver) Name(raw string) (string, error) {
 	}
 	if key != name {
 		return "", fmt.Errorf("%w: %q is not a resource key", ErrBadResource, name)
+	}
+	if r.Depth > 0 && strings.Count(key, "/") >= r.Depth {
+		return "", fmt.Errorf("%w: %q has more than %d segments, so no write has it as its resource key (FENCEPROXY_RESOURCE_DEPTH %d: the resource of /%s is its first %d)",
+			ErrBadResource, key, r.Depth, r.Depth, key, r.Depth)
 	}
 	return key, nil
 }

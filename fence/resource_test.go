@@ -87,3 +87,35 @@ func FuzzResourceKey(f *testing.F) {
 		}
 	})
 }
+
+// Names in API URLs are checked as write targets are, and must be keys some
+// write can have: with a depth, at most that many segments (a lease's
+// exactly that many).
+func TestResolverNames(t *testing.T) {
+	for _, tc := range []struct {
+		raw         string
+		depth       int
+		name, lease string // "" for ErrBadResource
+	}{
+		{"bkt/obj%41", 0, "bkt/objA", "bkt/objA"},
+		{"bkt/obj", 2, "bkt/obj", "bkt/obj"},
+		{"bkt", 2, "bkt", ""},                    // a write to /bkt has this key; a lease must cover depth segments
+		{"bkt/obj/more", 2, "", ""},              // no write has a key of three segments at depth 2
+		{"bkt/part-0/x", 1, "", ""},              // the admin raise that would fence nothing
+		{"bkt%2Fobj/x", 2, "", ""},               // decoded, three segments
+		{"bkt/a%5Cb", 0, "bkt/a\\b", "bkt/a\\b"}, // encoded backslash: a key byte
+		{"bkt/a\\b", 0, "", ""},                  // raw backslash: a slash to some parsers
+		{"bkt/%2e%2e/x", 0, "", ""},
+		{"bkt/%00", 0, "", ""},
+		{"", 0, "", ""},
+		{"bkt/%zz", 0, "", ""},
+	} {
+		r := Resolver{Depth: tc.depth}
+		if got, err := r.Name(tc.raw); got != tc.name || (tc.name == "") != errors.Is(err, ErrBadResource) {
+			t.Errorf("Name(%q) at depth %d = %q, %v; want %q", tc.raw, tc.depth, got, err, tc.name)
+		}
+		if got, err := r.LeaseName(tc.raw); got != tc.lease || (tc.lease == "") != errors.Is(err, ErrBadResource) {
+			t.Errorf("LeaseName(%q) at depth %d = %q, %v; want %q", tc.raw, tc.depth, got, err, tc.lease)
+		}
+	}
+}

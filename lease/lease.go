@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Store is what leases need from durable storage (tokenstore.Store provides it).
@@ -186,9 +187,9 @@ func decode(name string, rec []byte) (*Lease, error) {
 // ErrExhausted; store errors; the barrier's errors (its drain timeout, ctx
 // ended) after the grant: the lease is then granted, and the holder
 // acquiring again gets a new token. The TTL runs from the grant; when the
-// drain took more than a third of it, Acquire renews the lease before it
-// returns, and fails with ErrLost if the lease expired past its grace or was
-// taken over meanwhile.
+// drain took more than a third of it, Acquire runs it from the end of the
+// drain instead, and fails with ErrLost if another holder acquired the lease
+// meanwhile (it had expired past its grace while the drain went on).
 func (m *Manager) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	if err := m.check(holder, ttl); err != nil {
 		return Lease{}, err
@@ -209,9 +210,9 @@ func (m *Manager) Acquire(ctx context.Context, name, holder string, ttl time.Dur
 	}
 	if waited := m.opts.Now().Sub(now); waited > ttl/3 {
 		// The drain took a good part of the TTL, which runs from the grant:
-		// run it from now, as a renew does, so that the answer never hands
-		// out a lease about to expire, or one taken over meanwhile.
-		refreshed, err := m.Renew(name, holder, granted.Token)
+		// run it from now, so that the answer never hands out a lease about
+		// to expire, or one taken over meanwhile.
+		refreshed, err := m.refresh(name, holder, granted.Token)
 		if err != nil {
 			m.opts.Logger.Warn("lease granted, but lost while writes with smaller tokens drained", "lease", name,
 				"holder", holder, "token", granted.Token, "waited", waited.String(), "error", err.Error())
@@ -285,6 +286,29 @@ func (m *Manager) Release(name, holder string, token uint64) (Lease, error) {
 		m.opts.Logger.Info("lease released", "lease", name, "holder", holder, "token", token)
 	}
 	return l, err
+}
+
+// refresh runs holder's new lease on name from now, as long as nobody took
+// it since the grant: unlike Renew it does not care whether the lease
+// expired while its acquire drained, since nobody else was granted it.
+// ErrLost when another holder acquired it, it was released, or the fence
+// was raised past token.
+func (m *Manager) refresh(name, holder string, token uint64) (Lease, error) {
+	return m.change(name, func(rec []byte, fenceMax uint64, now time.Time) (*Lease, error) {
+		cur, err := decode(name, rec)
+		switch {
+		case err != nil:
+			return nil, err
+		case cur == nil || cur.Holder != holder || cur.Token != token:
+			return nil, fmt.Errorf("%w: %q was acquired by another holder meanwhile", ErrLost, name)
+		case cur.Released:
+			return nil, fmt.Errorf("%w: %q was released meanwhile", ErrLost, name)
+		case fenceMax > token:
+			return nil, fmt.Errorf("%w: the fence of %q was raised to %d meanwhile", ErrLost, name, fenceMax)
+		}
+		cur.RenewedAt, cur.ExpiresAt = now, now.Add(cur.TTL)
+		return cur, nil
+	})
 }
 
 // ForceRelease ends name's lease whoever holds it (an operator's call); its
@@ -379,6 +403,10 @@ func (m *Manager) check(holder string, ttl time.Duration) error {
 		return fmt.Errorf("%w: holder is longer than 256 bytes", ErrInvalid)
 	case strings.TrimSpace(holder) == "" || strings.IndexFunc(holder, unicode.IsControl) >= 0:
 		return fmt.Errorf("%w: holder is blank or has control characters", ErrInvalid)
+	case !utf8.ValidString(holder) || strings.ContainsRune(holder, utf8.RuneError):
+		// JSON decoding turns every invalid byte into U+FFFD: two holders
+		// would become one.
+		return fmt.Errorf("%w: holder is not valid UTF-8 (or holds U+FFFD)", ErrInvalid)
 	case ttl <= 0 || ttl < m.opts.MinTTL || (m.opts.MaxTTL > 0 && ttl > m.opts.MaxTTL):
 		return fmt.Errorf("%w: ttl %s is outside [%s, %s]", ErrInvalid, ttl, m.opts.MinTTL, m.opts.MaxTTL)
 	}

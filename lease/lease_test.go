@@ -154,7 +154,7 @@ func TestAcquireRules(t *testing.T) {
 	for _, tc := range []struct {
 		holder string
 		ttl    time.Duration
-	}{{"", time.Second}, {"  ", time.Second}, {"w\x00", time.Second}, {"w", 999 * time.Millisecond}, {"w", time.Hour + time.Second}} {
+	}{{"", time.Second}, {"  ", time.Second}, {"w\x00", time.Second}, {"w\xff", time.Second}, {"w\ufffd", time.Second}, {"w", 999 * time.Millisecond}, {"w", time.Hour + time.Second}} {
 		if _, err := m.Acquire(context.Background(), "x", tc.holder, tc.ttl); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Acquire(%q, %s): %v, want ErrInvalid", tc.holder, tc.ttl, err)
 		}
@@ -344,8 +344,9 @@ func (d *drainingBarrier) RaiseWith(ctx context.Context, resource string, raise 
 }
 
 // The TTL runs from the grant. An acquire whose drain took more than a third
-// of it renews before answering, so the holder never gets a lease that is
-// about to expire or was taken over while earlier writes drained.
+// of it runs the TTL from the end of the drain, so the holder never gets a
+// lease that is about to expire, nor one taken over while earlier writes
+// drained.
 func TestAcquireAfterLongDrain(t *testing.T) {
 	const ttl = 9 * time.Second // grace 6s
 	for _, tc := range []struct {
@@ -358,6 +359,7 @@ func TestAcquireAfterLongDrain(t *testing.T) {
 		{"short drain: as granted", 2 * time.Second, false, nil, 0},
 		{"long drain: renewed", 5 * time.Second, false, nil, 5 * time.Second},
 		{"drain past expiry and grace, taken over", 16 * time.Second, true, ErrLost, 0},
+		{"drain past expiry and grace, nobody else", 16 * time.Second, false, nil, 16 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})

@@ -394,6 +394,9 @@ func TestRandomizedTakeovers(t *testing.T) {
 // write raises), from the coordinator and then raised by an operator through
 // the barrier, or from a lease (leases non-nil). Raises that return are marked
 // in log.
+// leaseTTL is short, so that leases change hands often in the randomized test.
+const leaseTTL = 5 * time.Millisecond
+
 // takeoverRaiser raises a fence beside writes: the barrier (*Fence), or
 // storeRaiser.
 type takeoverRaiser interface {
@@ -433,9 +436,9 @@ func takeOver(t *testing.T, rng *rand.Rand, raiser takeoverRaiser, leases *lease
 		if leases == nil {
 			break
 		}
-		l, err := leases.Acquire(context.Background(), key, strconv.Itoa(w), time.Millisecond)
-		if errors.Is(err, lease.ErrHeld) {
-			break
+		l, err := leases.Acquire(context.Background(), key, strconv.Itoa(w), leaseTTL)
+		if errors.Is(err, lease.ErrHeld) || errors.Is(err, lease.ErrLost) {
+			break // held by another, or lost again while earlier writes drained past its TTL
 		}
 		if err != nil {
 			t.Errorf("lease acquire of %s: %v", key, err)

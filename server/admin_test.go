@@ -310,12 +310,9 @@ func TestAdminDisabledWithoutToken(t *testing.T) {
 	}
 }
 
-// PRODUCT BUG (fails): with FENCEPROXY_LEASE_TOKEN and FENCEPROXY_ADMIN_TOKEN
-// both set (and different), DELETE /v1/leases/{name}?force=true can never
-// succeed: the lease middleware wants the lease bearer, then forceRelease
-// wants the admin bearer, in the one Authorization header. Proposed fix in
-// control/leases.go authorize: let DELETE with ?force through to
-// forceRelease, which checks the admin bearer itself.
+// With FENCEPROXY_LEASE_TOKEN and FENCEPROXY_ADMIN_TOKEN both set (and
+// different), DELETE /v1/leases/{name}?force=true needs the admin bearer,
+// not the lease bearer, in the one Authorization header.
 func TestAdminForceReleaseWithLeaseToken(t *testing.T) {
 	in, _ := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken, "FENCEPROXY_LEASE_TOKEN": "lease-s3cret"})
 	leases := in.ControlURL() + "/v1/leases/bkt/l"
@@ -334,13 +331,9 @@ func TestAdminForceReleaseWithLeaseToken(t *testing.T) {
 	}
 }
 
-// PRODUCT BUG (fails): GET /v1/fences?prefix=P&after=A with A sorting after
-// every key under P but not starting with P (after=c, after=bkt0 for
-// prefix=bkt/) starts again from the first key under P instead of returning
-// an empty page. tokenstore.List only honours after when it has the prefix.
-// Proposed fix in tokenstore/admin.go List: start = max(key(prefix),
-// key(after)+"\x00") whenever after != "" (the prefix-bounded iterator then
-// ends at once).
+// GET /v1/fences?prefix=P&after=A with A sorting after every key under P but
+// not starting with P (after=c, after=bkt0 for prefix=bkt/) is an empty
+// page, not the first page again.
 func TestAdminListAfterOutsidePrefix(t *testing.T) {
 	in, _ := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken})
 	for _, tc := range []struct{ query, want string }{
@@ -390,5 +383,30 @@ func TestAdminProfiler(t *testing.T) {
 	off, _ := admStart(t, nil)
 	if status, _ := servertest.Call(t, "GET", off.ControlURL()+"/debug/pprof/", "", ""); status != http.StatusForbidden {
 		t.Fatalf("profiler without FENCEPROXY_ADMIN_TOKEN: %d, want 403", status)
+	}
+}
+
+// With FENCEPROXY_RESOURCE_DEPTH set, an admin raise on a name with more
+// segments than the depth would fence a key no write has: the old holder
+// would pass. It is refused (400) and changes nothing.
+func TestAdminRaiseNameDeeperThanDepth(t *testing.T) {
+	backend := servertest.NewRecordingBackend(t)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": t.TempDir(),
+		"FENCEPROXY_ADMIN_TOKEN": admToken, "FENCEPROXY_RESOURCE_DEPTH": "1"})
+	client := servertest.NewClient(t)
+	if st, _ := servertest.PutToken(t, client, in.ProxyURL(), "/bkt/obj", "7", "holder"); st != http.StatusOK {
+		t.Fatalf("the holder's write: %d", st)
+	}
+	if status, body := servertest.Call(t, "PUT", in.ControlURL()+"/v1/fences/bkt/obj", `{"token":9}`, admToken); status != http.StatusBadRequest || body["reason"] != "bad_resource" {
+		t.Fatalf("raise of bkt/obj at depth 1: %d %v, want 400 bad_resource", status, body)
+	}
+	if got := admFence(t, in, "bkt"); got != "7" {
+		t.Fatalf("fence of bkt after the refused raise: %q, want 7", got)
+	}
+	if status, body := servertest.Call(t, "PUT", in.ControlURL()+"/v1/fences/bkt", `{"token":9}`, admToken); status != http.StatusOK || body["token"] != "9" {
+		t.Fatalf("raise of bkt at depth 1: %d %v", status, body)
+	}
+	if st, _ := servertest.PutToken(t, client, in.ProxyURL(), "/bkt/obj", "7", "old holder"); st != http.StatusConflict {
+		t.Fatalf("the old holder's write after the raise of its resource: %d, want 409", st)
 	}
 }

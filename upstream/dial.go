@@ -97,7 +97,10 @@ func (d *dialer) dialTLSContext(ctx context.Context, network, addr string) (net.
 	cfg := d.tls.Clone()
 	cfg.ServerName = host
 	tc := tls.Client(raw, cfg)
-	hctx, cancel := context.WithTimeout(ctx, d.handshake)
+	hctx, cancel := ctx, context.CancelFunc(func() {})
+	if d.handshake > 0 { // zero: no bound but the caller's context
+		hctx, cancel = context.WithTimeout(ctx, d.handshake)
+	}
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
 		raw.Close()

@@ -601,7 +601,7 @@ func TestTransportSettings(t *testing.T) {
 	case tr.TLSClientConfig.RootCAs != roots || tr.TLSClientConfig.MinVersion != tls.VersionTLS12 || len(tr.TLSClientConfig.NextProtos) != 0:
 		t.Fatalf("TLS config %+v", tr.TLSClientConfig)
 	}
-	if tr := newTransport(Options{}); tr.TLSHandshakeTimeout != 5*time.Second || tr.ResponseHeaderTimeout != 0 {
+	if tr := newTransport(Options{}); tr.TLSHandshakeTimeout != 0 || tr.ResponseHeaderTimeout != 0 {
 		t.Fatalf("defaults: handshake %s, response %s", tr.TLSHandshakeTimeout, tr.ResponseHeaderTimeout)
 	}
 }

@@ -88,13 +88,18 @@ func main() {
 	}
 }
 
+// callTimeout bounds one lease call (see call).
+const callTimeout = 35 * time.Second
+
 // escape turns a resource key into a URL path that decodes back to it.
 func escape(key string) string { return (&url.URL{Path: "/" + key}).EscapedPath() }
 
 // call sends a JSON lease call and decodes the JSON answer into out. A hung
-// control listener must not hang the worker: each call gets at most 5s.
+// control listener must not hang the worker: each call gets at most
+// callTimeout, which is above the proxy's default DRAIN_TIMEOUT (30s), as an
+// acquire waits until the previous holder's writes are no longer in flight.
 func (w *worker) call(ctx context.Context, method string, body, out any) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	b, _ := json.Marshal(body)
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(w.control, "/")+"/v1/leases"+escape(w.lease), bytes.NewReader(b))
