@@ -11,7 +11,6 @@ package proxy_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +27,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
@@ -202,19 +202,10 @@ func newTakeoverRig(t *testing.T, bypassed bool) *takeoverRig {
 	return rig
 }
 
-// call sends a control call and decodes its JSON answer.
+// call sends a control call with the admin bearer and decodes its JSON answer.
 func (rig *takeoverRig) call(t *testing.T, method, path, body string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, rig.control+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer adm")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
+	return servertest.Call(t, method, rig.control+path, body, "adm")
 }
 
 // write sends a whole PUT of body with token through the proxy.
