@@ -81,7 +81,7 @@ func bearer(r *http.Request, want string) bool {
 }
 
 // listFences: GET /v1/fences?prefix=P&after=R&limit=N (limit 1..10000,
-// default 1000). A full page carries next, the after of the next page.
+// default 1000; P and R checked with fence.Prefix: 400 bad_resource). A full page carries next, the after of the next page.
 func (s *server) listFences(_ context.Context, req request[none]) (wire.FenceList, error) {
 	limit := defaultListLimit
 	if v := req.Query.Get("limit"); v != "" {
@@ -91,7 +91,13 @@ func (s *server) listFences(_ context.Context, req request[none]) (wire.FenceLis
 		}
 		limit = n
 	}
-	records, err := s.opts.Admin.List(req.Query.Get("prefix"), req.Query.Get("after"), limit)
+	prefix, after := req.Query.Get("prefix"), req.Query.Get("after")
+	for _, v := range []string{prefix, after} {
+		if err := fence.Prefix(v); err != nil { // the resolver's rules: no key holds what it refuses
+			return wire.FenceList{}, err
+		}
+	}
+	records, err := s.opts.Admin.List(prefix, after, limit)
 	if err != nil {
 		return wire.FenceList{}, err
 	}

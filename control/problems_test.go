@@ -505,6 +505,9 @@ func TestStrictRequests(t *testing.T) {
 		calls = append(calls, call{"PUT", "/v1/fences/" + name, `{"token":"99"}`, "bad_resource", "Bad resource"})
 		calls = append(calls, call{"POST", "/v1/leases/" + name, `{"holder":"A","ttl":"10s"}`, "bad_resource", "Bad lease name"})
 	}
+	for _, q := range []string{"prefix=bkt/%00", "after=bkt/%0A", "prefix=" + strings.Repeat("k", 4097)} {
+		calls = append(calls, call{"GET", "/v1/fences?" + q, "", "bad_resource", "Bad resource"})
+	}
 	for _, body := range []string{
 		`{"holder":"A","ttl":"10s","extra":1}`, `{"holder":"A","ttl":"10s"} {}`, `{"holder":"A","ttl":"10s"}]`,
 		`{"holder":"A","ttl":"10s"` + strings.Repeat(" ", maxBody) + `}`, ``, `null`,
