@@ -50,7 +50,7 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		pb.CurrentToken = strconv.FormatUint(stale.Current, 10)
 	case errors.Is(err, fence.ErrTokenMissing):
 		pb.Status, pb.Reason, pb.Title = http.StatusPreconditionRequired, wire.ReasonMissing, "Fencing token required"
-		pb.Detail = "this method is a fenced write; send the fencing token in the " + http.CanonicalHeaderKey(p.opts.TokenHeader) + " header"
+		pb.Detail = "this method is a fenced write; send the fencing token in the " + p.tokenHeader + " header"
 	case errors.Is(err, fence.ErrTokenMalformed):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonMalformed, "Malformed fencing token"
 	case errors.Is(err, ErrSignature):

@@ -91,13 +91,14 @@ func OptionsFrom(cfg config.Config) Options {
 // Proxy is an http.Handler that fences writes through a fence.Barrier and
 // forwards requests to the upstream with httputil.ReverseProxy.
 type Proxy struct {
-	opts     Options
-	barrier  *fence.Barrier
-	resolver fence.Resolver
-	unfenced map[string]bool
-	observe  bool
-	rp       *httputil.ReverseProxy
-	log      *slog.Logger
+	opts        Options
+	tokenHeader string // opts.TokenHeader, canonical: the key of http.Header
+	barrier     *fence.Barrier
+	resolver    fence.Resolver
+	unfenced    map[string]bool
+	observe     bool
+	rp          *httputil.ReverseProxy
+	log         *slog.Logger
 }
 
 // New returns a Proxy whose writes go through barrier. It fails, naming the
@@ -131,12 +132,13 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Proxy{
-		opts:     opts,
-		barrier:  barrier,
-		resolver: fence.Resolver{Depth: opts.ResourceDepth},
-		unfenced: make(map[string]bool),
-		observe:  opts.Mode == "observe",
-		log:      opts.Logger,
+		opts:        opts,
+		tokenHeader: http.CanonicalHeaderKey(opts.TokenHeader),
+		barrier:     barrier,
+		resolver:    fence.Resolver{Depth: opts.ResourceDepth},
+		unfenced:    make(map[string]bool),
+		observe:     opts.Mode == "observe",
+		log:         opts.Logger,
 	}
 	for _, m := range opts.UnfencedMethods {
 		p.unfenced[m] = true
@@ -270,7 +272,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) classify(ex *exchange) error {
 	r := ex.r
 	// Read the token before ReverseProxy touches any header.
-	ex.token, ex.tokenErr = fence.TokenFromValues(r.Header.Values(p.opts.TokenHeader), http.CanonicalHeaderKey(p.opts.TokenHeader))
+	ex.token, ex.tokenErr = fence.TokenFromValues(r.Header[p.tokenHeader], p.tokenHeader)
 	if ex.tokenErr == nil {
 		ex.tokenText = strconv.FormatUint(ex.token, 10)
 	}
