@@ -55,6 +55,9 @@ type Config struct {
 	// ResourceDepth cuts resource keys to their first N path segments; 0 keeps the whole path.
 	ResourceDepth int `env:"RESOURCE_DEPTH" envDefault:"0" help:"0: the whole decoded path is the resource; N: its first N segments (2 fences /bkt/part-0/* as one resource)"`
 
+	// AllowPathParams lets a raw ";" through in a write's path (fence.Resolver.PathParams).
+	AllowPathParams bool `env:"ALLOW_PATH_PARAMS" envDefault:"false" help:"false: a write whose path holds a raw ';' gets 400 (servlet backends strip ;params, so /c/obj;x=1 would reach /c/obj past its fence); true: ';' is an ordinary key byte, for backends that do not strip path parameters"`
+
 	// RequireToken refuses fenced writes without a token (428) when true; when
 	// false such writes are forwarded unfenced.
 	RequireToken bool `env:"REQUIRE_TOKEN" envDefault:"true" help:"true: a fenced write without a token gets 428; false: it is forwarded unchecked"`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 )
 
 // ErrBadResource: the request target names no resource, or names it in a way
@@ -24,13 +25,20 @@ type Resolver struct {
 	// Depth is FENCEPROXY_RESOURCE_DEPTH: 0 keeps the whole path; N keeps its
 	// first N segments (2: /bkt/part-0/obj is the resource bkt/part-0).
 	Depth int
+	// PathParams is FENCEPROXY_ALLOW_PATH_PARAMS. False (the default): a raw
+	// ";" in a write's target is refused, since servlet containers (Tomcat,
+	// Jetty, Spring) strip ";params" and read "..;" as "..", so /c/obj;x=1 and
+	// /b/..;/c/obj would reach /c/obj under other keys. True: ";" is a key
+	// byte like any other, for backends that do not strip path parameters.
+	// Encoded "%3B" is a key byte either way (S3 SDKs encode ";").
+	PathParams bool
 }
 
 // Target returns the resource key of a request target's path as received
-// (still percent-encoded, without the query): CheckRawPath, then Key of the
+// (still percent-encoded, without the query): CheckTarget, then Key of the
 // decoded path. ErrBadResource when either refuses, or for a bad escape.
 func (r Resolver) Target(raw string) (string, error) {
-	if err := CheckRawPath(raw); err != nil {
+	if err := r.CheckTarget(raw); err != nil {
 		return "", err
 	}
 	path, err := url.PathUnescape(raw) // returns raw itself when it has no '%'
@@ -40,16 +48,39 @@ func (r Resolver) Target(raw string) (string, error) {
 	return r.Key(path)
 }
 
+// CheckTarget is CheckRawPath for a write's target (its path, or a WebDAV
+// Destination as sent), and refuses a raw ";" unless PathParams is set.
+// ErrBadResource.
+func (r Resolver) CheckTarget(raw string) error {
+	if err := CheckRawPath(raw); err != nil {
+		return err
+	}
+	if !r.PathParams && strings.IndexByte(raw, ';') >= 0 {
+		return fmt.Errorf("%w: raw \";\" in the path: servlet backends read it as a path parameter, so the write could reach another key "+
+			"(send \"%%3B\" for a \";\" in a key, or set FENCEPROXY_ALLOW_PATH_PARAMS=true for a backend that does not strip them)", ErrBadResource)
+	}
+	return nil
+}
+
 // Key maps a percent-decoded path (url.URL.Path) to its resource key: the
 // path without its leading slash, cut to its first Depth segments when Depth
 // > 0. So /bkt/part-0/obj%41 (decoded /bkt/part-0/objA) is bkt/part-0/objA,
 // or bkt/part-0 with Depth 2. Two targets the backend treats as one object
 // map to one key because the key is the decoded path. ErrBadResource for an
-// empty path, "." or ".." segments, and keys longer than MaxResourceKey bytes.
+// empty path, a path that is not valid UTF-8, "." or ".." segments, and keys
+// longer than MaxResourceKey bytes.
+//
+// Invalid UTF-8 is refused for the whole path, not only the key: backends
+// that decode paths as UTF-8 replace each bad byte with U+FFFD, so /u/%FF
+// and /u/%FE would be one object under two keys; and a key that is not
+// UTF-8 could not be listed or named in the control API's JSON.
 func (r Resolver) Key(path string) (string, error) {
 	key := strings.TrimPrefix(path, "/")
 	if key == "" {
 		return "", fmt.Errorf("%w: the path is empty", ErrBadResource)
+	}
+	if !utf8.ValidString(key) {
+		return "", fmt.Errorf("%w: the decoded path is not valid UTF-8", ErrBadResource)
 	}
 	for seg := range strings.SplitSeq(key, "/") {
 		if seg == "." || seg == ".." {

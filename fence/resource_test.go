@@ -119,3 +119,49 @@ func TestResolverNames(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetPathParamsAndUTF8: a raw ";" is refused unless PathParams is set
+// (servlet backends strip ";params"), encoded "%3B" is a key byte either way,
+// and a decoded path that is not UTF-8 is refused whatever the depth.
+func TestTargetPathParamsAndUTF8(t *testing.T) {
+	cases := []struct {
+		raw        string
+		pathParams bool
+		depth      int
+		want       string // "" for ErrBadResource
+	}{
+		{"/c/obj;x=1", false, 0, ""},
+		{"/b/..;/c/obj", false, 0, ""},
+		{"/c;/obj", false, 0, ""},
+		{"/c/obj;x=1", true, 0, "c/obj;x=1"},
+		{"/c;/obj", true, 0, "c;/obj"},
+		{"/b/..;/c/obj", true, 0, "b/..;/c/obj"}, // "..;" is not a dot segment to the fence once allowed
+		{"/c/obj%3Bx=1", false, 0, "c/obj;x=1"},
+		{"/u/%FF1", false, 0, ""},
+		{"/u/%FF1", false, 1, ""}, // past the key, still one object under U+FFFD to some backends
+		{"/u/%C3%A9", false, 0, "u/é"},
+		{"/u/%EF%BF%BD1", false, 0, "u/\uFFFD1"}, // U+FFFD itself is valid UTF-8
+		{"/u/%ED%A0%80", false, 0, ""},            // a UTF-16 surrogate
+	}
+	for _, tc := range cases {
+		r := Resolver{Depth: tc.depth, PathParams: tc.pathParams}
+		got, err := r.Target(tc.raw)
+		if tc.want == "" {
+			if !errors.Is(err, ErrBadResource) {
+				t.Errorf("Resolver%+v.Target(%q) = %q, %v; want ErrBadResource", r, tc.raw, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("Resolver%+v.Target(%q) = %q, %v; want %q", r, tc.raw, got, err, tc.want)
+		}
+	}
+	// A name in an API URL may hold a raw ";": the key it names is one a
+	// write reaches with "%3B", and the API has no servlet behind it.
+	if got, err := (Resolver{}).Name("c;/obj"); err != nil || got != "c;/obj" {
+		t.Errorf(`Name("c;/obj") = %q, %v`, got, err)
+	}
+	if _, err := (Resolver{}).Name("u/%FF1"); !errors.Is(err, ErrBadResource) {
+		t.Errorf(`Name("u/%%FF1") = %v, want ErrBadResource`, err)
+	}
+}

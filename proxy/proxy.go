@@ -39,6 +39,7 @@ type Options struct {
 	TokenHeader     string   // header carrying the token (TOKEN_HEADER)
 	UnfencedMethods []string // methods passed unchecked, case-sensitive (UNFENCED_METHODS)
 	ResourceDepth   int      // 0: the whole path is the resource; N: its first N segments
+	AllowPathParams bool     // a raw ';' in a write's path passes (fence.Resolver.PathParams); false: 400
 	RequireToken    bool     // false: fenced methods without a token are forwarded unchecked
 	// Mode is "enforce" or "observe": observe logs and counts what would be
 	// refused but forwards everything, for rolling fenceproxy out. Maxima are
@@ -79,6 +80,7 @@ func OptionsFrom(cfg config.Config) Options {
 		TokenHeader:       cfg.TokenHeader,
 		UnfencedMethods:   cfg.UnfencedMethods,
 		ResourceDepth:     cfg.ResourceDepth,
+		AllowPathParams:   cfg.AllowPathParams,
 		RequireToken:      cfg.RequireToken,
 		Mode:              cfg.Mode,
 		DialTimeout:       cfg.UpstreamDialTimeout,
@@ -135,7 +137,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		opts:        opts,
 		tokenHeader: http.CanonicalHeaderKey(opts.TokenHeader),
 		barrier:     barrier,
-		resolver:    fence.Resolver{Depth: opts.ResourceDepth},
+		resolver:    fence.Resolver{Depth: opts.ResourceDepth, PathParams: opts.AllowPathParams},
 		unfenced:    make(map[string]bool),
 		observe:     opts.Mode == "observe",
 		log:         opts.Logger,

@@ -134,7 +134,7 @@ func (p *Proxy) resources(r *http.Request) ([]string, error) {
 		}
 		// Check the header as sent: url.Parse re-escapes "\\", which other
 		// parsers read as "/".
-		if err := fence.CheckRawPath(dest); err != nil {
+		if err := p.resolver.CheckTarget(dest); err != nil {
 			return keys, fmt.Errorf("Destination: %w", err)
 		}
 		dk, err := p.resolver.Key(u.Path)

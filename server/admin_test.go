@@ -3,10 +3,12 @@ package server_test
 import (
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
+	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
 // The admin API on the control listener, behind FENCEPROXY_ADMIN_TOKEN.
@@ -408,5 +410,60 @@ func TestAdminRaiseNameDeeperThanDepth(t *testing.T) {
 	}
 	if st, _ := servertest.PutToken(t, client, in.ProxyURL(), "/bkt/obj", "7", "old holder"); st != http.StatusConflict {
 		t.Fatalf("the old holder's write after the raise of its resource: %d, want 409", st)
+	}
+}
+
+// TestAdminListSkipsKeysNotUTF8: records under keys that are not UTF-8 (an
+// older version fenced /u/%FF1 as such) neither stall the listing's paging
+// nor appear in it, and the proxy and the API refuse such names now.
+func TestAdminListSkipsKeysNotUTF8(t *testing.T) {
+	dir := t.TempDir()
+	st, err := tokenstore.Open(dir, tokenstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"u/\xff1", "u/\xff2", "u/\xff3", "u/a", "u/\xc3", "u/z"} {
+		if _, err := st.Raise(k, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	backend := servertest.NewRecordingBackend(t)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": dir, "FENCEPROXY_ADMIN_TOKEN": admToken})
+
+	var all []string
+	after := ""
+	for page := 0; ; page++ {
+		if page == 10 {
+			t.Fatalf("paging prefix=u/ with limit=1 did not end after 10 pages: %q", all)
+		}
+		status, items, next := admList(t, in, "prefix=u/&limit=1&after="+url.QueryEscape(after))
+		if status != http.StatusOK {
+			t.Fatalf("list after %q: %d", after, status)
+		}
+		all = append(all, items...)
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if got := strings.Join(all, ","); got != "u/a=5,u/z=5" {
+		t.Errorf("paging with limit=1: %s, want u/a=5,u/z=5", got)
+	}
+	if _, items, next := admList(t, in, "prefix=u/&limit=2"); strings.Join(items, ",") != "u/a=5,u/z=5" || next != "u/z" {
+		t.Errorf("one page of 2: %q next %q", items, next)
+	}
+
+	client := servertest.NewClient(t)
+	if st, _ := servertest.PutToken(t, client, in.ProxyURL(), "/u/%FF1", "9", "x"); st != http.StatusBadRequest {
+		t.Errorf("PUT /u/%%FF1: %d, want 400", st)
+	}
+	if status, _ := servertest.Call(t, "PUT", in.ControlURL()+"/v1/fences/u/%FF1", `{"token":"9"}`, admToken); status != http.StatusBadRequest {
+		t.Errorf("admin raise of u/%%FF1: %d, want 400", status)
+	}
+	if n := len(backend.Requests()); n != 0 {
+		t.Errorf("the backend got %d requests, want 0", n)
 	}
 }

@@ -322,6 +322,10 @@ func catRows() []catRow {
 		"/./x", "/../x", "/.", "/..", "/%2e/x", "/%2E/x", "/%2e%2e/x", "/%2E%2e/x", "/%2e%2E", "/.%2e/x", "/%2e./x",
 		"/%2e%2e%2fx", "/%2E%2E%2Fx", "/..%2fx", "/..%2Fx", "/.%2E%2fx", "/x/%2e%2e%2f%2e%2e%2fy", "%2f..%2fx", "%2F%2E%2E",
 		"\\..\\x", "\\x", "%00", "%0a", "%0D%0A", "%1f", "%7F", "%7f", "#frag", "/x#",
+		// Path parameters: servlet backends strip ";params" and read "..;" as "..".
+		";x=1", "/..;/x", ";/x", "/x;", ";",
+		// Not UTF-8: backends that decode paths as UTF-8 read each bad byte as U+FFFD.
+		"/%FF1", "/%C3", "/%C3%28", "/%ED%A0%80", "/%C0%AF",
 	} {
 		rows = append(rows, catRow{name: "path/" + strconv.Quote(suffix), raw: putAt(suffix), status: 400, reason: "bad_resource"})
 	}
@@ -333,6 +337,8 @@ func catRows() []catRow {
 		catRow{name: "path/Destination with backslash", raw: put(catTok, `Destination: http://h/cat\..\x`), status: 400, reason: "bad_resource"},
 		catRow{name: "path/relative Destination", raw: put(catTok, "Destination: zz"), status: 400, reason: "bad_resource"},
 		catRow{name: "path/relative Destination with dots", raw: put(catTok, "Destination: ../other/x"), status: 400, reason: "bad_resource"},
+		catRow{name: "path/Destination with a path parameter", raw: put(catTok, "Destination: http://h/cat/..;/x"), status: 400, reason: "bad_resource"},
+		catRow{name: "path/Destination not UTF-8", raw: put(catTok, "Destination: /cat/%FF"), status: 400, reason: "bad_resource"},
 	)
 
 	// Hop-by-hop: a header the fence relies on must reach the backend.
