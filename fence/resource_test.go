@@ -141,7 +141,7 @@ func TestTargetPathParamsAndUTF8(t *testing.T) {
 		{"/u/%FF1", false, 1, ""}, // past the key, still one object under U+FFFD to some backends
 		{"/u/%C3%A9", false, 0, "u/é"},
 		{"/u/%EF%BF%BD1", false, 0, "u/\uFFFD1"}, // U+FFFD itself is valid UTF-8
-		{"/u/%ED%A0%80", false, 0, ""},            // a UTF-16 surrogate
+		{"/u/%ED%A0%80", false, 0, ""},           // a UTF-16 surrogate
 	}
 	for _, tc := range cases {
 		r := Resolver{Depth: tc.depth, PathParams: tc.pathParams}
