@@ -92,6 +92,9 @@ type Config struct {
 	// on a full tmpfs instead of returning an error).
 	MinFreeSpace ByteSize `env:"MIN_FREE_SPACE" envDefault:"128MiB" help:"free space DATA_DIR's file system must keep (checked with statfs); below it raises fail with 503 and nothing is forwarded, until space returns"`
 
+	// CacheSize bounds the memory of the maxima kept in memory, in bytes.
+	CacheSize ByteSize `env:"CACHE_SIZE" envDefault:"32MiB" help:"memory for the fencing-token maxima kept in memory (recently used resources; each counts its key's length plus about 130 bytes, so 32MiB holds about 230,000 short keys or 26,000 of 1 KiB); a miss costs one disk read"`
+
 	// TokenKeys turns on signed-token mode: base64 HMAC-SHA256 keys of at
 	// least 32 bytes; the first signs, every one verifies (so keys can rotate).
 	TokenKeys []string `env:"TOKEN_KEY" envSeparator:"," help:"signed-token mode: comma-separated base64 keys (32+ bytes each); the first signs lease tokens, all verify; fenced writes then need X-Fencing-Token-Signature (403 without a valid one)"`
@@ -273,6 +276,9 @@ func (c Config) Validate() error {
 	var errs []error
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s%s: %s", Prefix, name, fmt.Sprintf(format, args...)))
+	}
+	if c.CacheSize < 1<<20 {
+		bad("CACHE_SIZE", "%s is below the minimum of 1MiB (a cache that small sends nearly every write to the disk)", c.CacheSize)
 	}
 	switch u := c.Upstream; {
 	case u == nil:

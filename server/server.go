@@ -134,7 +134,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	undo = append(undo, func() { s.controlLn.Close() })
 
-	store, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log, MinFreeSpace: uint64(cfg.MinFreeSpace)})
+	store, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log, MinFreeSpace: uint64(cfg.MinFreeSpace), CacheBytes: int64(cfg.CacheSize)})
 	if err != nil {
 		return nil, fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
 	}
@@ -248,7 +248,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		"signed_tokens", signer != nil,
 		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
 		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
-		"min_free_space", cfg.MinFreeSpace.String(), "clean_start", cleanStart)
+		"min_free_space", cfg.MinFreeSpace.String(), "cache_size", cfg.CacheSize.String(), "clean_start", cleanStart)
 	return s, nil
 }
 

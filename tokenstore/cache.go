@@ -7,18 +7,32 @@ import (
 	"sync/atomic"
 )
 
-// DefaultCacheEntries is Options.CacheEntries when it is 0: how many maxima
-// stay in memory. An entry costs about 60 bytes plus a copy of its resource
-// name: ~23 MiB when full with names like "bkt/obj-123456".
-const DefaultCacheEntries = 1 << 18
+// DefaultCacheBytes is Options.CacheBytes when it is 0: the memory the
+// cached maxima may take, 32 MiB. That holds about 230,000 maxima of names
+// like "bkt/obj-123456", or about 26,000 of 1 KiB S3 keys.
+const DefaultCacheBytes = 32 << 20
+
+// entryOverhead is what one cached maximum costs beside its name's bytes, at
+// worst: its slot (name header, value, flag: 32 bytes, up to 64 while the
+// slots' capacity has doubled ahead of use) and its index entry (name header
+// and slot number, 24 bytes, up to 57 in a map just grown to twice its
+// size). The name's allocation rounds up by at most an eighth, which
+// entryCost adds. TestCacheBytesAccounting checks it against the heap.
+const entryOverhead = 128
+
+// entryCost is the memory, in bytes, that caching resource's maximum takes.
+func entryCost(resource string) int64 {
+	return int64(len(resource)) + int64(len(resource))/8 + entryOverhead
+}
 
 const (
 	// maxCacheShards splits a large cache so that hits on different
 	// resources rarely share a lock.
 	maxCacheShards = 64
-	// minShardEntries keeps small caches (tests) in few shards, so that their
-	// bound stays close to the configured size.
-	minShardEntries = 1024
+	// minShardBytes keeps small caches (tests) in few shards, so that the
+	// largest key (4 KiB) fits a shard and the bound stays close to the
+	// configured size.
+	minShardBytes = 256 << 10
 	// loadStripes is the number of load locks (see maxCache).
 	loadStripes = 256
 
@@ -28,13 +42,15 @@ const (
 	markedBit = 1 << 63
 )
 
-// maxCache keeps recently used fencing-token maxima in memory, at most a
-// fixed number of entries. Eviction is CLOCK (second chance): a hit only sets
-// its entry's used flag under a read lock, and a full shard evicts the first
-// entry whose flag is clear, clearing the flags it passes. The cache holds 0
-// for a resource known to have no maximum, so repeated lookups of a resource
-// not yet written skip the disk too; those entries count against the same
-// bound, so a flood of distinct resources only evicts, it cannot grow memory.
+// maxCache keeps recently used fencing-token maxima in memory, within a
+// budget in bytes (entryCost per entry, so long names count for what they
+// take). Eviction is CLOCK (second chance): a hit only sets its entry's used
+// flag under a read lock, and a shard over its budget evicts the first
+// entries whose flag is clear, clearing the flags it passes. The cache holds
+// 0 for a resource known to have no maximum, so repeated lookups of a
+// resource not yet written skip the disk too; those entries count against
+// the same budget, so a flood of distinct resources only evicts, it cannot
+// grow memory. An entry larger than a whole shard's budget is not cached.
 //
 // A cached value is never above the durable maximum (only committed values
 // are cached) and never below a maximum whose raise has returned. Eviction
@@ -53,12 +69,14 @@ type maxCache struct {
 }
 
 type cacheShard struct {
-	mu    sync.RWMutex
-	index map[string]int32 // resource -> its slot
-	slots []cacheSlot      // grows up to size, then slots are reused
-	size  int
-	hand  int      // the next slot the clock looks at
-	_     [56]byte // 128 bytes a shard: every hit writes mu, keep it off its neighbours' lines
+	mu     sync.RWMutex
+	index  map[string]int32 // resource -> its slot
+	slots  []cacheSlot      // the entries and holes (resource ""), in no order; the clock hand walks them
+	free   []int32          // the holes' slot numbers
+	bytes  int64            // entryCost of the entries
+	budget int64            // the most bytes may be
+	hand   int              // the next slot the clock looks at
+	_      [24]byte         // 128 bytes a shard: every hit writes mu, keep it off its neighbours' lines
 }
 
 type cacheSlot struct {
@@ -67,20 +85,22 @@ type cacheSlot struct {
 	used     atomic.Bool // set by hits since the clock last passed
 }
 
-func newMaxCache(entries int) *maxCache {
-	if entries <= 0 {
-		entries = DefaultCacheEntries
+// newMaxCache returns a cache within budget bytes (DefaultCacheBytes when 0
+// or less).
+func newMaxCache(budget int64) *maxCache {
+	if budget <= 0 {
+		budget = DefaultCacheBytes
 	}
-	n := 1
-	for n < maxCacheShards && entries/(n*2) >= minShardEntries {
+	n := int64(1)
+	for n < maxCacheShards && budget/(n*2) >= minShardBytes {
 		n *= 2
 	}
 	c := &maxCache{seed: maphash.MakeSeed(), mask: uint64(n - 1), shards: make([]cacheShard, n)}
 	for i := range c.shards {
 		sh := &c.shards[i]
-		sh.size = entries / n
-		if i < entries%n {
-			sh.size++
+		sh.budget = budget / n
+		if int64(i) < budget%n {
+			sh.budget++
 		}
 		sh.index = make(map[string]int32)
 	}
@@ -154,49 +174,90 @@ func (c *maxCache) raiseLocked(resource string, v uint64) uint64 {
 	return v
 }
 
-// insert adds resource, absent from sh, evicting if sh is full. Caller holds
-// sh.mu for writing.
+// insert adds resource, absent from sh, evicting until sh is within its
+// budget. Caller holds sh.mu for writing.
 func (c *maxCache) insert(sh *cacheShard, resource string, v uint64) {
+	cost := entryCost(resource)
+	if cost > sh.budget {
+		return // disk answers it; never cached, so never stale
+	}
+	// CLOCK. Terminates within two turns: the first clears every flag.
+	for sh.bytes+cost > sh.budget {
+		if sh.hand >= len(sh.slots) {
+			sh.hand = 0
+		}
+		sl := &sh.slots[sh.hand]
+		switch {
+		case sl.resource == "": // a hole: no key is empty
+		case sl.used.Load():
+			sl.used.Store(false)
+		default:
+			c.evict(sh, int32(sh.hand))
+		}
+		sh.hand++
+	}
 	// The caller's string may share memory with a whole request line (a
 	// substring of it), which the cache would then keep alive.
 	resource = strings.Clone(resource)
 	if v&^markedBit > 0 {
 		c.positive.Add(1)
 	}
-	if len(sh.slots) < sh.size {
-		if len(sh.slots) == cap(sh.slots) {
-			// Grow by doubling but never past size: append's own growth
-			// would overshoot the bound by up to a quarter.
-			grown := make([]cacheSlot, len(sh.slots), min(max(2*cap(sh.slots), 16), sh.size))
-			copy(grown, sh.slots)
-			sh.slots = grown
-		}
-		sh.index[resource] = int32(len(sh.slots))
+	// The last hole made is the victim's, just behind the hand: the new
+	// entry gets a whole turn before the clock looks at it. It starts
+	// unused, so a resource seen once (a fill of many distinct ones) is the
+	// first to go.
+	var i int32
+	if n := len(sh.free); n > 0 {
+		i, sh.free = sh.free[n-1], sh.free[:n-1]
+		sh.slots[i].resource, sh.slots[i].value = resource, v
+	} else {
+		i = int32(len(sh.slots))
 		sh.slots = append(sh.slots, cacheSlot{resource: resource, value: v})
+	}
+	sh.index[resource] = i
+	sh.bytes += cost
+	sh.compact()
+}
+
+// evict forgets slot i's entry, leaving a hole for the next insert. Caller
+// holds sh.mu for writing.
+func (c *maxCache) evict(sh *cacheShard, i int32) {
+	sl := &sh.slots[i]
+	if sl.value&^markedBit > 0 {
+		c.positive.Add(-1)
+	}
+	delete(sh.index, sl.resource)
+	sh.bytes -= entryCost(sl.resource)
+	sl.resource, sl.value = "", 0 // drop the string for the GC
+	sl.used.Store(false)
+	sh.free = append(sh.free, i)
+}
+
+// compact reallocates the slots and the index without holes once fewer than
+// half of the slots' capacity holds entries (short names replaced by long
+// ones, or drops): neither a slice nor a map gives memory back by itself,
+// and entryCost counts one slot and one index entry per entry. Caller holds
+// sh.mu for writing.
+func (sh *cacheShard) compact() {
+	if cap(sh.slots) < 64 || len(sh.index) >= cap(sh.slots)/2 {
 		return
 	}
-	// Terminates within two turns: the first clears every used flag.
-	for {
-		if sh.hand >= len(sh.slots) {
-			sh.hand = 0
+	slots := make([]cacheSlot, 0, len(sh.index)+len(sh.index)/4)
+	index := make(map[string]int32, len(sh.index))
+	hand := 0
+	for i := range sh.slots {
+		if i == sh.hand {
+			hand = len(slots)
 		}
-		sl := &sh.slots[sh.hand]
-		if sl.used.Load() {
-			sl.used.Store(false)
-			sh.hand++
+		old := &sh.slots[i]
+		if old.resource == "" {
 			continue
 		}
-		if sl.value&^markedBit > 0 {
-			c.positive.Add(-1)
-		}
-		delete(sh.index, sl.resource)
-		// A new entry starts unused: a resource seen once (a fill of many
-		// distinct ones) is the first to go.
-		sl.resource, sl.value = resource, v
-		sh.index[resource] = int32(sh.hand)
-		sh.hand++
-		return
+		index[old.resource] = int32(len(slots))
+		slots = append(slots, cacheSlot{resource: old.resource, value: old.value})
+		slots[len(slots)-1].used.Store(old.used.Load())
 	}
+	sh.slots, sh.index, sh.free, sh.hand = slots, index, nil, hand
 }
 
 // mark records that resource has a durable record, on its entry if one is
@@ -220,24 +281,10 @@ func (c *maxCache) drop(resource string) {
 	sh := c.shard(resource)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, ok := sh.index[resource]
-	if !ok {
-		return
+	if i, ok := sh.index[resource]; ok {
+		c.evict(sh, i)
+		sh.compact()
 	}
-	if sh.slots[i].value&^markedBit > 0 {
-		c.positive.Add(-1)
-	}
-	delete(sh.index, resource)
-	// Move the last slot into the hole.
-	last := len(sh.slots) - 1
-	if int(i) != last {
-		moved := &sh.slots[last]
-		sh.slots[i].resource, sh.slots[i].value = moved.resource, moved.value
-		sh.slots[i].used.Store(moved.used.Load())
-		sh.index[moved.resource] = i
-	}
-	sh.slots[last] = cacheSlot{} // drop the string for the GC
-	sh.slots = sh.slots[:last]
 }
 
 // len returns the number of cached entries.
@@ -247,6 +294,18 @@ func (c *maxCache) len() int {
 		sh := &c.shards[i]
 		sh.mu.RLock()
 		n += len(sh.index)
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+// bytes returns the entryCost of the cached entries.
+func (c *maxCache) bytes() int64 {
+	var n int64
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.RLock()
+		n += sh.bytes
 		sh.mu.RUnlock()
 	}
 	return n

@@ -17,7 +17,8 @@ import (
 // load reads 5 from disk, a raise commits and caches 7, 7 is evicted, and the
 // load caches 5; a stale token 6 would then be admitted.
 func TestEvictionRaceNeverLowersMax(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{CacheEntries: 4})
+	budget := 4 * entryCost("bkt/hot-0")
+	s, err := Open(t.TempDir(), Options{CacheBytes: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +99,8 @@ func TestEvictionRaceNeverLowersMax(t *testing.T) {
 	if reads.Load() == 0 {
 		t.Fatal("readers made no observations")
 	}
-	if n := s.cache.len(); n > 4 {
-		t.Fatalf("cache holds %d entries, bound 4", n)
+	if n, b := s.cache.len(), s.cache.bytes(); n > 4 || b > budget {
+		t.Fatalf("cache holds %d entries of %d bytes, budget %d (4 entries)", n, b, budget)
 	}
 	for i := range resources {
 		if got := mustMax(t, s, name(i)); got != next[i].Load() {
@@ -109,11 +110,12 @@ func TestEvictionRaceNeverLowersMax(t *testing.T) {
 	t.Logf("%d reads, %d below an acknowledged raise", reads.Load(), violations.Load())
 }
 
-// The cache never holds more than its size; a full shard evicts the first
+// The cache never holds more than its budget; a full shard evicts the first
 // entry not used since the clock last passed it, and the count of maxima
 // above 0 follows inserts, raises, evictions and drops.
 func TestCacheClockEviction(t *testing.T) {
-	c := newMaxCache(4)
+	budget := 4 * entryCost("a") // four one-byte names
+	c := newMaxCache(budget)
 	if len(c.shards) != 1 {
 		t.Fatalf("%d shards for 4 entries, want 1", len(c.shards))
 	}
@@ -139,15 +141,25 @@ func TestCacheClockEviction(t *testing.T) {
 	if _, ok := c.get("c"); ok || c.len() != 3 || c.positive.Load() != 3 {
 		t.Fatalf("after drop: c cached %v, len %d, positive %d", ok, c.len(), c.positive.Load())
 	}
-	c.raise("zero", 0) // fills the hole, no eviction
+	c.raise("z", 0) // fills the hole, no eviction
 	if n, p := c.len(), c.positive.Load(); n != 4 || p != 3 {
 		t.Fatalf("len %d, positive %d; want 4, 3", n, p)
 	}
 	for i := range 100 { // a flood of distinct unknown resources
-		c.raise(fmt.Sprintf("cold-%d", i), 0)
+		c.raise(fmt.Sprintf("%c", 'A'+i%26)+strings.Repeat("x", i%3), 0)
 	}
-	if n, p := c.len(), c.positive.Load(); n != 4 || p != 0 {
-		t.Fatalf("after a flood: len %d, positive %d; want 4, 0", n, p)
+	if n, p, b := c.len(), c.positive.Load(), c.bytes(); n < 3 || n > 4 || p != 0 || b > budget {
+		t.Fatalf("after a flood: len %d, positive %d, %d bytes; want 3 or 4, 0, at most %d", n, p, b, budget)
+	}
+	// Long names count for what they take: a budget for four short names
+	// holds one name of 300 bytes, and none of 400.
+	c.raise(strings.Repeat("L", 300), 1)
+	if n, b := c.len(), c.bytes(); n != 1 || b != entryCost(strings.Repeat("L", 300)) {
+		t.Fatalf("after a 300-byte name: len %d, %d bytes", n, b)
+	}
+	c.raise(strings.Repeat("M", 400), 1)
+	if _, ok := c.get(strings.Repeat("M", 400)); ok || c.bytes() > budget {
+		t.Fatalf("a name over the budget was cached (%d bytes)", c.bytes())
 	}
 	if got := c.raise("cold-99", 0); got != 0 {
 		t.Fatalf("raise(0) = %d", got)
@@ -160,19 +172,20 @@ func TestCacheClockEviction(t *testing.T) {
 	}
 }
 
-// A large cache is split in shards whose sizes add up to the bound.
+// A large cache is split in shards whose budgets add up to the bound, each
+// large enough for the longest resource key.
 func TestCacheShardSizes(t *testing.T) {
-	for _, entries := range []int{1, 1000, 3000, 100_000, DefaultCacheEntries, DefaultCacheEntries + 7} {
-		c := newMaxCache(entries)
-		sum := 0
+	for _, budget := range []int64{1, 1000, 300_000, 1 << 20, DefaultCacheBytes, DefaultCacheBytes + 7} {
+		c := newMaxCache(budget)
+		var sum int64
 		for i := range c.shards {
-			sum += c.shards[i].size
-			if c.shards[i].size < 1 {
-				t.Fatalf("%d entries: shard %d holds %d", entries, i, c.shards[i].size)
+			sum += c.shards[i].budget
+			if len(c.shards) > 1 && c.shards[i].budget < entryCost(strings.Repeat("k", 4096)) {
+				t.Fatalf("%d bytes: shard %d has %d, less than the longest key needs", budget, i, c.shards[i].budget)
 			}
 		}
-		if sum != entries || len(c.shards) > maxCacheShards {
-			t.Fatalf("%d entries: %d shards holding %d", entries, len(c.shards), sum)
+		if sum != budget || len(c.shards) > maxCacheShards {
+			t.Fatalf("%d bytes: %d shards holding %d", budget, len(c.shards), sum)
 		}
 	}
 	if n := len(newMaxCache(0).shards); n != maxCacheShards {
@@ -180,10 +193,52 @@ func TestCacheShardSizes(t *testing.T) {
 	}
 }
 
+// TestCacheBytesAccounting: entryCost is no undercount of what an entry takes
+// on the heap, for short names and for S3's longest (1 KiB), so a full cache
+// stays within its budget in real memory; and no gross overcount either.
+func TestCacheBytesAccounting(t *testing.T) {
+	for _, keyLen := range []int{12, 64, 1024, -1} {
+		const budget = 16 << 20
+		heap := func() uint64 {
+			var ms runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			return ms.HeapAlloc
+		}
+		before := heap()
+		c := newMaxCache(budget)
+		if keyLen < 0 { // the worst mix: a fill of short names, then long ones
+			for i := range budget / entryCost("k-00000000") {
+				c.raise(fmt.Sprintf("k-%08d", i), 1)
+			}
+			keyLen = 1024
+		}
+		pad := strings.Repeat("k", keyLen-8)
+		// Fill it twice over: each name in its own allocation, as a
+		// request's would be.
+		for i := int64(0); i < 2*budget/entryCost(pad+"00000000"); i++ {
+			c.raise(fmt.Sprintf("%s%08d", pad, i), uint64(i+1))
+		}
+		for i := range 10_000 { // and keep going: evictions must free what they drop
+			c.raise(fmt.Sprintf("%s%08d", pad, 1<<24+i), 1)
+		}
+		used := int64(heap() - before)
+		runtime.KeepAlive(c)
+		t.Logf("keys of %d bytes: %d entries, %d bytes accounted, heap grew %d bytes (%.2f of the accounting)",
+			keyLen, c.len(), c.bytes(), used, float64(used)/float64(c.bytes()))
+		if used > c.bytes()*11/10 {
+			t.Errorf("keys of %d bytes: the heap grew %d bytes for %d accounted: entryCost undercounts", keyLen, used, c.bytes())
+		}
+		if used < c.bytes()/2 {
+			t.Errorf("keys of %d bytes: the heap grew %d bytes for %d accounted: entryCost overcounts twice over", keyLen, used, c.bytes())
+		}
+	}
+}
+
 // MarkWritten's knowledge lives on the cache entry: it needs no memory of
 // its own, and a maximum above 0 implies it.
 func TestCacheMark(t *testing.T) {
-	c := newMaxCache(4)
+	c := newMaxCache(4 * entryCost("absent"))
 	c.mark("absent") // nothing cached: nothing stored
 	if c.len() != 0 || c.hasRecord("absent") {
 		t.Fatal("mark cached an absent resource")
@@ -213,7 +268,8 @@ func TestCacheMark(t *testing.T) {
 // from disk after eviction, memory stays bounded, and MarkWritten is
 // remembered while the entry lasts.
 func TestStoreCacheBounded(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{CacheEntries: 64})
+	budget := 64 * entryCost("bkt/w-100")
+	s, err := Open(t.TempDir(), Options{CacheBytes: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,8 +282,8 @@ func TestStoreCacheBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := s.cache.len(); n > 64 {
-		t.Fatalf("cache holds %d entries, bound 64", n)
+	if n, b := s.cache.len(), s.cache.bytes(); n > 64 || b > budget {
+		t.Fatalf("cache holds %d entries of %d bytes, budget %d", n, b, budget)
 	}
 	if r := s.Resources(); r < 1 || r > 64 {
 		t.Fatalf("Resources() = %d, want 1..64", r)

@@ -19,7 +19,7 @@ import (
 // MarkWritten and Max run side by side; Max must never answer below a
 // raise that has returned, and Raise never below its own token.
 func TestTinyCacheMixedOpsNeverLowerMax(t *testing.T) {
-	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{CacheEntries: 4})
+	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{CacheBytes: 4 * 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestTinyCacheMixedOpsNeverLowerMax(t *testing.T) {
 // raise after a mark that the cache evicted is kept too.
 func TestTinyCacheMarkWrittenSurvivesEviction(t *testing.T) {
 	dir := t.TempDir()
-	s, err := tokenstore.Open(dir, tokenstore.Options{CacheEntries: 4})
+	s, err := tokenstore.Open(dir, tokenstore.Options{CacheBytes: 4 * 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestTinyCacheMarkWrittenSurvivesEviction(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = tokenstore.Open(dir, tokenstore.Options{CacheEntries: 4})
+	s, err = tokenstore.Open(dir, tokenstore.Options{CacheBytes: 4 * 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestTinyCacheMarkWrittenSurvivesEviction(t *testing.T) {
 // after it is never lost, and Max never answers above the largest token ever
 // raised (no value from nowhere).
 func TestTinyCacheResetThenRaise(t *testing.T) {
-	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{CacheEntries: 4})
+	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{CacheBytes: 4 * 200})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,20 +11,16 @@ import (
 var ErrSnapshotReleased = errors.New("tokenstore: the view of the store at open was released")
 
 // openSnapshot is a read view of the store as it was at Open, kept for the
-// start-up grace (see MaxAtOpen).
+// start-up grace (see MaxAtOpen). It remembers no answers: every call reads
+// the view (Badger's block cache keeps that cheap), so its memory does not
+// grow with the resources written during the grace.
 type openSnapshot struct {
-	mu   sync.Mutex
-	txn  *badger.Txn       // nil once released
-	seen map[string]atOpen // answers already read from txn
-}
-
-type atOpen struct {
-	max   uint64
-	found bool
+	mu  sync.Mutex
+	txn *badger.Txn // nil once released
 }
 
 func newOpenSnapshot(db *badger.DB) *openSnapshot {
-	return &openSnapshot{txn: db.NewTransaction(false), seen: make(map[string]atOpen)}
+	return &openSnapshot{txn: db.NewTransaction(false)}
 }
 
 // MaxAtOpen returns resource's maximum as it was when the store was opened,
@@ -37,13 +33,9 @@ func (s *Store) MaxAtOpen(resource string) (max uint64, found bool, err error) {
 	snap := s.open
 	snap.mu.Lock()
 	defer snap.mu.Unlock()
-	if a, ok := snap.seen[resource]; ok {
-		return a.max, a.found, nil
-	}
 	if snap.txn == nil {
 		return 0, false, ErrSnapshotReleased
 	}
-	var a atOpen
 	err = s.withDB(func(*badger.DB) error {
 		_, gerr := snap.txn.Get(key(resource))
 		if errors.Is(gerr, badger.ErrKeyNotFound) {
@@ -52,16 +44,15 @@ func (s *Store) MaxAtOpen(resource string) (max uint64, found bool, err error) {
 		if gerr != nil {
 			return gerr
 		}
-		a.found = true
+		found = true
 		var rerr error
-		a.max, rerr = s.read(snap.txn, resource)
+		max, rerr = s.read(snap.txn, resource)
 		return rerr
 	})
 	if err != nil {
 		return 0, false, s.wrap("read at open", resource, err)
 	}
-	snap.seen[resource] = a
-	return a.max, a.found, nil
+	return max, found, nil
 }
 
 // MarkWritten makes sure resource has a durable record, writing one with
@@ -117,6 +108,5 @@ func (s *Store) ReleaseOpenSnapshot() {
 	if snap.txn != nil {
 		snap.txn.Discard()
 		snap.txn = nil
-		snap.seen = nil
 	}
 }

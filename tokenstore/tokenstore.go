@@ -4,8 +4,8 @@
 // A maximum only ever rises: Raise stores max(stored, t) in one read-modify-write
 // transaction and returns only after the write is fsynced, so a token the proxy
 // admitted survives a crash (Kleppmann 2016, "How to do distributed locking").
-// Recently used maxima are answered from memory (a bounded cache, see
-// Options.CacheEntries).
+// Recently used maxima are answered from memory (a cache bounded in bytes, see
+// Options.CacheBytes).
 //
 // One Store owns its directory: Open takes an exclusive flock on
 // DATA_DIR/fenceproxy.lock, so two fenceproxy processes can never fence the
@@ -73,10 +73,11 @@ type Options struct {
 	// anything is written, until space returns; 0 = no check. See
 	// badgerHeadroom for what Badger itself still needs.
 	MinFreeSpace uint64
-	// CacheEntries bounds how many maxima are kept in memory, a maximum of 0
-	// included; past it, entries not used lately are evicted (CLOCK).
-	// 0 = DefaultCacheEntries. A miss costs one Badger read.
-	CacheEntries int
+	// CacheBytes bounds the memory, in bytes, of the maxima kept in memory
+	// (a maximum of 0 included), counting each by its name's length plus a
+	// fixed overhead; past it, entries not used lately are evicted (CLOCK).
+	// 0 = DefaultCacheBytes. A miss costs one Badger read.
+	CacheBytes int64
 
 	// statfs replaces freeSpace in tests, which fake a full disk.
 	statfs func(dir string) (free uint64, err error)
@@ -139,7 +140,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = lf.Close() // closing the file drops the flock
 		return nil, fmt.Errorf("tokenstore: open badger in %s: %w", dir, err)
 	}
-	return &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), cache: newMaxCache(opts.CacheEntries)}, nil
+	return &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), cache: newMaxCache(opts.CacheBytes)}, nil
 }
 
 // emptyMemtable reports badger.Open's error for a zero-size .mem file. Badger
@@ -387,8 +388,7 @@ func (s *Store) Close() error {
 }
 
 // Resources returns how many resources with a maximum above 0 are held in
-// memory now: loaded or raised by this process and not evicted since, at
-// most Options.CacheEntries.
+// memory now: loaded or raised by this process and not evicted since.
 func (s *Store) Resources() int {
 	return int(s.cache.positive.Load())
 }

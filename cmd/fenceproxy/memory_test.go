@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The memory of a fenceproxy process is bounded in bytes, not by the number
+// of resources: every write raises a maximum that is kept on disk for good,
+// so an unauthenticated client can make as many resources as it has
+// requests. Kubernetes kills the container at its memory limit.
+const (
+	// memoryResourcesEnv sets how many resources TestMemoryBoundedInBytes
+	// writes; the proof is 300000 (about 3 minutes on 2 cores).
+	memoryResourcesEnv     = "FENCEPROXY_TEST_MEMORY_RESOURCES"
+	memoryDefaultResources = 60_000
+	// manifestMemoryLimit is limits.memory in deploy/k8s (sidecar and
+	// gateway): 256Mi.
+	manifestMemoryLimit = 256 << 20
+	// memoryBound is what the test allows: the limit with a quarter to spare.
+	memoryBound = manifestMemoryLimit * 3 / 4
+)
+
+// procMemory reads a process's resident set from /proc: VmRSS now, VmHWM
+// (its peak) and the anonymous part of VmRSS, in bytes.
+func procMemory(pid int) (rss, hwm, anon int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) != 2 || fields[1] != "kB" {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fields[0], 10, 64)
+		switch name {
+		case "VmRSS":
+			rss = kb << 10
+		case "VmHWM":
+			hwm = kb << 10
+		case "RssAnon":
+			anon = kb << 10
+		}
+	}
+	return rss, hwm, anon, sc.Err()
+}
+
+// TestMemoryBoundedInBytes runs the binary with the product's defaults, as
+// the Kubernetes manifests do, and writes to distinct resources with 1 KiB
+// keys (S3's longest) until FENCEPROXY_TEST_MEMORY_RESOURCES of them have a
+// maximum. The process's peak resident set must stay under three quarters of
+// the manifests' 256Mi limit. Before the cache was bounded in bytes it held
+// 262,144 maxima whatever their length: 60,000 such writes took the process
+// past 256Mi.
+func TestMemoryBoundedInBytes(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("needs /proc to read the process's memory")
+	}
+	resources := memoryDefaultResources
+	if s := os.Getenv(memoryResourcesEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive integer", memoryResourcesEnv, s)
+		}
+		resources = n
+	}
+	var applied atomic.Int64
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		applied.Add(1)
+	}))
+	defer backend.Close()
+	p := startProcess(t, serveEnv(backend.URL, t.TempDir()))
+	p.waitServing(t)
+	pid := p.cmd.Process.Pid
+
+	const workers = 32
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	// "/bkt/" + 1020 bytes: the key bkt/... is 1,024 bytes long.
+	pad := strings.Repeat("k", 1020-10)
+	var next atomic.Int64
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(resources) || failed.Load() > 0 {
+					return
+				}
+				req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("http://%s/bkt/%s%010d", p.Proxy, pad, i), strings.NewReader("x"))
+				req.Header.Set("X-Fencing-Token", "7")
+				resp, err := client.Do(req)
+				if err != nil {
+					if failed.Add(1) == 1 {
+						t.Errorf("write %d: %v", i, err)
+					}
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK && failed.Add(1) == 1 {
+					t.Errorf("write %d: %d", i, resp.StatusCode)
+				}
+			}
+		})
+	}
+	var peakAnon int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if _, _, anon, err := procMemory(pid); err == nil && anon > peakAnon {
+				peakAnon = anon
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-sampled
+	took := time.Since(start)
+	if failed.Load() > 0 {
+		t.FailNow()
+	}
+	rss, hwm, anon, err := procMemory(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := applied.Load(); got != int64(resources) {
+		t.Fatalf("the backend applied %d writes, want %d", got, resources)
+	}
+	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+	t.Logf("%d resources with 1 KiB keys in %v: peak RSS (VmHWM) %s, RSS now %s (anonymous %s, peak anonymous %s); bound %s, manifests' limit %s",
+		resources, took.Round(time.Second), mib(hwm), mib(rss), mib(anon), mib(peakAnon), mib(memoryBound), mib(manifestMemoryLimit))
+	if hwm > memoryBound {
+		t.Errorf("peak RSS %s, above %s (three quarters of the manifests' limit)", mib(hwm), mib(memoryBound))
+	}
+}
