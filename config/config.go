@@ -99,8 +99,9 @@ type Config struct {
 	// LeaseToken, when set, is required as a bearer token by lease calls.
 	LeaseToken string `env:"LEASE_TOKEN" help:"bearer token required by lease calls when set (anyone who can acquire can fence out the real holder)"`
 
-	// LeaseGrace is the wait after a lease's expiry before another holder may acquire it.
-	LeaseGrace time.Duration `env:"LEASE_GRACE" help:"wait after a lease expires before another holder may acquire it (its holder may still renew); unset: 2/3 of the lease's TTL"`
+	// LeaseGrace is the wait after a lease's expiry before another holder may
+	// acquire it; nil (unset) is 2/3 of each lease's TTL, 0 no grace.
+	LeaseGrace *time.Duration `env:"LEASE_GRACE" help:"wait after a lease expires before another holder may acquire it (its holder may still renew); unset: 2/3 of the lease's TTL; 0s: none, another holder may acquire the moment it expires"`
 
 	// LeaseRevokeAfter is the silence after which a lease's holder is reported as suspect.
 	LeaseRevokeAfter time.Duration `env:"LEASE_REVOKE_AFTER" help:"time without a renew after which a holder is reported as suspect; unset: half the lease's TTL"`
@@ -332,10 +333,11 @@ func (c Config) Validate() error {
 	if c.ResourceDepth < 0 {
 		bad("RESOURCE_DEPTH", "%d must be 0 (whole path) or a positive number of segments", c.ResourceDepth)
 	}
-	for name, d := range map[string]time.Duration{"LEASE_GRACE": c.LeaseGrace, "LEASE_REVOKE_AFTER": c.LeaseRevokeAfter} {
-		if d < 0 {
-			bad(name, "%s must not be negative", d)
-		}
+	if c.LeaseGrace != nil && *c.LeaseGrace < 0 {
+		bad("LEASE_GRACE", "%s must not be negative", *c.LeaseGrace)
+	}
+	if c.LeaseRevokeAfter < 0 {
+		bad("LEASE_REVOKE_AFTER", "%s must not be negative", c.LeaseRevokeAfter)
 	}
 	if c.AbandonGrace < 0 {
 		bad("ABANDON_GRACE", "%s must not be negative", c.AbandonGrace)

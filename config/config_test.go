@@ -134,6 +134,27 @@ func TestParse(t *testing.T) {
 					t.Error("RequireToken = true, want false")
 				}
 			}},
+		// An explicit 0s is no grace; unset is 2/3 of each lease's TTL.
+		{name: "LEASE_GRACE unset", env: minimal(),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.LeaseGrace != nil {
+					t.Errorf("LeaseGrace = %v, want nil (2/3 of the TTL)", *cfg.LeaseGrace)
+				}
+			}},
+		{name: "LEASE_GRACE 0s is none", env: with("FENCEPROXY_LEASE_GRACE", "0s"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.LeaseGrace == nil || *cfg.LeaseGrace != 0 {
+					t.Errorf("LeaseGrace = %v, want a pointer to 0", cfg.LeaseGrace)
+				}
+			}},
+		{name: "LEASE_GRACE 2s", env: with("FENCEPROXY_LEASE_GRACE", "2s"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.LeaseGrace == nil || *cfg.LeaseGrace != 2*time.Second {
+					t.Errorf("LeaseGrace = %v, want a pointer to 2s", cfg.LeaseGrace)
+				}
+			}},
+		{name: "LEASE_GRACE negative", env: with("FENCEPROXY_LEASE_GRACE", "-1s"), wantErr: []string{"FENCEPROXY_LEASE_GRACE", "negative"}},
+		{name: "LEASE_GRACE empty", env: with("FENCEPROXY_LEASE_GRACE", ""), wantErr: []string{"FENCEPROXY_LEASE_GRACE"}},
 		{name: "TOKEN_HEADER with space", env: with("FENCEPROXY_TOKEN_HEADER", "bad header"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
 		{name: "TOKEN_HEADER with colon", env: with("FENCEPROXY_TOKEN_HEADER", "X-Token:"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
 		{name: "UNFENCED_METHODS empty element", env: with("FENCEPROXY_UNFENCED_METHODS", "GET,,HEAD"), wantErr: []string{"FENCEPROXY_UNFENCED_METHODS"}},
