@@ -55,7 +55,7 @@ type Config struct {
 	UnfencedMethods []string `env:"UNFENCED_METHODS" envDefault:"GET,HEAD,OPTIONS" envSeparator:"," help:"comma-separated methods that pass unchecked; every other method (COPY, MOVE and custom ones included) is fenced"`
 
 	// ResourceDepth cuts resource keys to their first N path segments; 0 keeps the whole path.
-	ResourceDepth int `env:"RESOURCE_DEPTH" envDefault:"0" help:"0: the whole decoded path is the resource; N: its first N segments (2 fences /bkt/part-0/* as one resource)"`
+	ResourceDepth int `env:"RESOURCE_DEPTH" envDefault:"0" help:"0: the whole decoded path is the resource; N: its first N segments, a shorter path whole (2 fences /bkt/part-0/* as one resource; choosing N: docs/COORDINATORS.md)"`
 
 	// RequireToken refuses fenced writes without a token (428) when true; when
 	// false such writes are forwarded unfenced.
