@@ -200,7 +200,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	if fopts.StartGrace > 0 {
-		log.Info("start-up grace: no clean-stop mark (a crash, a kill, or a stop that timed out), so writes on resources "+
+		log.Info("start-up grace: no clean-stop mark (a crash, a kill, a stop that timed out or one in observe mode), so writes on resources "+
 			"that had a maximum at start wait out the abandon grace once", "until", time.Now().Add(cfg.AbandonGrace).UTC().Format(time.RFC3339Nano))
 	}
 	// The proxy's start-up grace reads maxima as they were at open; after it
