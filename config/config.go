@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/textproto"
 	"net/url"
 	"os"
 	"reflect"
@@ -24,6 +25,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/fenceproxy/fenceproxy/tokensig"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // Prefix starts the name of every configuration variable.
@@ -47,13 +49,13 @@ type Config struct {
 	DataDir string `env:"DATA_DIR,required,notEmpty" help:"directory of the durable fencing-token maxima (Badger); one process per directory"`
 
 	// TokenHeader names the request header that carries the fencing token.
-	TokenHeader string `env:"TOKEN_HEADER" envDefault:"X-Fencing-Token" help:"request header carrying the fencing token"`
+	TokenHeader string `env:"TOKEN_HEADER" envDefault:"X-Fencing-Token" help:"request header carrying the fencing token; not one that HTTP or the proxy already gives a meaning (Host, Content-Length, hop-by-hop headers, Destination, Authorization, method overrides, X-Fencing-Token-Signature, ...)"`
 
 	// UnfencedMethods pass through unchecked; every other method is a fenced write.
 	UnfencedMethods []string `env:"UNFENCED_METHODS" envDefault:"GET,HEAD,OPTIONS" envSeparator:"," help:"comma-separated methods that pass unchecked; every other method (COPY, MOVE and custom ones included) is fenced"`
 
 	// ResourceDepth cuts resource keys to their first N path segments; 0 keeps the whole path.
-	ResourceDepth int `env:"RESOURCE_DEPTH" envDefault:"0" help:"0: the whole decoded path is the resource; N: its first N segments (2 fences /bkt/part-0/* as one resource)"`
+	ResourceDepth int `env:"RESOURCE_DEPTH" envDefault:"0" help:"0: the whole decoded path is the resource; N: its first N segments, a shorter path whole (2 fences /bkt/part-0/* as one resource; choosing N: docs/COORDINATORS.md)"`
 
 	// AllowPathParams lets a raw ";" through in a write's path (fence.Resolver.PathParams).
 	AllowPathParams bool `env:"ALLOW_PATH_PARAMS" envDefault:"false" help:"false: a write whose path holds a raw ';' gets 400 (servlet backends strip ;params, so /c/obj;x=1 would reach /c/obj past its fence); true: ';' is an ordinary key byte, for backends that do not strip path parameters"`
@@ -105,11 +107,14 @@ type Config struct {
 	// LeaseToken, when set, is required as a bearer token by lease calls.
 	LeaseToken string `env:"LEASE_TOKEN" help:"bearer token required by lease calls when set (anyone who can acquire can fence out the real holder)"`
 
-	// LeaseGrace is the wait after a lease's expiry before another holder may acquire it.
-	LeaseGrace time.Duration `env:"LEASE_GRACE" help:"wait after a lease expires before another holder may acquire it (its holder may still renew); unset: 2/3 of the lease's TTL"`
+	// LeaseGrace is the wait after a lease's expiry before another holder may
+	// acquire it; nil (unset) is 2/3 of each lease's TTL, 0 no grace.
+	LeaseGrace *time.Duration `env:"LEASE_GRACE" help:"wait after a lease expires before another holder may acquire it (its holder may still renew); unset: 2/3 of the lease's TTL; 0s: none, another holder may acquire the moment it expires"`
 
-	// LeaseRevokeAfter is the silence after which a lease's holder is reported as suspect.
-	LeaseRevokeAfter time.Duration `env:"LEASE_REVOKE_AFTER" help:"time without a renew after which a holder is reported as suspect; unset: half the lease's TTL"`
+	// LeaseRevokeAfter is the silence after which a lease's holder is
+	// reported as suspect; 0 (unset) is half of each lease's TTL. It must be
+	// below LeaseMaxTTL, or no holder would be suspect before its lease expires.
+	LeaseRevokeAfter time.Duration `env:"LEASE_REVOKE_AFTER" help:"time without a renew after which a holder is reported as suspect; below LEASE_MAX_TTL; unset: half the lease's TTL"`
 
 	// LeaseMinTTL and LeaseMaxTTL bound the TTL an acquire may ask for.
 	LeaseMinTTL time.Duration `env:"LEASE_MIN_TTL" envDefault:"1s" help:"shortest lease TTL an acquire may ask for"`
@@ -176,9 +181,15 @@ func Parse(environ map[string]string) (Config, []string, error) {
 		cfg.UnfencedMethods[i] = strings.TrimSpace(m)
 	}
 	if _, set := environ[Prefix+"ABANDON_GRACE"]; !set {
-		cfg.AbandonGrace = min(DefaultAbandonGrace, cfg.DrainTimeout/2)
+		// At least 0: a bad DRAIN_TIMEOUT is reported once, as itself, not
+		// again through a default derived from it.
+		cfg.AbandonGrace = max(0, min(DefaultAbandonGrace, cfg.DrainTimeout/2))
 	} else if cfg.AbandonGrace == 0 {
 		warnings = append(warnings, Prefix+"ABANDON_GRACE is 0s: a write abandoned after a timeout may be applied after its successor's")
+	}
+	// Unset is half the TTL, which Validate cannot tell from a 0s set here.
+	if v, set := environ[Prefix+"LEASE_REVOKE_AFTER"]; set && v != "" && cfg.LeaseRevokeAfter == 0 {
+		report(Prefix+"LEASE_REVOKE_AFTER", fmt.Errorf("%sLEASE_REVOKE_AFTER: %q would report every holder as suspect at once; unset it for half the lease's TTL", Prefix, v))
 	}
 	// Validate the rest too, so that one run reports every bad variable.
 	if verr := cfg.Validate(); verr != nil {
@@ -305,6 +316,8 @@ func (c Config) Validate() error {
 	}
 	if !validToken(c.TokenHeader) {
 		bad("TOKEN_HEADER", "%q is not a valid HTTP header name", c.TokenHeader)
+	} else if why := reservedHeader(c.TokenHeader); why != "" {
+		bad("TOKEN_HEADER", "%q %s; choose a header of its own such as %s", c.TokenHeader, why, wire.DefaultTokenHeader)
 	}
 	for _, m := range c.UnfencedMethods {
 		switch {
@@ -341,10 +354,11 @@ func (c Config) Validate() error {
 	if c.ResourceDepth < 0 {
 		bad("RESOURCE_DEPTH", "%d must be 0 (whole path) or a positive number of segments", c.ResourceDepth)
 	}
-	for name, d := range map[string]time.Duration{"LEASE_GRACE": c.LeaseGrace, "LEASE_REVOKE_AFTER": c.LeaseRevokeAfter} {
-		if d < 0 {
-			bad(name, "%s must not be negative", d)
-		}
+	if c.LeaseGrace != nil && *c.LeaseGrace < 0 {
+		bad("LEASE_GRACE", "%s must not be negative", *c.LeaseGrace)
+	}
+	if c.LeaseRevokeAfter < 0 {
+		bad("LEASE_REVOKE_AFTER", "%s must not be negative", c.LeaseRevokeAfter)
 	}
 	if c.AbandonGrace < 0 {
 		bad("ABANDON_GRACE", "%s must not be negative", c.AbandonGrace)
@@ -357,6 +371,11 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseMinTTL > c.LeaseMaxTTL {
 		bad("LEASE_MIN_TTL", "%s is above FENCEPROXY_LEASE_MAX_TTL %s", c.LeaseMinTTL, c.LeaseMaxTTL)
+	}
+	if c.LeaseMaxTTL > 0 && c.LeaseRevokeAfter >= c.LeaseMaxTTL {
+		// A holder is suspect only before its lease expires: TTL after its last renew.
+		bad("LEASE_REVOKE_AFTER", "%s must be below FENCEPROXY_LEASE_MAX_TTL %s, or no holder is ever reported as suspect before its lease expires",
+			c.LeaseRevokeAfter, c.LeaseMaxTTL)
 	}
 	for name, d := range map[string]time.Duration{
 		"DRAIN_TIMEOUT": c.DrainTimeout, "SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
@@ -431,6 +450,58 @@ func (c Config) UpstreamCAs() (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s holds no PEM certificate", c.UpstreamCAFile)
 	}
 	return pool, nil
+}
+
+// reservedHeaders are the headers TOKEN_HEADER may not name (canonical
+// form), with the reason. Each already means something to HTTP, to the
+// proxy or to a proxy in front of it: read as the token, its value would be
+// something else (Content-Length: the body's length), or the header would be
+// dropped before the backend, rewritten by a front proxy, or acted on as
+// itself (a method override, a WebDAV Destination, the signature). Prefixes
+// in reservedHeaderPrefixes are refused likewise.
+var reservedHeaders = func() map[string]string {
+	m := map[string]string{
+		// Framing (RFC 9112): they decide where the body ends.
+		"Content-Length":    "frames the body (its length would be the token)",
+		"Transfer-Encoding": "frames the body",
+		"Trailer":           "announces trailer fields, which never carry the token",
+		// Hop-by-hop (RFC 9110 section 7.6.1): not forwarded to the backend.
+		"Connection": "is hop-by-hop", "Keep-Alive": "is hop-by-hop", "Te": "is hop-by-hop", "Upgrade": "is hop-by-hop",
+		// Routing: they decide which resources and which method a write is.
+		"Host":        "names the request's target host",
+		"Destination": "names a WebDAV write's second resource",
+		"Expect":      "controls the upload (100-continue)",
+		"Forwarded":   "is set by proxies in front of fenceproxy",
+		// Credentials of the backend.
+		"Authorization": "carries the backend's credentials", "Cookie": "carries the backend's credentials",
+		// fenceproxy's own.
+		wire.HeaderSignature:    "carries the token's signature in signed-token mode",
+		wire.HeaderRefused:      "is fenceproxy's refusal header",
+		wire.HeaderCurrentToken: "is fenceproxy's refusal header",
+	}
+	for _, h := range wire.MethodOverrideHeaders {
+		m[h] = "asks the backend for another method"
+	}
+	return m
+}()
+
+var reservedHeaderPrefixes = map[string]string{
+	"Proxy-":       "is for proxies (hop-by-hop or proxy credentials)",
+	"X-Forwarded-": "is set by proxies in front of fenceproxy",
+}
+
+// reservedHeader returns why name may not carry the token, "" when it may.
+func reservedHeader(name string) string {
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	if why, ok := reservedHeaders[name]; ok {
+		return why
+	}
+	for prefix, why := range reservedHeaderPrefixes {
+		if strings.HasPrefix(name, prefix) {
+			return why
+		}
+	}
+	return ""
 }
 
 // validToken reports whether s is a non-empty RFC 9110 token (header names, methods).

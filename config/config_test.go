@@ -79,7 +79,10 @@ func TestParse(t *testing.T) {
 		env  map[string]string
 		// wantErr lists substrings the error must contain; empty: no error.
 		wantErr []string
-		check   func(t *testing.T, cfg Config, warnings []string)
+		// notErr lists substrings the error must not contain (variables that
+		// are not wrong).
+		notErr []string
+		check  func(t *testing.T, cfg Config, warnings []string)
 	}{
 		{name: "minimal", env: minimal()},
 		{name: "UPSTREAM missing", env: with("FENCEPROXY_UPSTREAM", unset), wantErr: []string{"FENCEPROXY_UPSTREAM"}},
@@ -135,6 +138,87 @@ func TestParse(t *testing.T) {
 			check: func(t *testing.T, cfg Config, _ []string) {
 				if cfg.RequireToken {
 					t.Error("RequireToken = true, want false")
+				}
+			}},
+		// A token header that HTTP, the proxy or a front proxy already gives
+		// a meaning would read something else as the token.
+		{name: "TOKEN_HEADER Content-Length", env: with("FENCEPROXY_TOKEN_HEADER", "Content-Length"),
+			wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "frames the body (its length would be the token)"}},
+		{name: "TOKEN_HEADER content-length in lower case", env: with("FENCEPROXY_TOKEN_HEADER", "content-length"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Host", env: with("FENCEPROXY_TOKEN_HEADER", "Host"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "target host"}},
+		{name: "TOKEN_HEADER Destination", env: with("FENCEPROXY_TOKEN_HEADER", "Destination"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "WebDAV"}},
+		{name: "TOKEN_HEADER the signature header", env: with("FENCEPROXY_TOKEN_HEADER", "X-Fencing-Token-Signature"),
+			wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "signature"}},
+		{name: "TOKEN_HEADER Transfer-Encoding", env: with("FENCEPROXY_TOKEN_HEADER", "Transfer-Encoding"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Connection", env: with("FENCEPROXY_TOKEN_HEADER", "Connection"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "hop-by-hop"}},
+		{name: "TOKEN_HEADER TE", env: with("FENCEPROXY_TOKEN_HEADER", "TE"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "hop-by-hop"}},
+		{name: "TOKEN_HEADER Trailer", env: with("FENCEPROXY_TOKEN_HEADER", "Trailer"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Upgrade", env: with("FENCEPROXY_TOKEN_HEADER", "Upgrade"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Keep-Alive", env: with("FENCEPROXY_TOKEN_HEADER", "Keep-Alive"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Expect", env: with("FENCEPROXY_TOKEN_HEADER", "Expect"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Authorization", env: with("FENCEPROXY_TOKEN_HEADER", "Authorization"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "credentials"}},
+		{name: "TOKEN_HEADER Cookie", env: with("FENCEPROXY_TOKEN_HEADER", "Cookie"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER a method override", env: with("FENCEPROXY_TOKEN_HEADER", "x-http-method-override"),
+			wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "another method"}},
+		{name: "TOKEN_HEADER X-Method-Override", env: with("FENCEPROXY_TOKEN_HEADER", "X-Method-Override"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER X-HTTP-Method", env: with("FENCEPROXY_TOKEN_HEADER", "X-HTTP-Method"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Proxy-Authorization", env: with("FENCEPROXY_TOKEN_HEADER", "Proxy-Authorization"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Proxy-Connection", env: with("FENCEPROXY_TOKEN_HEADER", "Proxy-Connection"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER X-Forwarded-For", env: with("FENCEPROXY_TOKEN_HEADER", "X-Forwarded-For"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Forwarded", env: with("FENCEPROXY_TOKEN_HEADER", "Forwarded"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Fencing-Current-Token", env: with("FENCEPROXY_TOKEN_HEADER", "Fencing-Current-Token"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER of its own", env: with("FENCEPROXY_TOKEN_HEADER", "X-Lock-Token"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.TokenHeader != "X-Lock-Token" {
+					t.Errorf("TokenHeader = %q, want X-Lock-Token", cfg.TokenHeader)
+				}
+			}},
+		// An explicit 0s is no grace; unset is 2/3 of each lease's TTL.
+		{name: "LEASE_GRACE unset", env: minimal(),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.LeaseGrace != nil {
+					t.Errorf("LeaseGrace = %v, want nil (2/3 of the TTL)", *cfg.LeaseGrace)
+				}
+			}},
+		{name: "LEASE_GRACE 0s is none", env: with("FENCEPROXY_LEASE_GRACE", "0s"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.LeaseGrace == nil || *cfg.LeaseGrace != 0 {
+					t.Errorf("LeaseGrace = %v, want a pointer to 0", cfg.LeaseGrace)
+				}
+			}},
+		{name: "LEASE_GRACE 2s", env: with("FENCEPROXY_LEASE_GRACE", "2s"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.LeaseGrace == nil || *cfg.LeaseGrace != 2*time.Second {
+					t.Errorf("LeaseGrace = %v, want a pointer to 2s", cfg.LeaseGrace)
+				}
+			}},
+		{name: "LEASE_GRACE negative", env: with("FENCEPROXY_LEASE_GRACE", "-1s"), wantErr: []string{"FENCEPROXY_LEASE_GRACE", "negative"}},
+		{name: "LEASE_GRACE empty", env: with("FENCEPROXY_LEASE_GRACE", ""), wantErr: []string{"FENCEPROXY_LEASE_GRACE"}},
+		// A holder is suspect only before its lease expires.
+		{name: "LEASE_REVOKE_AFTER above LEASE_MAX_TTL", env: with("FENCEPROXY_LEASE_REVOKE_AFTER", "2h"),
+			wantErr: []string{"FENCEPROXY_LEASE_REVOKE_AFTER", "FENCEPROXY_LEASE_MAX_TTL"}},
+		{name: "LEASE_REVOKE_AFTER equal to LEASE_MAX_TTL", env: with("FENCEPROXY_LEASE_REVOKE_AFTER", "30s", "FENCEPROXY_LEASE_MAX_TTL", "30s"),
+			wantErr: []string{"FENCEPROXY_LEASE_REVOKE_AFTER", "FENCEPROXY_LEASE_MAX_TTL"}},
+		{name: "LEASE_REVOKE_AFTER below LEASE_MAX_TTL", env: with("FENCEPROXY_LEASE_REVOKE_AFTER", "29s", "FENCEPROXY_LEASE_MAX_TTL", "30s")},
+		{name: "LEASE_REVOKE_AFTER 0s", env: with("FENCEPROXY_LEASE_REVOKE_AFTER", "0s"),
+			wantErr: []string{"FENCEPROXY_LEASE_REVOKE_AFTER", "unset it for half the lease's TTL"}},
+		{name: "LEASE_REVOKE_AFTER negative", env: with("FENCEPROXY_LEASE_REVOKE_AFTER", "-1s"), wantErr: []string{"FENCEPROXY_LEASE_REVOKE_AFTER"}},
+		// ABANDON_GRACE unset is derived from DRAIN_TIMEOUT: a bad
+		// DRAIN_TIMEOUT is the one error.
+		{name: "DRAIN_TIMEOUT negative, ABANDON_GRACE unset", env: with("FENCEPROXY_DRAIN_TIMEOUT", "-1s"),
+			wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT"}, notErr: []string{"FENCEPROXY_ABANDON_GRACE"}},
+		{name: "DRAIN_TIMEOUT zero, ABANDON_GRACE unset", env: with("FENCEPROXY_DRAIN_TIMEOUT", "0s"),
+			wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT"}, notErr: []string{"FENCEPROXY_ABANDON_GRACE"}},
+		{name: "DRAIN_TIMEOUT unparsable, ABANDON_GRACE unset", env: with("FENCEPROXY_DRAIN_TIMEOUT", "-1"),
+			wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT"}, notErr: []string{"FENCEPROXY_ABANDON_GRACE"}},
+		{name: "ABANDON_GRACE set negative is its own error", env: with("FENCEPROXY_ABANDON_GRACE", "-1s"),
+			wantErr: []string{"FENCEPROXY_ABANDON_GRACE"}},
+		{name: "ABANDON_GRACE not below DRAIN_TIMEOUT", env: with("FENCEPROXY_ABANDON_GRACE", "10s", "FENCEPROXY_DRAIN_TIMEOUT", "10s"),
+			wantErr: []string{"FENCEPROXY_ABANDON_GRACE", "FENCEPROXY_DRAIN_TIMEOUT"}},
+		{name: "DRAIN_TIMEOUT short, ABANDON_GRACE unset is half of it", env: with("FENCEPROXY_DRAIN_TIMEOUT", "2s"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.AbandonGrace != time.Second {
+					t.Errorf("AbandonGrace = %v, want 1s", cfg.AbandonGrace)
 				}
 			}},
 		{name: "TOKEN_HEADER with space", env: with("FENCEPROXY_TOKEN_HEADER", "bad header"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
@@ -257,6 +341,11 @@ func TestParse(t *testing.T) {
 				for _, want := range tt.wantErr {
 					if !strings.Contains(err.Error(), want) {
 						t.Errorf("Parse() error does not name %s:\n%v", want, err)
+					}
+				}
+				for _, not := range tt.notErr {
+					if strings.Contains(err.Error(), not) {
+						t.Errorf("Parse() error names %s, which is not wrong:\n%v", not, err)
 					}
 				}
 			}

@@ -86,15 +86,23 @@ func bearer(r *http.Request, want string) bool {
 // page carries next, the after of the next page. Records whose keys are not
 // valid UTF-8 (written before the proxy refused such paths) are skipped.
 func (s *server) listFences(_ context.Context, req request[none]) (wire.FenceList, error) {
+	var params [3]string // limit, prefix, after
+	for i, name := range []string{"limit", "prefix", "after"} {
+		v, _, err := queryValue(req.Query, name)
+		if err != nil {
+			return wire.FenceList{}, err
+		}
+		params[i] = v
+	}
 	limit := defaultListLimit
-	if v := req.Query.Get("limit"); v != "" {
+	if v := params[0]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxListLimit {
 			return wire.FenceList{}, detailed(errBadLimit, fmt.Sprintf("limit is a number from 1 to %d", maxListLimit))
 		}
 		limit = n
 	}
-	prefix, after := req.Query.Get("prefix"), req.Query.Get("after")
+	prefix, after := params[1], params[2]
 	for _, v := range []string{prefix, after} {
 		if err := fence.Prefix(v); err != nil { // the resolver's rules: no key holds what it refuses
 			return wire.FenceList{}, err
@@ -132,10 +140,14 @@ func (s *server) listFences(_ context.Context, req request[none]) (wire.FenceLis
 
 // raiseFence: PUT /v1/fences/{resource} {"token": N} raises the fence to
 // max(current, N) durably, for operators and external coordinators that
-// fence ahead, and answers the maximum.
+// fence ahead, and answers the maximum. N is above 0: a raise to 0 would
+// change nothing and leave no fence to read or list.
 func (s *server) raiseFence(ctx context.Context, req request[wire.RaiseRequest]) (wire.Fence, error) {
-	if req.Body.Token == nil {
+	switch {
+	case req.Body.Token == nil:
 		return wire.Fence{}, detailed(errBadFenceRequest, `send {"token": N} with N a fencing token`)
+	case *req.Body.Token == 0:
+		return wire.Fence{}, detailed(errBadFenceRequest, "token 0 is below every token, so raising a fence to it changes nothing; send a token above 0")
 	}
 	t := uint64(*req.Body.Token)
 	m, err := s.opts.Admin.Raise(ctx, req.Name, t)
@@ -159,9 +171,18 @@ func (s *server) raiseFence(ctx context.Context, req request[wire.RaiseRequest])
 // fence and the lease record, the only way a maximum goes down, and answers
 // the maximum removed. Logged.
 func (s *server) resetFence(ctx context.Context, req request[none]) (wire.Fence, error) {
-	if req.Query.Get("confirm") != req.Name {
+	confirm, given, err := queryValue(req.Query, "confirm")
+	switch {
+	case err != nil:
+		return wire.Fence{}, err
+	case !given:
 		return wire.Fence{}, detailed(errConfirm,
-			"lowering a fence lets writes with smaller tokens through again; repeat the resource key as ?confirm=<resource>")
+			"?confirm= is missing: lowering a fence lets writes with smaller tokens through again; repeat the resource key as ?confirm=<resource>")
+	case confirm == "":
+		return wire.Fence{}, detailed(errConfirm, "?confirm= is empty: repeat the resource key as ?confirm=<resource>")
+	case confirm != req.Name:
+		return wire.Fence{}, detailed(errConfirm, fmt.Sprintf(
+			"?confirm=%.128q does not match the resource %q: repeat the resource key exactly (percent-encoded as a query value)", confirm, req.Name))
 	}
 	removed, err := s.opts.Admin.Reset(ctx, req.Name)
 	switch {

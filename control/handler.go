@@ -91,6 +91,21 @@ func handle[In, Out any](s *server, rt route, op func(ctx context.Context, req r
 	}
 }
 
+// queryValue returns the value of the query parameter name and whether it
+// is there. Given more than once it is an error (errBadQuery) that says so:
+// letting the first value win would take ?confirm=R&confirm=x for a
+// confirmation of R.
+func queryValue(q url.Values, name string) (string, bool, error) {
+	vs, ok := q[name]
+	if len(vs) > 1 {
+		return "", true, detailed(errBadQuery, fmt.Sprintf("?%s= is given %d times; give it once", name, len(vs)))
+	}
+	if !ok {
+		return "", false, nil
+	}
+	return vs[0], true, nil
+}
+
 // decode reads r's body, at most maxBody bytes, as exactly one JSON object
 // into v: anything else, unknown fields and data after the object are
 // errors, which say what is wrong.

@@ -74,11 +74,11 @@ func (s *server) leaseRoutes(r chi.Router) {
 
 // forced reads DELETE's ?force: true selects the admin force-release.
 func forced(r *http.Request) (bool, error) {
-	q := r.URL.Query()
-	if !q.Has("force") {
-		return false, nil
+	v, given, err := queryValue(r.URL.Query(), "force")
+	if err != nil || !given {
+		return false, err
 	}
-	force, err := strconv.ParseBool(q.Get("force"))
+	force, err := strconv.ParseBool(v)
 	if err != nil {
 		return false, detailed(errBadForce, "force is true or false")
 	}

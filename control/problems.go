@@ -23,6 +23,7 @@ var (
 	errBadLeaseName    = errors.New("bad lease name")
 	errBadFenceRequest = errors.New("bad fence request")
 	errBadLimit        = errors.New("bad limit")
+	errBadQuery        = errors.New("bad query parameter")
 	errConfirm         = errors.New("confirmation required")
 	errBadForce        = errors.New("bad force parameter")
 	errResetInFlight   = errors.New("writes still in flight")
@@ -59,6 +60,7 @@ var table = []problemRow{
 	{err: errBadLeaseName, status: http.StatusBadRequest, reason: wire.ReasonBadResource, title: "Bad lease name", level: slog.LevelDebug},
 	{err: errBadFenceRequest, status: http.StatusBadRequest, reason: wire.ReasonBadRequest, title: "Bad fence request", level: slog.LevelDebug},
 	{err: errBadLimit, status: http.StatusBadRequest, reason: wire.ReasonBadRequest, title: "Bad limit", level: slog.LevelDebug},
+	{err: errBadQuery, status: http.StatusBadRequest, reason: wire.ReasonBadRequest, title: "Bad query parameter", level: slog.LevelDebug},
 	{err: errConfirm, status: http.StatusBadRequest, reason: wire.ReasonBadRequest, title: "Confirmation required", level: slog.LevelDebug},
 	{err: errBadForce, status: http.StatusBadRequest, reason: wire.ReasonBadRequest, title: "Bad force parameter", level: slog.LevelDebug},
 	{err: errResetInFlight, status: http.StatusServiceUnavailable, reason: wire.ReasonDrainTimeout, title: "Writes still in flight",

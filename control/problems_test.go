@@ -279,6 +279,16 @@ func TestErrorTable(t *testing.T) {
 			status: 400, reason: "bad_request", title: "Bad limit", level: slog.LevelDebug},
 		{name: "reset without confirm", method: "DELETE", target: "/v1/fences/bkt/a", bearer: "adm",
 			status: 400, reason: "bad_request", title: "Confirmation required", level: slog.LevelDebug},
+		{name: "reset with confirm given twice", method: "DELETE", target: "/v1/fences/bkt/a?confirm=bkt/a&confirm=x", bearer: "adm",
+			status: 400, reason: "bad_request", title: "Bad query parameter", level: slog.LevelDebug,
+			check: func(t *testing.T, rig *problemRig, p wire.Problem, _ answer) {
+				if !strings.Contains(p.Detail, "?confirm= is given 2 times") {
+					t.Errorf("detail %q does not say confirm is given twice", p.Detail)
+				}
+				if got := rig.admin.snapshot(); !strings.Contains(got, "bkt/a:5") {
+					t.Errorf("after a refused reset: %s", got)
+				}
+			}},
 		{name: "bad force", leases: &memLeases{leases: map[string]lease.Lease{}},
 			method: "DELETE", target: "/v1/leases/bkt/a?force=maybe", bearer: "adm",
 			status: 400, reason: "bad_request", title: "Bad force parameter", level: slog.LevelDebug},

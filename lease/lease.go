@@ -105,7 +105,7 @@ type Lease struct {
 type Options struct {
 	MinTTL      time.Duration    // shortest TTL accepted (FENCEPROXY_LEASE_MIN_TTL); 0: any TTL above 0
 	MaxTTL      time.Duration    // longest TTL accepted (FENCEPROXY_LEASE_MAX_TTL); 0: no bound
-	Grace       time.Duration    // fixed grace after expiry [0: 2/3 of the lease's TTL]
+	Grace       *time.Duration   // fixed grace after expiry, 0 for none [nil: 2/3 of the lease's TTL]
 	RevokeAfter time.Duration    // silence after which a holder is suspect [0: half the TTL]
 	Now         func() time.Time // clock [time.Now]
 	Logger      *slog.Logger     // nil: discard
@@ -133,8 +133,8 @@ func NewManager(store Store, barrier Barrier, opts Options) *Manager {
 
 // grace returns the grace period of a lease with ttl.
 func (m *Manager) grace(ttl time.Duration) time.Duration {
-	if m.opts.Grace > 0 {
-		return m.opts.Grace
+	if m.opts.Grace != nil {
+		return *m.opts.Grace
 	}
 	return ttl * 2 / 3
 }

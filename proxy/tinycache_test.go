@@ -24,7 +24,7 @@ import (
 // cache entries and many resources, random tokens from many writers: the
 // backend never sees a token below one it already applied on a resource.
 func TestTinyCacheProxyNeverReordersWrites(t *testing.T) {
-	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{CacheEntries: 4})
+	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{CacheBytes: 4 * 200})
 	if err != nil {
 		t.Fatal(err)
 	}

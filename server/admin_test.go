@@ -467,3 +467,74 @@ func TestAdminListSkipsKeysNotUTF8(t *testing.T) {
 		t.Errorf("the backend got %d requests, want 0", n)
 	}
 }
+
+// A reset's ?confirm= that is missing, empty, wrong or given more than once is
+// refused (400, nothing changes), and the detail says which it was.
+func TestAdminResetConfirmSaysWhatIsWrong(t *testing.T) {
+	in, _ := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken})
+	url := in.ControlURL() + "/v1/fences/bkt/b"
+	for _, tc := range []struct{ query, detail string }{
+		{"", "?confirm= is missing"},
+		{"?confirm=", "?confirm= is empty"},
+		{"?confirm=bkt/a", `?confirm="bkt/a" does not match the resource "bkt/b"`},
+		{"?confirm=bkt/b&confirm=x", "?confirm= is given 2 times"},
+		{"?confirm=x&confirm=bkt/b", "?confirm= is given 2 times"},
+		{"?confirm=bkt/b&confirm=bkt/b", "?confirm= is given 2 times"},
+	} {
+		status, body := servertest.Call(t, "DELETE", url+tc.query, "", admToken)
+		detail, _ := body["detail"].(string)
+		if status != http.StatusBadRequest || body["reason"] != "bad_request" || !strings.Contains(detail, tc.detail) {
+			t.Errorf("DELETE /v1/fences/bkt/b%s: %d %v, want 400 bad_request with a detail containing %q", tc.query, status, body, tc.detail)
+		}
+	}
+	if got := admFence(t, in, "bkt/b"); got != "7" {
+		t.Fatalf("fence after refused resets: %q, want 7", got)
+	}
+}
+
+// Every query parameter of the control API is given at most once: a repeat
+// is refused (400) instead of the first value silently winning.
+func TestControlQueryRepeatsRefused(t *testing.T) {
+	in, _ := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken})
+	if status, body := servertest.Call(t, "POST", in.ControlURL()+"/v1/leases/bkt/l", `{"holder":"A","ttl":"10s"}`, ""); status != 201 {
+		t.Fatalf("acquire: %d %v", status, body)
+	}
+	for _, target := range []string{
+		"/v1/fences?limit=1&limit=1000",
+		"/v1/fences?prefix=bkt/&prefix=other/",
+		"/v1/fences?after=bkt/a&after=",
+	} {
+		status, body := servertest.Call(t, "GET", in.ControlURL()+target, "", admToken)
+		if detail, _ := body["detail"].(string); status != http.StatusBadRequest || !strings.Contains(detail, "given 2 times") {
+			t.Errorf("GET %s: %d %v, want 400 saying the parameter is given 2 times", target, status, body)
+		}
+	}
+	status, body := servertest.Call(t, "DELETE", in.ControlURL()+"/v1/leases/bkt/l?force=true&force=false", "", admToken)
+	if detail, _ := body["detail"].(string); status != http.StatusBadRequest || !strings.Contains(detail, "given 2 times") {
+		t.Errorf("force-release with force given twice: %d %v, want 400", status, body)
+	}
+	if status, body := servertest.Call(t, "GET", in.ControlURL()+"/v1/leases/bkt/l", "", ""); status != 200 || body["state"] != "held" {
+		t.Errorf("lease after the refused force-release: %d %v, want held", status, body)
+	}
+}
+
+// An admin raise to token 0 would change nothing (0 is below every token) and
+// leave no fence to read or list: refused with 400.
+func TestAdminRaiseToZeroRefused(t *testing.T) {
+	in, _ := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken})
+	for _, tc := range []struct{ resource, body string }{
+		{"new/zero", `{"token":0}`}, {"new/zero", `{"token":"0"}`}, {"bkt/a", `{"token":0}`},
+	} {
+		status, body := servertest.Call(t, "PUT", in.ControlURL()+"/v1/fences/"+tc.resource, tc.body, admToken)
+		detail, _ := body["detail"].(string)
+		if status != http.StatusBadRequest || body["reason"] != "bad_request" || !strings.Contains(detail, "token 0") {
+			t.Errorf("PUT /v1/fences/%s %s: %d %v, want 400 bad_request naming token 0", tc.resource, tc.body, status, body)
+		}
+	}
+	if got := admFence(t, in, "new/zero"); got != "" {
+		t.Errorf("fence new/zero after the refused raise: %q, want none", got)
+	}
+	if got := admFence(t, in, "bkt/a"); got != "5" {
+		t.Errorf("fence bkt/a after the refused raise: %q, want 5", got)
+	}
+}

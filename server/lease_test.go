@@ -157,3 +157,39 @@ func TestLeaseBadRequests(t *testing.T) {
 		t.Fatalf("renew with a numeric token: %d", status)
 	}
 }
+
+// FENCEPROXY_LEASE_GRACE=0s is no grace at all: another holder acquires the
+// moment the lease expires. Unset, the grace is 2/3 of the lease's TTL.
+func TestLeaseGraceZeroMeansNone(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		grace     string // "" leaves FENCEPROXY_LEASE_GRACE unset
+		wantState string // right after expiry
+		wantB     int    // B's acquire right after expiry
+	}{
+		{"0s", "0s", "expired", http.StatusCreated},
+		{"unset", "", "grace", http.StatusConflict},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			backend := httptest.NewServer(&leaseBackend{})
+			t.Cleanup(backend.Close)
+			env := map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_LEASE_MIN_TTL": "50ms"}
+			if tc.grace != "" {
+				env["FENCEPROXY_LEASE_GRACE"] = tc.grace
+			}
+			in := servertest.Start(t, env)
+			leases := in.ControlURL() + "/v1/leases/bkt/graceless"
+			const ttl = 600 * time.Millisecond // unset: 400ms of grace after it
+			if status, body := servertest.Call(t, "POST", leases, `{"holder":"A","ttl":"`+ttl.String()+`"}`, ""); status != 201 {
+				t.Fatalf("A acquire: %d %v", status, body)
+			}
+			time.Sleep(ttl + 50*time.Millisecond)
+			if status, body := servertest.Call(t, "GET", leases, "", ""); status != 200 || body["state"] != tc.wantState {
+				t.Fatalf("lease just after expiry: %d %v, want state %q", status, body, tc.wantState)
+			}
+			if status, body := servertest.Call(t, "POST", leases, `{"holder":"B","ttl":"1s"}`, ""); status != tc.wantB {
+				t.Fatalf("B acquire just after A's expiry: %d %v, want %d", status, body, tc.wantB)
+			}
+		})
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -265,5 +267,63 @@ func TestCleanStopSkipsStartupGrace(t *testing.T) {
 				t.Fatalf("clean_start logged %v, want %v", got, tc.fast)
 			}
 		})
+	}
+}
+
+// startupGraceLine is the log line of a start that waits its start-up grace.
+const startupGraceLine = "start-up grace: no clean-stop mark (a crash, a kill"
+
+// A new data directory holds no record, so no write of an earlier process can
+// be in flight: its start is no crash, logs no start-up grace and makes no
+// write wait. A directory holding records without a clean-stop mark (a
+// crash, here faked by removing the mark) still does, as before.
+func TestNewDataDirIsNoCrash(t *testing.T) {
+	const grace = 2 * time.Second
+	backend := servertest.NewRecordingBackend(t)
+	client := servertest.NewClient(t)
+	dir := filepath.Join(t.TempDir(), "new") // created by the start
+	env := map[string]string{
+		"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": dir,
+		"FENCEPROXY_ABANDON_GRACE": grace.String(), "FENCEPROXY_DRAIN_TIMEOUT": "10s",
+	}
+	crash := func(in *servertest.Instance) {
+		t.Helper()
+		if err := in.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(dir, "CLEAN_STOP")); err != nil {
+			t.Fatalf("remove the clean-stop mark: %v", err)
+		}
+	}
+
+	first := servertest.Start(t, env)
+	if logs := first.Logs.String(); strings.Contains(logs, "start-up grace") || !strings.Contains(logs, `"new_store":true`) {
+		t.Fatalf("the start on a new directory: want no start-up grace and new_store=true:\n%s", logs)
+	}
+	crash(first) // nothing was written: the directory still holds no record
+
+	second := servertest.Start(t, env)
+	if logs := second.Logs.String(); strings.Contains(logs, "start-up grace") || !strings.Contains(logs, `"new_store":true`) {
+		t.Fatalf("the start on a directory without records: want no start-up grace and new_store=true:\n%s", logs)
+	}
+	start := time.Now()
+	if st, _ := servertest.PutToken(t, client, second.ProxyURL(), "/bkt/a", "5", "a"); st != http.StatusOK {
+		t.Fatalf("write: %d", st)
+	}
+	if took := time.Since(start); took > grace/2 {
+		t.Fatalf("the first write on a new store waited %s", took)
+	}
+	crash(second) // now it holds bkt/a
+
+	third := servertest.Start(t, env)
+	if logs := third.Logs.String(); !strings.Contains(logs, startupGraceLine) || !strings.Contains(logs, `"new_store":false`) {
+		t.Fatalf("the start after a crash with records: want the start-up grace and new_store=false:\n%s", logs)
+	}
+	start = time.Now()
+	if st, _ := servertest.PutToken(t, client, third.ProxyURL(), "/bkt/a", "5", "a-again"); st != http.StatusOK {
+		t.Fatalf("write after the crash: %d", st)
+	}
+	if took := time.Since(start); took < grace/2 {
+		t.Fatalf("the write after a crash waited only %s, want about the %s start-up grace", took, grace)
 	}
 }

@@ -146,6 +146,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("FENCEPROXY_DATA_DIR: %w", err)
 	}
+	// A store without records is new (or was never written through): no
+	// earlier write can be in flight, so a missing mark is no crash.
+	newStore := store.EmptyAtOpen()
 
 	metrics := prometheus.NewRegistry()
 	proxyMetrics := proxy.NewMetrics(metrics)
@@ -182,7 +185,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 
 	// One barrier for every raise: writes, lease acquires, admin raises.
 	fopts := fenceOptionsFrom(cfg)
-	if !cleanStart {
+	if !cleanStart && !newStore {
 		// Writes of the previous process may still be in flight.
 		fopts.StartGrace = cfg.AbandonGrace
 	}
@@ -196,8 +199,8 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if !cleanStart && cfg.AbandonGrace > 0 {
-		log.Info("start-up grace: no clean-stop mark (a crash, a kill, or a first start), so writes on resources "+
+	if fopts.StartGrace > 0 {
+		log.Info("start-up grace: no clean-stop mark (a crash, a kill, a stop that timed out or one in observe mode), so writes on resources "+
 			"that had a maximum at start wait out the abandon grace once", "until", time.Now().Add(cfg.AbandonGrace).UTC().Format(time.RFC3339Nano))
 	}
 	// The proxy's start-up grace reads maxima as they were at open; after it
@@ -248,7 +251,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		"signed_tokens", signer != nil,
 		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
 		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
-		"min_free_space", cfg.MinFreeSpace.String(), "cache_size", cfg.CacheSize.String(), "clean_start", cleanStart)
+		"min_free_space", cfg.MinFreeSpace.String(), "cache_size", cfg.CacheSize.String(), "clean_start", cleanStart, "new_store", newStore)
 	return s, nil
 }
 

@@ -90,6 +90,7 @@ type Store struct {
 	lockFile *os.File
 	space    *spaceGuard
 	open     *openSnapshot // the store as it was at Open, for the start-up grace
+	empty    bool          // no record at Open (EmptyAtOpen)
 	raises   raiseGroup    // concurrent raises share a transaction and its sync
 	cache    *maxCache     // recently used maxima; also what MarkWritten did
 
@@ -140,8 +141,37 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = lf.Close() // closing the file drops the flock
 		return nil, fmt.Errorf("tokenstore: open badger in %s: %w", dir, err)
 	}
-	return &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), cache: newMaxCache(opts.CacheBytes)}, nil
+	empty, err := holdsNoRecord(db)
+	if err != nil {
+		_ = db.Close()
+		_ = lf.Close()
+		return nil, fmt.Errorf("tokenstore: read %s: %w", dir, err)
+	}
+	return &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), empty: empty,
+		cache: newMaxCache(opts.CacheBytes)}, nil
 }
+
+// holdsNoRecord reports whether db has no key at all (Badger's own are
+// hidden from iterators): no maximum, no lease record.
+func holdsNoRecord(db *badger.DB) (empty bool, err error) {
+	err = db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.PrefetchValues = false
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		it.Rewind()
+		empty = !it.Valid()
+		return nil
+	})
+	return empty, err
+}
+
+// EmptyAtOpen reports whether the store held no record when it was opened:
+// no maximum and no lease record, as in a new data directory. Every write
+// the proxy forwards has a durable record first (Raise, MarkWritten), so no
+// write of an earlier process can still be in flight on such a store,
+// whether or not that process left a clean-stop mark.
+func (s *Store) EmptyAtOpen() bool { return s.empty }
 
 // emptyMemtable reports badger.Open's error for a zero-size .mem file. Badger
 // formats the cause with %+v, so only its text is left to match.

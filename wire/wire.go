@@ -31,6 +31,12 @@ const (
 	HeaderCurrentToken = "Fencing-Current-Token"
 )
 
+// MethodOverrideHeaders ask some backends (Rails, Express's method-override,
+// Google APIs) to run another method than the request line's; the proxy
+// fences a request with one as the stricter of the two methods. Canonical
+// form (http.CanonicalHeaderKey).
+var MethodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
 // Refusal reasons of the proxy: Fencing-Refused values and the problem's
 // "reason" member.
 const (

@@ -49,4 +49,7 @@ func TestCleanStopMarkTakenBeforeCrash(t *testing.T) {
 	if cleanStartLogged(third.Logs.String()) {
 		t.Fatalf("the start after a SIGKILL logged clean_start=true:\n%s", third.Logs)
 	}
+	if !strings.Contains(third.Logs.String(), "start-up grace: no clean-stop mark (a crash, a kill") {
+		t.Fatalf("the start after a SIGKILL did not log its start-up grace:\n%s", third.Logs)
+	}
 }

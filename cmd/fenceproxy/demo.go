@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"maps"
@@ -25,6 +26,8 @@ const demoBucket = "demo"
 // with the proxy in front of it, on a temporary DATA_DIR that is removed on
 // exit. It listens on 127.0.0.1:8080 and 127.0.0.1:9090 unless FENCEPROXY_LISTEN
 // or FENCEPROXY_CONTROL_LISTEN say otherwise; other FENCEPROXY_* variables apply.
+// Its admin API is on, with FENCEPROXY_ADMIN_TOKEN or else a random token
+// that the banner prints.
 func demo(ctx context.Context, environ map[string]string, stdout, stderr io.Writer, started func(server.Addrs)) error {
 	backend := s3mem.New()
 	if err := backend.CreateBucket(demoBucket); err != nil {
@@ -53,8 +56,15 @@ func demo(ctx context.Context, environ map[string]string, stdout, stderr io.Writ
 			env[config.Prefix+name] = addr
 		}
 	}
+	// The admin walk-through needs a token; one made up per start is never
+	// a well-known one. A token the user set is theirs and not printed.
+	adminToken := ""
+	if env[config.Prefix+"ADMIN_TOKEN"] == "" {
+		adminToken = rand.Text()
+		env[config.Prefix+"ADMIN_TOKEN"] = adminToken
+	}
 	return serve(ctx, env, stderr, func(a server.Addrs) {
-		fmt.Fprint(stdout, demoText(localURL(a.Proxy), localURL(a.Control), ln.Addr().String()))
+		fmt.Fprint(stdout, demoText(localURL(a.Proxy), localURL(a.Control), ln.Addr().String(), adminToken))
 		if started != nil {
 			started(a)
 		}
@@ -67,22 +77,37 @@ func localURL(addr string) string {
 	return "http://localhost:" + port
 }
 
-func demoText(proxyURL, controlURL, backend string) string {
-	r := strings.NewReplacer("PROXY", proxyURL, "CONTROL", controlURL, "BACKEND", backend, "BUCKET", demoBucket)
-	return r.Replace(`fenceproxy demo: an in-memory S3 backend on BACKEND (bucket "BUCKET"),
-fenceproxy in front of it on PROXY, control API on CONTROL.
+// demoText is the banner. adminToken is the admin token the demo made up, ""
+// when FENCEPROXY_ADMIN_TOKEN was set.
+func demoText(proxyURL, controlURL, backend, adminToken string) string {
+	admin := "  # admin calls: the FENCEPROXY_ADMIN_TOKEN you set, also as a variable of this shell\n"
+	if adminToken != "" {
+		admin = "  # admin calls: the admin token this demo made up (FENCEPROXY_ADMIN_TOKEN sets your own), in a shell variable\n" +
+			"  FENCEPROXY_ADMIN_TOKEN=" + adminToken + "\n"
+	}
+	r := strings.NewReplacer("{PROXY}", proxyURL, "{CONTROL}", controlURL, "{BACKEND}", backend, "{BUCKET}", demoBucket, "{ADMIN}\n", admin)
+	return r.Replace(`fenceproxy demo: an in-memory S3 backend on {BACKEND} (bucket "{BUCKET}"),
+fenceproxy in front of it on {PROXY}, control API on {CONTROL}.
 Logs (JSON) go to stderr. Stop with Ctrl-C. Try the takeover:
 
   # worker A holds the lease with fencing token 41 and writes
-  curl -i -X PUT -H 'X-Fencing-Token: 41' --data-binary 'from A (41)' PROXY/BUCKET/report.txt
+  curl -i -X PUT -H 'X-Fencing-Token: 41' --data-binary 'from A (41)' {PROXY}/{BUCKET}/report.txt
   # A stalls; its lease expires; worker B gets token 42 and writes
-  curl -i -X PUT -H 'X-Fencing-Token: 42' --data-binary 'from B (42)' PROXY/BUCKET/report.txt
+  curl -i -X PUT -H 'X-Fencing-Token: 42' --data-binary 'from B (42)' {PROXY}/{BUCKET}/report.txt
   # A wakes up and writes late with 41: 409 Conflict, Fencing-Refused: stale, nothing forwarded
-  curl -i -X PUT -H 'X-Fencing-Token: 41' --data-binary 'late from A (41)' PROXY/BUCKET/report.txt
+  curl -i -X PUT -H 'X-Fencing-Token: 41' --data-binary 'late from A (41)' {PROXY}/{BUCKET}/report.txt
   # the object still holds B's data
-  curl -s PROXY/BUCKET/report.txt
+  curl -s {PROXY}/{BUCKET}/report.txt
   # the fence of the resource
-  curl -s CONTROL/v1/fences/BUCKET/report.txt
+  curl -s {CONTROL}/v1/fences/{BUCKET}/report.txt
+
+{ADMIN}
+  # list the fences
+  curl -s -H "Authorization: Bearer $FENCEPROXY_ADMIN_TOKEN" '{CONTROL}/v1/fences?prefix={BUCKET}/'
+  # raise a fence ahead of a takeover: from now on tokens below 50 are refused
+  curl -s -X PUT -H "Authorization: Bearer $FENCEPROXY_ADMIN_TOKEN" -d '{"token":50}' {CONTROL}/v1/fences/{BUCKET}/report.txt
+  # reset it, the resource key repeated as confirm: tokens start over
+  curl -s -X DELETE -H "Authorization: Bearer $FENCEPROXY_ADMIN_TOKEN" '{CONTROL}/v1/fences/{BUCKET}/report.txt?confirm={BUCKET}/report.txt'
 
 `)
 }

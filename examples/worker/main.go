@@ -221,9 +221,15 @@ func (w *worker) write(ctx context.Context, token string) error {
 		}
 		req.Header.Set("X-Request-Id", w.holder+"-"+strconv.Itoa(i))
 		resp, err := w.client.Do(req)
-		if err != nil {
+		switch {
+		case err != nil && ctx.Err() != nil:
+			// The lease ended (or a signal came) and cut the write off: that
+			// is the reason to stop, logged once by the caller, not a
+			// failure to retry.
+			return context.Cause(ctx)
+		case err != nil:
 			w.log.Warn("write failed, will retry", "write", i, "error", err.Error())
-		} else {
+		default:
 			resp.Body.Close()
 			switch {
 			case resp.StatusCode == http.StatusConflict && resp.Header.Get("Fencing-Refused") == "stale":

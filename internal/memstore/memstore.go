@@ -74,6 +74,7 @@ type Store struct {
 	// Guarded by d.mu.
 	closed bool
 	atOpen map[string]uint64 // the Disk's fences at Open; nil once released
+	empty  bool              // no record at Open
 }
 
 // Open opens d with no fault injection. It fails with an error wrapping
@@ -90,8 +91,12 @@ func OpenWith(d *Disk, opts Options) (*Store, error) {
 		return nil, ErrLocked
 	}
 	d.inUse = true
-	return &Store{d: d, opts: opts, atOpen: maps.Clone(d.fences)}, nil
+	return &Store{d: d, opts: opts, atOpen: maps.Clone(d.fences), empty: len(d.fences) == 0 && len(d.leases) == 0}, nil
 }
+
+// EmptyAtOpen reports whether the Disk held no fence and no lease record
+// when this Store was opened.
+func (s *Store) EmptyAtOpen() bool { return s.empty }
 
 // Max returns resource's maximum, 0 for a resource without a record.
 // Errors: BeforeMax's; ErrClosed after Close.

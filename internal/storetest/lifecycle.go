@@ -14,6 +14,7 @@ var startViewTests = []subtest{
 
 var cleanStopTests = []subtest{
 	{"MarkTakenOnce", testCleanStop},
+	{"EmptyAtOpen", testEmptyAtOpen},
 }
 
 var lifecycleTests = []subtest{
@@ -145,6 +146,34 @@ func testCleanStop(r *rig) {
 	take(true, "after a marked stop and an open that did not take it")
 	r.restart()
 	take(false, "after it was taken")
+}
+
+// EmptyAtOpen: true on fresh storage and after opens that wrote nothing,
+// false from the open after any record was made, until every record is gone.
+func testEmptyAtOpen(r *rig) {
+	t := r.t
+	empty := func(want bool, when string) {
+		t.Helper()
+		if got := r.s.EmptyAtOpen(); got != want {
+			t.Fatalf("%s: EmptyAtOpen = %v, want %v", when, got, want)
+		}
+	}
+	empty(true, "fresh storage")
+	r.restart()
+	empty(true, "after an open that wrote nothing")
+	r.mark("bkt/zero")
+	empty(true, "in the open that made the first record")
+	r.restart()
+	empty(false, "after a maximum of 0 was marked")
+	if _, err := r.s.Reset("bkt/zero"); err != nil {
+		t.Fatal(err)
+	}
+	r.setLease("job/quiet", []byte("idle"), 0)
+	r.restart()
+	empty(false, "with a lease record only")
+	r.raise("bkt/a", 5)
+	r.restart()
+	empty(false, "with a maximum")
 }
 
 func testReady(r *rig) {

@@ -88,6 +88,11 @@ type Store interface {
 	// MarkCleanStop records durably that this process stopped with no
 	// forwarded write unfinished, for the next process's TakeCleanStop.
 	MarkCleanStop() error
+	// EmptyAtOpen reports whether the storage held no record (no fence
+	// record, a maximum of 0 included, and no lease record) when this Store
+	// was opened: then no earlier process forwarded a write through it, and
+	// a missing clean-stop mark is no crash.
+	EmptyAtOpen() bool
 
 	// Ready returns nil while the store can serve, an error after Close.
 	Ready() error

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// demoTokenLine is the banner's line that sets the admin token for the
+// commands after it.
+var demoTokenLine = regexp.MustCompile(`(?m)^  FENCEPROXY_ADMIN_TOKEN=(\S+)$`)
+
+// startDemo runs `fenceproxy demo` on loopback ports chosen by the kernel
+// with env added, and returns it serving, with its banner.
+func startDemo(t *testing.T, env map[string]string) (*fpProcess, string) {
+	t.Helper()
+	full := map[string]string{"FENCEPROXY_LISTEN": testListen, "FENCEPROXY_CONTROL_LISTEN": testControlListen}
+	for k, v := range env {
+		full[k] = v
+	}
+	p := startProcess(t, full, "demo")
+	p.waitServing(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.Stdout.String(), "?confirm=") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no complete banner within 10s:\n%s", p.Stdout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.wait(10 * time.Second)
+	})
+	return p, p.Stdout.String()
+}
+
+// adminStatus is GET /v1/fences on the demo's control listener with bearer.
+func adminStatus(t *testing.T, p *fpProcess, bearer string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+p.Control+"/v1/fences", nil)
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// The demo makes up an admin token for each start, prints it in its banner
+// with the admin commands using it, and the admin API takes it; a start on
+// its new temporary directory logs no start-up grace.
+func TestDemoPrintsAdminToken(t *testing.T) {
+	p, banner := startDemo(t, nil)
+	m := demoTokenLine.FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("the banner sets no admin token:\n%s", banner)
+	}
+	token := m[1]
+	if len(token) < 20 {
+		t.Errorf("admin token %q: want a random one of at least 20 characters", token)
+	}
+	if !strings.Contains(banner, `-H "Authorization: Bearer $FENCEPROXY_ADMIN_TOKEN"`) {
+		t.Errorf("the banner's admin commands do not use the token:\n%s", banner)
+	}
+	if got := adminStatus(t, p, token); got != http.StatusOK {
+		t.Errorf("admin call with the printed token: %d, want 200", got)
+	}
+	if got := adminStatus(t, p, "wrong"); got != http.StatusUnauthorized {
+		t.Errorf("admin call with another token: %d, want 401", got)
+	}
+	if logs := p.Stderr.String(); strings.Contains(logs, "start-up grace") {
+		t.Errorf("the demo's start on a new directory logged a start-up grace:\n%s", logs)
+	}
+
+	// Another start, another token.
+	_, banner2 := startDemo(t, nil)
+	if m2 := demoTokenLine.FindStringSubmatch(banner2); m2 == nil || m2[1] == token {
+		t.Errorf("a second demo's admin token %q, want another than %q", m2, token)
+	}
+}
+
+// With FENCEPROXY_ADMIN_TOKEN set, the demo uses it and does not print it.
+func TestDemoUsesAdminTokenSet(t *testing.T) {
+	const mine = "my-own-admin-token-for-the-demo"
+	p, banner := startDemo(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": mine})
+	if strings.Contains(banner, mine) || demoTokenLine.MatchString(banner) {
+		t.Errorf("the banner prints the admin token that was set:\n%s", banner)
+	}
+	if !strings.Contains(banner, `-H "Authorization: Bearer $FENCEPROXY_ADMIN_TOKEN"`) {
+		t.Errorf("the banner's admin commands do not use $FENCEPROXY_ADMIN_TOKEN:\n%s", banner)
+	}
+	if got := adminStatus(t, p, mine); got != http.StatusOK {
+		t.Errorf("admin call with the token set: %d, want 200", got)
+	}
+}
