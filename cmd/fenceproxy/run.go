@@ -9,10 +9,12 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/internal/buildinfo"
 	"github.com/fenceproxy/fenceproxy/server"
 )
 
-// Run runs the command named by args[0] ("serve" when absent; "demo"; "-h")
+// Run runs the command named by args[0] ("serve" when absent; "demo";
+// "version"; "-h")
 // with environ (KEY=value pairs) as its environment, until ctx is done. It
 // returns nil after a clean shutdown and an error when start-up fails, for
 // example a configuration error naming every bad variable.
@@ -35,6 +37,9 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		fmt.Fprint(stdout, usage)
 		fmt.Fprint(stdout, config.Usage())
 		return nil
+	case "version", "-version", "--version":
+		fmt.Fprint(stdout, buildinfo.Read())
+		return nil
 	case "serve":
 		return serve(ctx, environ, stderr, started)
 	case "demo":
@@ -50,6 +55,7 @@ write's fencing token is not below the largest token seen for its resource.
 Usage:
   fenceproxy [serve]   run the proxy, configured by the variables below
   fenceproxy demo      run an in-memory S3 backend with the proxy in front of it
+  fenceproxy version   print the version, the VCS revision and the Go version (also --version)
   fenceproxy -h        print this help
 
 Configuration (environment variables):
