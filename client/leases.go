@@ -1,14 +1,10 @@
 package client
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -44,9 +40,11 @@ func (e *HeldError) Error() string {
 // Is makes errors.Is(err, ErrHeld) hold.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
-// APIError is any other failed lease call: the problem+json of the control
-// API (400 bad request, 401 unauthorized, 503 store unavailable, ...). The
-// lease errors above wrap one, so errors.As finds the status and detail.
+// APIError is a refusal of the control API: its problem+json (400 bad
+// request, 401 unauthorized, 404 not found, 503 store unavailable, ...). A
+// failed lease call that is none of the lease errors above is one, and those
+// wrap one, so errors.As finds the status and detail; every refusal of a
+// Control call is one.
 type APIError struct {
 	Status int
 	Title  string
@@ -54,10 +52,12 @@ type APIError struct {
 	// Reason is the problem's "reason" (a wire.Reason* value, e.g.
 	// "unavailable", "drain_timeout"); "" when the answer had none.
 	Reason string
+
+	problem wire.Problem // the whole body, for the lease_held members
 }
 
 func (e *APIError) Error() string {
-	msg := fmt.Sprintf("fenceproxy: lease API: %d %s", e.Status, e.Title)
+	msg := fmt.Sprintf("fenceproxy: control API: %d %s", e.Status, e.Title)
 	if e.Detail != "" {
 		msg += ": " + e.Detail
 	}
@@ -132,69 +132,34 @@ func (l *Leases) holderCall(ctx context.Context, method, name, holder string, to
 
 // leaseURL is BaseURL/v1/leases/ followed by the name's segments, each escaped.
 func (l *Leases) leaseURL(name string) string {
-	segs := strings.Split(name, "/")
-	for i, s := range segs {
-		segs[i] = url.PathEscape(s)
-	}
-	return strings.TrimRight(l.BaseURL, "/") + "/v1/leases/" + strings.Join(segs, "/")
+	return strings.TrimRight(l.BaseURL, "/") + "/v1/leases/" + escapeKey(name)
 }
 
 // call sends a lease call with body (nil: none) and decodes the answer: a
 // wire.Lease, or a wire.Problem whose reason decides the error.
 func (l *Leases) call(ctx context.Context, method, name string, body *wire.LeaseRequest) (Lease, error) {
-	var rd io.Reader
+	var lj wire.Lease
+	var in any
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return Lease{}, err
-		}
-		rd = bytes.NewReader(b)
+		in = body
 	}
-	req, err := http.NewRequestWithContext(ctx, method, l.leaseURL(name), rd)
-	if err != nil {
-		return Lease{}, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json, application/problem+json")
-	if l.Bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+l.Bearer)
-	}
-	hc := l.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return Lease{}, fmt.Errorf("fenceproxy: lease %s %q: %w", method, name, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return Lease{}, fmt.Errorf("fenceproxy: lease %s %q: reading the answer: %w", method, name, err)
-	}
-	if resp.StatusCode/100 == 2 {
-		var lj wire.Lease
-		if err := json.Unmarshal(data, &lj); err != nil {
-			return Lease{}, fmt.Errorf("fenceproxy: lease %s %q: decoding the answer: %w", method, name, err)
-		}
+	h, err := send(ctx, l.HTTP, method, l.leaseURL(name), l.Bearer, in, &lj)
+	var apiErr *APIError
+	switch {
+	case err == nil:
 		ttl, _ := time.ParseDuration(lj.TTL)
 		sig := lj.TokenSignature
 		if sig == "" {
-			sig = resp.Header.Get(HeaderSignature)
+			sig = h.Get(HeaderSignature)
 		}
 		return Lease{Name: lj.Name, Holder: lj.Holder, Token: uint64(lj.Token), TTL: ttl, AcquiredAt: lj.AcquiredAt,
 			RenewedAt: lj.RenewedAt, ExpiresAt: lj.ExpiresAt, State: lj.State, TokenSignature: sig}, nil
+	case !errors.As(err, &apiErr):
+		return Lease{}, fmt.Errorf("fenceproxy: lease %s %q: %w", method, name, err)
 	}
-	var pb wire.Problem
-	_ = json.Unmarshal(data, &pb) // a body that is not a problem leaves the status to speak
-	apiErr := &APIError{Status: resp.StatusCode, Title: pb.Title, Detail: pb.Detail, Reason: pb.Reason}
-	if apiErr.Title == "" {
-		apiErr.Title = http.StatusText(resp.StatusCode)
-	}
-	switch pb.Reason {
+	switch apiErr.Reason {
 	case wire.ReasonLeaseHeld:
+		pb := apiErr.problem
 		held := &HeldError{Name: name, Holder: pb.Holder, Detail: pb.Detail}
 		if pb.ExpiresAt != nil {
 			held.ExpiresAt = *pb.ExpiresAt

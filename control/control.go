@@ -95,6 +95,7 @@ type Options struct {
 //	GET /v1/fences/{key}  wire.Fence; 404 if never raised
 //	GET /v1/fences, PUT and DELETE /v1/fences/{key}  list, raise, reset (with Options.Admin; admin bearer)
 //	POST, PUT, DELETE, GET /v1/leases/{name}  acquire, renew, release, read (with Options.Leases)
+//	GET /v1/leases        wire.LeaseList (with Options.Leases when it is a LeaseLister; admin bearer)
 //	GET /metrics          Prometheus metrics (with Options.Metrics)
 //	GET /debug/pprof/...  Go profiles, e.g. profile?seconds=10 (with Options.Admin; admin bearer)
 //

@@ -70,6 +70,7 @@ func (s *server) leaseRoutes(r chi.Router) {
 			release(w, r)
 		}
 	})
+	s.leaseListRoute(r)
 }
 
 // forced reads DELETE's ?force: true selects the admin force-release.

@@ -21,7 +21,10 @@ const specPath = "../api/openapi.yaml"
 // routeLeases and routeAdmin are fakes that only make Handler register the
 // lease and admin routes; the walk never calls them. Every optional part of
 // Options is set, so every route the control listener can serve is walked.
-type routeLeases struct{ Leases }
+type routeLeases struct {
+	Leases
+	LeaseLister
+}
 type routeAdmin struct{ AdminFences }
 
 // TestRoutesMatchOpenAPI checks that the control router serves exactly the

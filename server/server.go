@@ -23,6 +23,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/internal/buildinfo"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokensig"
@@ -213,6 +214,8 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	s.leases = lease.NewManager(store, s.barrier, lopts)
 	s.watchCtx, s.stopWatch = context.WithCancel(context.Background())
 	metrics.MustRegister(s.leases.Collector())
+	build := buildinfo.Read()
+	metrics.MustRegister(buildInfoGauge(build))
 
 	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	s.proxySrv = &http.Server{
@@ -239,6 +242,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 
 	log.Info("fenceproxy started",
+		"version", build.Version, "revision", build.RevisionOrUnknown(), "modified", build.Modified, "go_version", build.GoVersion,
 		"listen", s.proxyLn.Addr().String(), "control_listen", s.controlLn.Addr().String(),
 		"upstream", cfg.Upstream.Redacted(), "data_dir", cfg.DataDir,
 		"token_header", cfg.TokenHeader, "unfenced_methods", cfg.UnfencedMethods,

@@ -184,3 +184,10 @@ type Lease struct {
 	// acquire and renew answers only (the holder's proof, not for readers).
 	TokenSignature string `json:"token_signature,omitempty"`
 }
+
+// LeaseList is a page of leases with their state: GET /v1/leases (admin).
+// Next, when set, is passed as after= for the next page.
+type LeaseList struct {
+	Leases []Lease `json:"leases"`
+	Next   string  `json:"next,omitempty"`
+}

@@ -1,5 +1,6 @@
 // Command fenceproxy is an HTTP proxy that enforces fencing tokens in front of
-// backends that cannot check them. Run `fenceproxy -h` for its configuration.
+// backends that cannot check them, and the operator's client of its control
+// API. Run `fenceproxy -h` for its commands and configuration.
 package main
 
 import (
@@ -16,6 +17,6 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fenceproxy: %v\n", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,7 +89,8 @@ func TestMemoryBoundedInBytes(t *testing.T) {
 		applied.Add(1)
 	}))
 	defer backend.Close()
-	p := startProcess(t, serveEnv(backend.URL, t.TempDir()))
+	dataDir := t.TempDir()
+	p := startProcess(t, serveEnv(backend.URL, dataDir))
 	p.waitServing(t)
 	pid := p.cmd.Process.Pid
 
@@ -157,6 +160,22 @@ func TestMemoryBoundedInBytes(t *testing.T) {
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 	t.Logf("%d resources with 1 KiB keys in %v: peak RSS (VmHWM) %s, RSS now %s (anonymous %s, peak anonymous %s); bound %s, manifests' limit %s",
 		resources, took.Round(time.Second), mib(hwm), mib(rss), mib(anon), mib(peakAnon), mib(memoryBound), mib(manifestMemoryLimit))
+	// The disk the records take (they are never removed), measured after a
+	// clean stop has flushed Badger's memtables.
+	p.cmd.Process.Signal(os.Interrupt)
+	if code, err := p.wait(30 * time.Second); err != nil || code != 0 {
+		t.Errorf("stop: exit %d, %v\nstderr:\n%s", code, err, p.Stderr)
+	}
+	var disk int64
+	filepath.WalkDir(dataDir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				disk += fi.Size()
+			}
+		}
+		return nil
+	})
+	t.Logf("DATA_DIR after a clean stop: %s, %d bytes a resource", mib(disk), disk/int64(resources))
 	if hwm > memoryBound {
 		t.Errorf("peak RSS %s, above %s (three quarters of the manifests' limit)", mib(hwm), mib(memoryBound))
 	}

@@ -2,20 +2,26 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 
 	"github.com/caarlos0/env/v11"
 
 	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/internal/buildinfo"
 	"github.com/fenceproxy/fenceproxy/server"
 )
 
-// Run runs the command named by args[0] ("serve" when absent; "demo"; "-h")
-// with environ (KEY=value pairs) as its environment, until ctx is done. It
-// returns nil after a clean shutdown and an error when start-up fails, for
-// example a configuration error naming every bad variable.
+// Run runs the command named by args[0] ("serve" when absent; "demo",
+// "version", "fences", "leases", "-h") with environ (KEY=value pairs) as its
+// environment, until ctx is done. serve and demo return nil after a clean
+// shutdown and an error when start-up fails, for example a configuration
+// error naming every bad variable; the operator commands return an error
+// when the control API refuses the call or cannot be reached. exitCode maps
+// the error to the process's exit status.
 func Run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	return run(ctx, args, env.ToMap(environ), stdout, stderr, nil)
 }
@@ -27,20 +33,50 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	if len(args) > 0 {
 		cmd = args[0]
 	}
+	switch cmd {
+	case "fences", "leases":
+		return operate(ctx, cmd, args[1:], environ, stdout)
+	}
 	if len(args) > 1 {
-		return fmt.Errorf("%s takes no arguments (configuration comes from FENCEPROXY_* variables); run fenceproxy -h", cmd)
+		return usagef("%s takes no arguments (configuration comes from FENCEPROXY_* variables); run fenceproxy -h", cmd)
 	}
 	switch cmd {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		fmt.Fprint(stdout, config.Usage())
 		return nil
+	case "version", "-version", "--version":
+		fmt.Fprint(stdout, buildinfo.Read())
+		return nil
 	case "serve":
 		return serve(ctx, environ, stderr, started)
 	case "demo":
 		return demo(ctx, environ, stdout, stderr, started)
 	default:
-		return fmt.Errorf("unknown command %q; run fenceproxy -h", cmd)
+		return usagef("unknown command %q; run fenceproxy -h", cmd)
+	}
+}
+
+// usageError is a command line the command cannot run: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// exitCode is the exit status for Run's error: 0 for nil, 2 for a wrong
+// command line (unknown command or flag, missing or extra arguments), 1 for
+// anything else (configuration, start-up, a refusal of the control API, a
+// control listener out of reach).
+func exitCode(err error) int {
+	var ue *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		return 2
+	default:
+		return 1
 	}
 }
 
@@ -50,7 +86,10 @@ write's fencing token is not below the largest token seen for its resource.
 Usage:
   fenceproxy [serve]   run the proxy, configured by the variables below
   fenceproxy demo      run an in-memory S3 backend with the proxy in front of it
-  fenceproxy -h        print this help
+  fenceproxy version   print the version, the VCS revision and the Go version (also --version)
+  fenceproxy fences    list, show, raise and reset fences through a running proxy's control API
+  fenceproxy leases    list, show and force-release leases through a running proxy's control API
+  fenceproxy -h        print this help; fenceproxy fences -h and fenceproxy leases -h print theirs
 
 Configuration (environment variables):
 `
@@ -58,6 +97,12 @@ Configuration (environment variables):
 // serve reads the configuration from environ and runs a server.Server until
 // ctx is done, logging JSON lines to stderr. started is as for run.
 func serve(ctx context.Context, environ map[string]string, stderr io.Writer, started func(server.Addrs)) error {
+	// The operator commands' variable: no "unknown variable" warning when
+	// one environment serves both.
+	if _, ok := environ[envControlURL]; ok {
+		environ = maps.Clone(environ)
+		delete(environ, envControlURL)
+	}
 	cfg, warnings, err := config.Parse(environ)
 	if err != nil {
 		return fmt.Errorf("invalid configuration (see fenceproxy -h):\n%w", err)
