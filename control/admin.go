@@ -8,9 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -86,54 +84,19 @@ func bearer(r *http.Request, want string) bool {
 // page carries next, the after of the next page. Records whose keys are not
 // valid UTF-8 (written before the proxy refused such paths) are skipped.
 func (s *server) listFences(_ context.Context, req request[none]) (wire.FenceList, error) {
-	var params [3]string // limit, prefix, after
-	for i, name := range []string{"limit", "prefix", "after"} {
-		v, _, err := queryValue(req.Query, name)
-		if err != nil {
-			return wire.FenceList{}, err
-		}
-		params[i] = v
+	prefix, after, limit, err := listQuery(req.Query)
+	if err != nil {
+		return wire.FenceList{}, err
 	}
-	limit := defaultListLimit
-	if v := params[0]; v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListLimit {
-			return wire.FenceList{}, detailed(errBadLimit, fmt.Sprintf("limit is a number from 1 to %d", maxListLimit))
-		}
-		limit = n
+	resource := func(r fence.Record) string { return r.Resource }
+	records, next, err := page(func(after string, n int) ([]fence.Record, error) { return s.opts.Admin.List(prefix, after, n) },
+		resource, after, limit, skipNotUTF8(s.log, "fence listing", resource))
+	if err != nil {
+		return wire.FenceList{}, err
 	}
-	prefix, after := params[1], params[2]
-	for _, v := range []string{prefix, after} {
-		if err := fence.Prefix(v); err != nil { // the resolver's rules: no key holds what it refuses
-			return wire.FenceList{}, err
-		}
-	}
-	out := wire.FenceList{Fences: make([]wire.Fence, 0, min(limit, 256))}
-	for len(out.Fences) < limit {
-		want := limit - len(out.Fences)
-		records, err := s.opts.Admin.List(prefix, after, want)
-		if err != nil {
-			return wire.FenceList{}, err
-		}
-		for _, f := range records {
-			after = f.Resource
-			// Keys that are not UTF-8 were written before the proxy refused
-			// such paths: no write reaches them any more, so they fence
-			// nothing, and JSON cannot carry them (a cursor made from one
-			// repeated its page for ever).
-			if !utf8.ValidString(f.Resource) {
-				s.log.Warn("fence listing skips a record whose key is not valid UTF-8 (written by an older version; no write can reach it)",
-					"resource", strconv.Quote(f.Resource), "token", f.Token)
-				continue
-			}
-			out.Fences = append(out.Fences, wire.Fence{Resource: f.Resource, Token: wire.Token(f.Token)})
-		}
-		if len(records) < want {
-			break // the store has no more
-		}
-	}
-	if len(out.Fences) == limit {
-		out.Next = out.Fences[len(out.Fences)-1].Resource
+	out := wire.FenceList{Fences: make([]wire.Fence, 0, len(records)), Next: next}
+	for _, f := range records {
+		out.Fences = append(out.Fences, wire.Fence{Resource: f.Resource, Token: wire.Token(f.Token)})
 	}
 	return out, nil
 }

@@ -1,0 +1,71 @@
+package control
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+)
+
+// listQuery reads a listing's query: limit 1..maxListLimit (default
+// defaultListLimit; else errBadLimit, 400 bad_request), and prefix and
+// after checked with fence.Prefix (400 bad_resource): no key holds what the
+// resolver refuses.
+func listQuery(q url.Values) (prefix, after string, limit int, err error) {
+	limit = defaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			return "", "", 0, detailed(errBadLimit, fmt.Sprintf("limit is a number from 1 to %d", maxListLimit))
+		}
+		limit = n
+	}
+	prefix, after = q.Get("prefix"), q.Get("after")
+	for _, v := range []string{prefix, after} {
+		if err := fence.Prefix(v); err != nil {
+			return "", "", 0, err
+		}
+	}
+	return prefix, after, limit, nil
+}
+
+// page reads up to limit items in key order after after through list
+// (which returns at most n items after its argument), leaving out items
+// whose key is not valid UTF-8 (passed to skipped): such keys were stored
+// before the proxy refused them, no request can name them any more, and
+// JSON cannot carry them, so a cursor made from one would repeat its page
+// for ever. next is the last item's key when the page is full ("" when the
+// store has no more).
+func page[T any](list func(after string, n int) ([]T, error), key func(T) string, after string, limit int, skipped func(T)) (items []T, next string, err error) {
+	for len(items) < limit {
+		want := limit - len(items)
+		got, err := list(after, want)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, it := range got {
+			after = key(it)
+			if !utf8.ValidString(after) {
+				skipped(it)
+				continue
+			}
+			items = append(items, it)
+		}
+		if len(got) < want {
+			return items, "", nil // the store has no more
+		}
+	}
+	return items, key(items[len(items)-1]), nil
+}
+
+// skipNotUTF8 returns page's skipped for a listing: one warning per record,
+// its key quoted.
+func skipNotUTF8[T any](log *slog.Logger, listing string, key func(T) string) func(T) {
+	return func(it T) {
+		log.Warn(listing+" skips a record whose key is not valid UTF-8 (stored by an older version; no request can name it)",
+			"key", strconv.Quote(key(it)))
+	}
+}
