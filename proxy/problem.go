@@ -68,6 +68,8 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonUnsupported, "Write cannot be fenced"
 	case errors.Is(err, ErrHopByHop):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonHopByHop, "Hop-by-hop header refused"
+	case errors.Is(err, errBadBody):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonBadBody, "Malformed request body"
 	case errors.Is(err, fence.ErrDrainTimeout):
 		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonDrainTimeout, "Smaller-token writes still in flight"
 		pb.Detail = "writes with smaller tokens on this resource did not finish within the drain timeout; nothing was forwarded, retry later"
