@@ -3,7 +3,8 @@ package proxy_test
 // Request body tests: a body the client broke (bad chunked framing, cut short
 // before a half-close, an HTTP/2 stream shorter than its content-length) is
 // never answered 2xx and never reaches the backend whole; an exchange the
-// proxy could not complete is never an empty 200. Over raw HTTP/1.1 connections and HTTP/2 (TLS
+// proxy could not complete is never an empty 200; request trailers reach the
+// backend with their values. Over raw HTTP/1.1 connections and HTTP/2 (TLS
 // with ALPN, as the proxy listener serves it), on the fast path and the
 // streamed path.
 
@@ -488,6 +489,122 @@ func TestBrokenBodyHTTP2(t *testing.T) {
 				c.headers(t, 9, true, ":method", http.MethodGet, ":scheme", "https", ":authority", "h", ":path", "/bkt/after")
 				if a := c.read(t, 9); a.status != "200" {
 					t.Errorf("next stream: %s %s, want 200", a.status, a.body)
+				}
+			})
+		}
+	}
+}
+
+// trailerRaw is a chunked HTTP/1.1 PUT of "hello" whose trailer section
+// carries trailers, announced in a Trailer header (with token as the header
+// token, none if "").
+func trailerRaw(target, token, announce, trailers string) string {
+	raw := "PUT " + target + " HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTrailer: " + announce + "\r\n"
+	if token != "" {
+		raw += "X-Fencing-Token: " + token + "\r\n"
+	}
+	return raw + "\r\n5\r\nhello\r\n0\r\n" + trailers + "\r\n"
+}
+
+// TestRequestTrailersHTTP1: trailers of a chunked request reach the backend
+// with their values, as they do sent to it directly; a trailer is never the
+// write's token.
+func TestRequestTrailersHTTP1(t *testing.T) {
+	backend := newBodyBackend(t)
+	backendSrv := &httptest.Server{Listener: backend.Listener}
+	raw := trailerRaw("/bkt/direct", "7", "X-Checksum", "X-Checksum: c0ffee\r\n")
+	resp, _ := fwdRoundTrip(t, backendSrv, http.MethodPut, raw)
+	if got := backend.applied("/bkt/direct"); resp.StatusCode != 200 || len(got) != 1 || got[0].Trailer.Get("X-Checksum") != "c0ffee" {
+		t.Fatalf("sent directly: %d %+v; the test backend does not see trailers", resp.StatusCode, got)
+	}
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast=%v", fast), func(t *testing.T) {
+			opts := fwdOptions()
+			opts.UpstreamFastPath = fast
+			p := newBodyProxy(t, backend.URL, opts, false)
+			target := fmt.Sprintf("/bkt/trailer-%v", fast)
+
+			t.Run("values forwarded", func(t *testing.T) {
+				raw := trailerRaw(target, "7", "X-Checksum, X-Amz-Checksum-Crc32", "X-Checksum: c0ffee\r\nX-Amz-Checksum-Crc32: AAAAAA==\r\n")
+				resp, body := fwdRoundTrip(t, p.srv, http.MethodPut, raw)
+				got := backend.applied(target)
+				if resp.StatusCode != 200 || len(got) != 1 {
+					t.Fatalf("%d %s, backend %+v", resp.StatusCode, body, got)
+				}
+				want := http.Header{"X-Checksum": {"c0ffee"}, "X-Amz-Checksum-Crc32": {"AAAAAA=="}}
+				if fmt.Sprint(got[0].Trailer) != fmt.Sprint(want) || got[0].Body != "hello" {
+					t.Fatalf("backend got trailers %v and body %q, want %v and hello", got[0].Trailer, got[0].Body, want)
+				}
+			})
+			t.Run("token in a trailer is not the write's token", func(t *testing.T) {
+				before := len(backend.applied(target))
+				raw := trailerRaw(target, "8", "X-Checksum, X-Fencing-Token", "X-Checksum: beef\r\nX-Fencing-Token: 99\r\n")
+				resp, body := fwdRoundTrip(t, p.srv, http.MethodPut, raw)
+				got := backend.applied(target)
+				if resp.StatusCode != 200 || len(got) != before+1 {
+					t.Fatalf("%d %s, backend %+v", resp.StatusCode, body, got)
+				}
+				last := got[len(got)-1]
+				if last.Token != "8" || last.Trailer.Get("X-Checksum") != "beef" {
+					t.Errorf("backend got token %q, trailers %v; want token 8 and X-Checksum beef", last.Token, last.Trailer)
+				}
+				if _, ok := last.Trailer["X-Fencing-Token"]; ok {
+					t.Errorf("the backend got a token trailer: %v", last.Trailer)
+				}
+				if m, _ := p.barrier.Max(strings.TrimPrefix(target, "/")); m != 8 {
+					t.Errorf("maximum %d, want 8 (the header's token)", m)
+				}
+			})
+			t.Run("token only in a trailer", func(t *testing.T) {
+				before := len(backend.applied(target))
+				raw := trailerRaw(target, "", "X-Fencing-Token", "X-Fencing-Token: 99\r\n")
+				resp, body := fwdRoundTrip(t, p.srv, http.MethodPut, raw)
+				fwdProblem(t, resp, body, http.StatusPreconditionRequired, wire.ReasonMissing)
+				if got := backend.applied(target); len(got) != before {
+					t.Errorf("the backend got %+v", got[before:])
+				}
+			})
+		})
+	}
+}
+
+// TestRequestTrailersHTTP2: an HTTP/2 request's trailers reach the backend
+// with their values, whether the request declares its length or not (the
+// backend then gets it chunked: HTTP/1.1 carries trailers only so).
+func TestRequestTrailersHTTP2(t *testing.T) {
+	backend := newBodyBackend(t)
+	for _, fast := range []bool{true, false} {
+		for _, known := range []bool{true, false} {
+			t.Run(fmt.Sprintf("fast=%v/known length=%v", fast, known), func(t *testing.T) {
+				opts := fwdOptions()
+				opts.UpstreamFastPath = fast
+				p := newBodyProxy(t, backend.URL, opts, true)
+				target := fmt.Sprintf("/bkt/h2trailer-%v-%v", fast, known)
+				var body io.Reader = strings.NewReader("hello")
+				if !known {
+					body = io.NopCloser(body) // no length: sent without content-length
+				}
+				req, err := http.NewRequest(http.MethodPut, p.srv.URL+target, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("X-Fencing-Token", "7")
+				req.Trailer = http.Header{"X-Checksum": {"c0ffee"}, "X-Fencing-Token": {"99"}}
+				resp, err := p.srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				got := backend.applied(target)
+				if resp.ProtoMajor != 2 || resp.StatusCode != 200 || len(got) != 1 {
+					t.Fatalf("HTTP/%d %d, backend %+v", resp.ProtoMajor, resp.StatusCode, got)
+				}
+				if got[0].Trailer.Get("X-Checksum") != "c0ffee" || got[0].Body != "hello" || got[0].Token != "7" {
+					t.Errorf("backend got %+v; want X-Checksum c0ffee, body hello, token 7", got[0])
+				}
+				if _, ok := got[0].Trailer["X-Fencing-Token"]; ok {
+					t.Errorf("the backend got a token trailer: %v", got[0].Trailer)
 				}
 			})
 		}

@@ -428,9 +428,46 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if pr.Out.URL.EscapedPath() != want && !strings.HasPrefix(want, "//") {
 		pr.Out.URL.Opaque = want
 	}
+	p.rewriteTrailers(pr)
 	if p.opts.Rewrite != nil {
 		p.opts.Rewrite(pr)
 	}
+}
+
+// rewriteTrailers gives the outbound request the trailers the client
+// announced, whose values clientBody copies at the body's end: ReverseProxy's
+// clone of the request has the names only, and net/http fills the inbound
+// request's map after the clone was made. Fields the fence reads from the
+// header section (the token, its signature, Host, Destination, a method
+// override) are never sent as trailers: the token is only ever read from the
+// header section, and a backend that merges trailers into headers must not
+// see another value than the fence did.
+func (p *Proxy) rewriteTrailers(pr *httputil.ProxyRequest) {
+	pr.Out.Trailer = nil
+	ex := exchangeOf(pr.In)
+	if len(pr.In.Trailer) == 0 || ex == nil || ex.in.body == nil {
+		return
+	}
+	t := make(http.Header, len(pr.In.Trailer))
+	for k := range pr.In.Trailer {
+		if !p.fencedField(k) {
+			t[k] = nil
+		}
+	}
+	if len(t) == 0 {
+		return
+	}
+	pr.Out.Trailer, ex.in.trailer = t, t
+	// HTTP/1.1 carries trailers in the chunked coding only; an HTTP/2
+	// request may declare its length as well.
+	pr.Out.ContentLength = -1
+}
+
+// fencedField reports a header field the fence reads: the token, its
+// signature, Host, Destination and the method-override headers.
+func (p *Proxy) fencedField(name string) bool {
+	name = http.CanonicalHeaderKey(name)
+	return name == p.tokenHeader || name == wire.HeaderSignature || name == "Host" || name == "Destination" || isMethodOverride(name)
 }
 
 // replayable mirrors net/http's rule for requests its Transport may send

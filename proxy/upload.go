@@ -126,20 +126,31 @@ func (b *uploadBody) Close() error { return b.body.Close() }
 // clientBody is the client's request body as the upstream client reads it,
 // for every forwarded request with a body. It keeps the first read error:
 // the client broke the body's framing, ended it early or went away, and the
-// backend never gets the body whole.
+// backend never gets the body whole. At the body's end it fills in the
+// outbound request's trailers: ReverseProxy sends a clone of the request,
+// whose Trailer map net/http never fills.
 type clientBody struct {
 	body io.ReadCloser
+	in   *http.Request // the inbound request, whose Trailer net/http fills before the body's io.EOF
+	// trailer is the outbound request's Trailer (set by rewrite before the
+	// upstream client reads the body): the names to copy, nil for none.
+	trailer http.Header
 
 	mu  sync.Mutex
 	err error
 }
 
 // init makes b wrap r's body.
-func (b *clientBody) init(r *http.Request) { b.body = r.Body }
+func (b *clientBody) init(r *http.Request) { b.body, b.in = r.Body, r }
 
 func (b *clientBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
-	if err != nil && err != io.EOF {
+	switch {
+	case err == io.EOF:
+		for k := range b.trailer {
+			b.trailer[k] = b.in.Trailer[k]
+		}
+	case err != nil:
 		b.mu.Lock()
 		if b.err == nil {
 			b.err = err
