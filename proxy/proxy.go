@@ -220,6 +220,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 	}
 	ex := &exchange{w: w, r: r, client: r.Context()}
+	if r.Method == "PRI" && r.RequestURI == "*" && r.ProtoMajor == 2 {
+		p.priorKnowledge(ex)
+		return
+	}
 
 	// 1. Classify: a target the proxy forwards at all, no hop-by-hop header
 	// hiding what the fence relies on, and whether the request is a fenced write.

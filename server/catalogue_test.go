@@ -324,7 +324,7 @@ func catRows() []catRow {
 		}, status: 400, reason: "bad_resource"},
 		catRow{name: "host/PRI * HTTP/2.0 with headers and a token", raw: func(c catTarget) string {
 			return "PRI * HTTP/2.0\r\nHost: " + c.host + "\r\n" + catTok + "\r\n\r\n"
-		}, status: 400, reason: "bad_resource"},
+		}, status: 400, reason: "bad_resource", closes: true},
 		catRow{name: "host/no Host header", raw: func(c catTarget) string {
 			return "PUT " + c.path + " HTTP/1.1\r\n" + catTok + "\r\nContent-Length: 0\r\n\r\n"
 		}, status: 400, early: true},
@@ -398,7 +398,7 @@ func catRows() []catRow {
 		}, status: 400, reason: "hop_by_hop", then: true},
 		catRow{name: "upgrade/HTTP/2 preface", raw: func(c catTarget) string {
 			return "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-		}, status: 400, reason: "bad_resource", then: true},
+		}, status: 400, reason: "bad_resource", then: true, closes: true},
 	)
 
 	// Method override headers: fenced like the method they ask for.
