@@ -215,6 +215,7 @@ var problemCases = []struct {
 	{func(string, string, uint64) error { return fence.ErrDrainTimeout }, 503, wire.ReasonDrainTimeout, ptr("writes with smaller tokens on this resource did not finish within the drain timeout; nothing was forwarded, retry later")},
 	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", ErrSignature, d) }, 403, wire.ReasonSignature, nil},
 	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", fence.ErrJump, d) }, 403, wire.ReasonJump, nil},
+	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", errBadBody, d) }, 400, wire.ReasonBadBody, nil},
 	{func(string, string, uint64) error { return context.Canceled }, 499, wire.ReasonClientGone, nil},
 	{func(d, _ string, _ uint64) error { return errors.New(d) }, 500, "internal", ptr("")},
 }

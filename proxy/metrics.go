@@ -21,7 +21,8 @@ type Metrics struct {
 	// fenceproxy_upstream_errors_total{kind}: failed upstream exchanges by
 	// kind: timeout (504), client_gone (499), other (502), upload_cut (a
 	// larger token cut a smaller token's upload off, 409), upload_timeout
-	// (the client paused its upload past the idle timeout, 408).
+	// (the client paused its upload past the idle timeout, 408), bad_body
+	// (the client broke its request body's framing or ended it early, 400).
 	UpstreamErrors *prometheus.CounterVec
 	// fenceproxy_upstream_duration_seconds{fenced}: time from forwarding to
 	// the end of the upstream exchange.
@@ -47,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"decision"}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_upstream_errors_total",
-			Help: "Failed upstream exchanges by kind: timeout (504), client_gone (499), other (502), upload_cut (409), upload_timeout (408).",
+			Help: "Failed upstream exchanges by kind: timeout (504), client_gone (499), other (502), upload_cut (409), upload_timeout (408), bad_body (400).",
 		}, []string{"kind"}),
 		UpstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fenceproxy_upstream_duration_seconds",
@@ -75,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.decisions[d] = m.Requests.WithLabelValues(d)
 	}
 	m.durations = [2]prometheus.Observer{m.UpstreamDuration.WithLabelValues("false"), m.UpstreamDuration.WithLabelValues("true")}
-	for _, k := range []string{"timeout", "client_gone", "other", "upload_cut", "upload_timeout"} {
+	for _, k := range []string{"timeout", "client_gone", "other", "upload_cut", "upload_timeout", "bad_body"} {
 		m.UpstreamErrors.WithLabelValues(k)
 	}
 	return m

@@ -39,5 +39,5 @@ func (p *Proxy) observeWrite(ex *exchange, err error) {
 		p.opts.Metrics.decision("forwarded")
 	}
 	defer p.opts.Metrics.forwarding(true)()
-	p.rp.ServeHTTP(ex.w, ex.r)
+	p.forward(ex)
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -68,6 +69,8 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonUnsupported, "Write cannot be fenced"
 	case errors.Is(err, ErrHopByHop):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonHopByHop, "Hop-by-hop header refused"
+	case errors.Is(err, errBadBody):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonBadBody, "Malformed request body"
 	case errors.Is(err, fence.ErrDrainTimeout):
 		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonDrainTimeout, "Smaller-token writes still in flight"
 		pb.Detail = "writes with smaller tokens on this resource did not finish within the drain timeout; nothing was forwarded, retry later"
@@ -86,6 +89,28 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		level = slog.LevelError
 	}
 	return pb, level
+}
+
+// errPriorKnowledge: the HTTP/2 connection preface on a listener that speaks
+// HTTP/1.1 only (400 bad_resource: the target * names no resource).
+var errPriorKnowledge = fmt.Errorf("%w: HTTP/2 with prior knowledge (the PRI * HTTP/2.0 preface) is not served on this listener; "+
+	"use HTTP/1.1, or HTTP/2 over TLS (FENCEPROXY_TLS_CERT_FILE), where it is negotiated by ALPN", fence.ErrBadResource)
+
+// priorKnowledge answers the HTTP/2 connection preface, which net/http hands
+// to the handler of a listener without h2c: 400 bad_resource as for any
+// other target "*" but OPTIONS, with Connection: close (what follows are
+// HTTP/2 frames, not requests), logged as what it is rather than as a
+// refused write.
+func (p *Proxy) priorKnowledge(ex *exchange) {
+	pb, level := p.problemFor(errPriorKnowledge)
+	pb.Detail = strings.TrimPrefix(pb.Detail, fence.ErrBadResource.Error()+": ")
+	h := ex.w.Header()
+	h.Set(wire.HeaderRefused, pb.Reason)
+	h.Set("Connection", "close")
+	p.opts.Metrics.decision(pb.Reason)
+	p.log.LogAttrs(ex.r.Context(), level, "HTTP/2 prior knowledge on a listener without h2c; answered in HTTP/1.1 and closed",
+		slog.String("reason", pb.Reason), slog.Int("status", pb.Status), slog.String("remote", ex.r.RemoteAddr))
+	wire.WriteProblem(ex.w, pb)
 }
 
 func (p *Proxy) logRefusal(r *http.Request, level slog.Level, pb wire.Problem, err error) {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
@@ -182,10 +183,12 @@ type exchange struct {
 	tokenText string   // the token for logs and problem bodies; "" unless valid
 	resources []string // the resources a fenced write touches; [0] is its path's
 
+	admitted bool         // the barrier admitted the write: finish and the release run after forwarding
 	up       fence.Upload // the body as the barrier sees it
-	body     uploadBody   // r.Body's wrapper when hasBody
-	hasBody  bool
-	answered bool         // upstreamError answered the client itself (cut or idle upload)
+	in       clientBody   // r.Body's wrapper for the upstream client, when it has a body
+	body     uploadBody   // in's wrapper when hasBody
+	hasBody  bool         // an admitted write with a body
+	answered bool         // upstreamError answered (or aborted) the client itself and logged it
 	traced   bool         // wrote counts the copies sent (the write is replayable)
 	wrote    atomic.Int32 // copies of the request written upstream, when traced
 }
@@ -200,7 +203,7 @@ func (ex *exchange) resource() string {
 
 type exchangeKey struct{}
 
-// exchangeOf returns the exchange of a forwarded fenced write, nil for others.
+// exchangeOf returns the exchange of a forwarded request, nil for others.
 func exchangeOf(r *http.Request) *exchange {
 	ex, _ := r.Context().Value(exchangeKey{}).(*exchange)
 	return ex
@@ -219,6 +222,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 	}
 	ex := &exchange{w: w, r: r, client: r.Context()}
+	if r.Method == "PRI" && r.RequestURI == "*" && r.ProtoMajor == 2 {
+		p.priorKnowledge(ex)
+		return
+	}
 
 	// 1. Classify: a target the proxy forwards at all, no hop-by-hop header
 	// hiding what the fence relies on, and whether the request is a fenced write.
@@ -233,7 +240,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.opts.Metrics.decision("unfenced")
 		defer p.opts.Metrics.forwarding(false)()
-		p.rp.ServeHTTP(w, r)
+		p.forward(ex)
 		return
 	}
 
@@ -258,6 +265,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	ex.admitted = true
 
 	// 5. Rewrite (p.rewrite) and forward; 6. finish.
 	p.opts.Metrics.decision("forwarded")
@@ -318,35 +326,70 @@ func (p *Proxy) authenticate(ex *exchange) error {
 // it is sent, and admits the write through the barrier.
 func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 	r := ex.r
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+	if !hasBody(r) {
 		ex.up.NoBody()
 	} else {
 		ex.hasBody = true
-		ex.body.init(ex.w, r, &ex.up, p.opts.UploadIdleTimeout)
+		ex.in.init(r)
+		ex.body.init(ex.w, r, &ex.in, &ex.up, p.opts.UploadIdleTimeout)
 	}
 	return p.barrier.Admit(r.Context(), ex.resources, ex.token, &ex.up)
 }
 
-// forward sends the admitted write upstream with ReverseProxy (which calls
-// p.rewrite, and p.upstreamError on failure).
+// forward sends the request upstream with ReverseProxy (which calls
+// p.rewrite, and p.upstreamError on failure), with the exchange in its
+// context and its body wrapped: an admitted write's in ex.body, any other's
+// in ex.in. A bodyless request that went through no barrier goes as it came.
 func (p *Proxy) forward(ex *exchange) {
 	r := ex.r
+	if !ex.admitted && !hasBody(r) {
+		// Nothing to watch: upstreamError answers from the request alone,
+		// and the common read keeps its allocations.
+		p.rp.ServeHTTP(ex.w, r)
+		return
+	}
+	ctx := ex.client
+	if ex.admitted {
+		// Once forwarded, a write runs to the backend's answer even if its
+		// client hangs up: the backend may already be applying it, and the
+		// barrier must not open for a larger token before it is done. A
+		// client gone mid-upload still ends the exchange, since its body can
+		// no longer be read.
+		ctx = context.WithoutCancel(ctx)
+		if replayable(r) {
+			// net/http's Transport silently sends such a request again when a
+			// reused connection fails after sending it; the first copy may
+			// still be applied, so the write counts as abandoned.
+			ex.traced = true
+			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { ex.wrote.Add(1) }})
+		}
+	}
+	out := r.WithContext(context.WithValue(ctx, exchangeKey{}, ex))
+	switch {
+	case ex.hasBody:
+		out.Body = &ex.body
+	case hasBody(r):
+		ex.in.init(r)
+		out.Body = &ex.in
+	}
+	p.rp.ServeHTTP(ex.w, out)
+}
+
+// hasBody reports a request body that may hold bytes.
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+}
+
+// stopReason is why the client's body ended before its end, nil if it did
+// not: errUploadCut or errUploadIdle for an admitted write, else the error
+// reading it.
+func (ex *exchange) stopReason() error {
 	if ex.hasBody {
-		r.Body = &ex.body
+		if why := ex.body.stopReason(); why != nil {
+			return why
+		}
 	}
-	// Once forwarded, a write runs to the backend's answer even if its client
-	// hangs up: the backend may already be applying it, and the barrier must
-	// not open for a larger token before it is done. A client gone mid-upload
-	// still ends the exchange, since its body can no longer be read.
-	ctx := context.WithValue(context.WithoutCancel(ex.client), exchangeKey{}, ex)
-	if replayable(r) {
-		// net/http's Transport silently sends such a request again when a
-		// reused connection fails after sending it; the first copy may still
-		// be applied, so the write counts as abandoned.
-		ex.traced = true
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { ex.wrote.Add(1) }})
-	}
-	p.rp.ServeHTTP(ex.w, r.WithContext(ctx))
+	return ex.in.readErr()
 }
 
 // finish logs what the exchange leaves to tell: a write the upstream client
@@ -391,9 +434,46 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if pr.Out.URL.EscapedPath() != want && !strings.HasPrefix(want, "//") {
 		pr.Out.URL.Opaque = want
 	}
+	p.rewriteTrailers(pr)
 	if p.opts.Rewrite != nil {
 		p.opts.Rewrite(pr)
 	}
+}
+
+// rewriteTrailers gives the outbound request the trailers the client
+// announced, whose values clientBody copies at the body's end: ReverseProxy's
+// clone of the request has the names only, and net/http fills the inbound
+// request's map after the clone was made. Fields the fence reads from the
+// header section (the token, its signature, Host, Destination, a method
+// override) are never sent as trailers: the token is only ever read from the
+// header section, and a backend that merges trailers into headers must not
+// see another value than the fence did.
+func (p *Proxy) rewriteTrailers(pr *httputil.ProxyRequest) {
+	pr.Out.Trailer = nil
+	ex := exchangeOf(pr.In)
+	if len(pr.In.Trailer) == 0 || ex == nil || ex.in.body == nil {
+		return
+	}
+	t := make(http.Header, len(pr.In.Trailer))
+	for k := range pr.In.Trailer {
+		if !p.fencedField(k) {
+			t[k] = nil
+		}
+	}
+	if len(t) == 0 {
+		return
+	}
+	pr.Out.Trailer, ex.in.trailer = t, t
+	// HTTP/1.1 carries trailers in the chunked coding only; an HTTP/2
+	// request may declare its length as well.
+	pr.Out.ContentLength = -1
+}
+
+// fencedField reports a header field the fence reads: the token, its
+// signature, Host, Destination and the method-override headers.
+func (p *Proxy) fencedField(name string) bool {
+	name = http.CanonicalHeaderKey(name)
+	return name == p.tokenHeader || name == wire.HeaderSignature || name == "Host" || name == "Destination" || isMethodOverride(name)
 }
 
 // replayable mirrors net/http's rule for requests its Transport may send
@@ -411,25 +491,25 @@ func replayable(r *http.Request) bool {
 }
 
 // upstreamError maps a failed upstream exchange: upload cut off by a larger
-// token -> 409, upload paused past the idle timeout -> 408, client gone -> 499
-// (logged only), timeout -> 504, anything else -> 502. Nothing is retried: a
-// write may have reached the backend. A write whose whole body was handed to
-// the backend is abandoned: it keeps its resource's barrier closed for the
-// abandon grace, since a slow backend may still apply it. A dial error
-// (upstream.DialError) sent nothing.
+// token -> 409, upload paused past the idle timeout -> 408, a request body
+// the client broke (bad framing, an early end) -> 400 bad_body, client gone
+// -> 499 (logged only; the connection or stream is aborted, so that net/http
+// sends no empty 200 in place of an answer), timeout -> 504, anything else ->
+// 502. Nothing is retried: a write may have reached the backend. A write
+// whose whole body was handed to the backend is abandoned: it keeps its
+// resource's barrier closed for the abandon grace, since a slow backend may
+// still apply it. A dial error (upstream.DialError) sent nothing.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	ex := exchangeOf(r)
-	if ex != nil && ex.hasBody {
-		if why := ex.body.stopReason(); why != nil {
-			p.uploadStopped(ex, why)
-			return
-		}
+	if ex == nil { // a bodyless request that went through no barrier
+		ex = &exchange{w: w, r: r, client: r.Context()}
+	}
+	if why := ex.stopReason(); why != nil {
+		p.uploadStopped(ex, why)
+		return
 	}
 	status, kind := http.StatusBadGateway, "other"
-	gone := r.Context().Err() != nil
-	if ex != nil {
-		gone = ex.client.Err() != nil
-	}
+	gone := ex.client.Err() != nil
 	var timeout interface{ Timeout() bool }
 	switch {
 	case gone:
@@ -440,14 +520,15 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	p.opts.Metrics.upstreamError(kind)
 	// A dial error means the last attempt sent nothing; an earlier copy of a
 	// replayable write may have gone out on a reused connection.
-	abandoned := ex != nil && ex.up.State() == fence.Sent && p.barrier.AbandonGrace() > 0 &&
+	abandoned := ex.admitted && ex.up.State() == fence.Sent && p.barrier.AbandonGrace() > 0 &&
 		(!dialError(err) || (ex.traced && ex.wrote.Load() > 0))
 	if abandoned {
 		ex.up.Abandon()
 	}
-	if gone && ex != nil && !abandoned {
-		return // finish logs a gone client of a forwarded write once, as 499
+	if gone && ex.admitted && !abandoned {
+		panic(http.ErrAbortHandler) // finish logs a gone client of a forwarded write once, as 499
 	}
+	ex.answered = true // logged here, once
 	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("target", logTarget(r)),
 		slog.Int("status", status), slog.String("error", err.Error())}
 	if abandoned {
@@ -459,15 +540,22 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed", attrs...)
 	}
 	if status == 499 {
-		return
+		// Nobody reads an answer, or the client only half-closed and would
+		// read net/http's empty 200: abort the connection (HTTP/2: the stream).
+		panic(http.ErrAbortHandler)
 	}
 	wire.WriteProblem(w, wire.Problem{Status: status, Title: http.StatusText(status),
 		Detail: "the backend could not be reached or did not answer in time"})
 }
 
-// uploadStopped answers a write whose upload the proxy stopped before its
-// end: the backend did not get the whole body, so it cannot apply it and the
-// barrier opens at once.
+// uploadStopped answers a request whose upload stopped before its end: the
+// backend did not get the whole body, so it cannot apply it and the barrier
+// opens at once. A larger token's cut is 409, a client paused past the upload
+// idle timeout 408; a body the client broke (bad chunked framing, fewer bytes
+// than its length before its connection's read side or its HTTP/2 stream
+// ended) is 400 bad_body while the client can still read, and a client that
+// can no longer read is logged as 499 and its connection or stream aborted.
+// One log line each.
 func (p *Proxy) uploadStopped(ex *exchange, why error) {
 	ex.answered = true
 	r := ex.r
@@ -492,13 +580,37 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off: client paused past the upload idle timeout",
 			append(attrs, slog.Int("status", pb.Status), slog.String("upload_idle_timeout", p.opts.UploadIdleTimeout.String()))...)
 	default:
-		p.opts.Metrics.upstreamError("client_gone")
-		p.log.LogAttrs(r.Context(), slog.LevelInfo, "client went away during the upload", append(attrs,
-			slog.Int("status", 499), slog.String("error", why.Error()))...)
-		return
+		if clientGone(ex, why) {
+			p.opts.Metrics.upstreamError("client_gone")
+			p.log.LogAttrs(r.Context(), slog.LevelInfo, "client went away during the upload", append(attrs,
+				slog.Int("status", 499), slog.String("error", why.Error()))...)
+			panic(http.ErrAbortHandler) // no answer, not even net/http's empty 200
+		}
+		p.opts.Metrics.upstreamError("bad_body")
+		pb, _ = p.problemFor(fmt.Errorf("%w: %w", errBadBody, why))
+		pb.Detail += "; the backend did not get it whole"
+		pb.Token = ex.tokenText
+		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "request body malformed or cut short; the backend did not get it whole",
+			append(attrs, slog.String("reason", pb.Reason), slog.Int("status", pb.Status),
+				slog.String("remote", r.RemoteAddr), slog.String("error", why.Error()))...)
 	}
-	ex.w.Header().Set("Connection", "close") // the rest of the body is still on the wire
+	if r.ProtoMajor == 1 {
+		ex.w.Header().Set("Connection", "close") // the rest of the body is still on the wire
+	}
 	wire.WriteProblem(ex.w, pb)
+}
+
+// clientGone reports whether err, met reading the client's body, leaves
+// nobody to read an answer: over HTTP/1 the connection failed (an early end
+// is not that: a client that half-closed still reads); over HTTP/2 the stream
+// was reset or its connection lost, which ends its context.
+func clientGone(ex *exchange, err error) bool {
+	if ex.r.ProtoMajor >= 2 {
+		return ex.client.Err() != nil
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, net.ErrClosed)
 }
 
 // responseWriter keeps the backend's response as it was: it drops the

@@ -18,6 +18,9 @@ var (
 	// errUploadIdle: the client paused its upload longer than the upload idle
 	// timeout; the body was cut off before its end (408).
 	errUploadIdle = errors.New("upload cut off: the client sent no body bytes within the upload idle timeout")
+	// errBadBody: the client broke its request body's framing (chunked
+	// coding) or ended it before its length (400 bad_body).
+	errBadBody = errors.New("request body malformed or cut short")
 )
 
 // uploadBody is a forwarded write's request body as the upstream client reads
@@ -27,7 +30,7 @@ var (
 // stopped before its end never hands over its last bytes (nor, when chunked,
 // the terminating chunk), so no backend can apply it.
 type uploadBody struct {
-	body      io.ReadCloser
+	body      *clientBody
 	up        *fence.Upload
 	rc        *http.ResponseController
 	idle      time.Duration // 0: no idle timeout
@@ -43,9 +46,9 @@ type uploadBody struct {
 	stopped error // errUploadCut, errUploadIdle or the client's read error
 }
 
-// init makes b wrap r's body for up (r.ContentLength -1: read to EOF).
-func (b *uploadBody) init(w http.ResponseWriter, r *http.Request, up *fence.Upload, idle time.Duration) {
-	b.body, b.up, b.rc, b.idle, b.remaining = r.Body, up, http.NewResponseController(w), idle, r.ContentLength
+// init makes b wrap body, r's, for up (r.ContentLength -1: read to EOF).
+func (b *uploadBody) init(w http.ResponseWriter, r *http.Request, body *clientBody, up *fence.Upload, idle time.Duration) {
+	b.body, b.up, b.rc, b.idle, b.remaining = body, up, http.NewResponseController(w), idle, r.ContentLength
 	// A past deadline wakes a read blocked on a stalled client.
 	up.Interrupt = func() { _ = b.rc.SetReadDeadline(time.Now()) }
 }
@@ -119,3 +122,49 @@ func (b *uploadBody) stopReason() error {
 }
 
 func (b *uploadBody) Close() error { return b.body.Close() }
+
+// clientBody is the client's request body as the upstream client reads it,
+// for every forwarded request with a body. It keeps the first read error:
+// the client broke the body's framing, ended it early or went away, and the
+// backend never gets the body whole. At the body's end it fills in the
+// outbound request's trailers: ReverseProxy sends a clone of the request,
+// whose Trailer map net/http never fills.
+type clientBody struct {
+	body io.ReadCloser
+	in   *http.Request // the inbound request, whose Trailer net/http fills before the body's io.EOF
+	// trailer is the outbound request's Trailer (set by rewrite before the
+	// upstream client reads the body): the names to copy, nil for none.
+	trailer http.Header
+
+	mu  sync.Mutex
+	err error
+}
+
+// init makes b wrap r's body.
+func (b *clientBody) init(r *http.Request) { b.body, b.in = r.Body, r }
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	switch {
+	case err == io.EOF:
+		for k := range b.trailer {
+			b.trailer[k] = b.in.Trailer[k]
+		}
+	case err != nil:
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+// readErr is the first error reading the client's body, nil if none.
+func (b *clientBody) readErr() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+func (b *clientBody) Close() error { return b.body.Close() }

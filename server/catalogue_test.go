@@ -25,19 +25,27 @@ type catArrival struct {
 	Body                 string
 }
 
-// catRecorder is a backend that records every request reaching it.
+// catRecorder is a backend that records every request reaching it whole. A
+// request whose body breaks off is never applied (no backend applies a body
+// it did not get whole); it is only counted in broken.
 type catRecorder struct {
-	srv *httptest.Server
-	mu  sync.Mutex
-	got []catArrival
+	srv    *httptest.Server
+	mu     sync.Mutex
+	got    []catArrival
+	broken int
 }
 
 func newCatRecorder(t *testing.T) *catRecorder {
 	t.Helper()
 	b := &catRecorder{}
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+		body, err := io.ReadAll(r.Body)
 		b.mu.Lock()
+		if err != nil {
+			b.broken++
+			b.mu.Unlock()
+			return
+		}
 		b.got = append(b.got, catArrival{Method: r.Method, Target: r.RequestURI, Host: r.Host, Header: r.Header.Clone(), Body: string(body)})
 		b.mu.Unlock()
 		io.WriteString(w, "backend")
@@ -98,6 +106,9 @@ type catRow struct {
 	// closes: the answer says Connection: close and the proxy reads nothing
 	// more from the connection (what follows is never a request).
 	closes bool
+	// halfClose: the client closes its side of the connection (TCP FIN)
+	// once the request is written; it still reads the answer.
+	halfClose bool
 }
 
 const (
@@ -241,6 +252,25 @@ func catRows() []catRow {
 		}, status: 428, reason: "missing"},
 	)
 
+	// Bodies that break off: never applied, never answered 2xx. The backend
+	// may get the start of a streamed upload, never its end.
+	withBody := func(method string, hdr []string, body string) func(c catTarget) string {
+		return func(c catTarget) string { return c.rq(method+" "+c.path, hdr...) + body }
+	}
+	te := "Transfer-Encoding: chunked"
+	rows = append(rows,
+		catRow{name: "body/bad chunk size", raw: withBody("PUT", []string{catTok, te}, "3\r\nabc\r\nZZ\r\n"), status: 400, reason: "bad_body", closes: true},
+		catRow{name: "body/chunk longer than its size", raw: withBody("PUT", []string{catTok, te}, "3\r\nabcdef\r\n0\r\n\r\n"), status: 400, reason: "bad_body", closes: true},
+		catRow{name: "body/chunk size overflowing 64 bits", raw: withBody("PUT", []string{catTok, te}, "fffffffffffffffff\r\nabc\r\n0\r\n\r\n"), status: 400, reason: "bad_body", closes: true},
+		catRow{name: "body/chunk size with a sign", raw: withBody("PUT", []string{catTok, te}, "-3\r\nabc\r\n0\r\n\r\n"), status: 400, reason: "bad_body", closes: true},
+		catRow{name: "body/chunked cut short, half-close", raw: withBody("PUT", []string{catTok, te}, "5\r\nab"), status: 400, reason: "bad_body", closes: true, halfClose: true},
+		catRow{name: "body/last chunk without its end, half-close", raw: withBody("PUT", []string{catTok, te}, "3\r\nabc\r\n0\r\n"), status: 400, reason: "bad_body", closes: true, halfClose: true},
+		catRow{name: "body/Content-Length cut short, half-close", raw: withBody("PUT", []string{catTok, "Content-Length: 10"}, "abc"), status: 400, reason: "bad_body", closes: true, halfClose: true},
+		catRow{name: "body/large Content-Length cut short, half-close", raw: withBody("PUT", []string{catTok, "Content-Length: 100000"}, strings.Repeat("x", 1000)), status: 400, reason: "bad_body", closes: true, halfClose: true},
+		catRow{name: "body/bad chunk on an unfenced GET", raw: withBody("GET", []string{te}, "3\r\nabc\r\nZZ\r\n"), status: 400, reason: "bad_body", closes: true},
+		catRow{name: "body/Content-Length cut short on a write without a token, half-close", raw: withBody("PUT", []string{"Content-Length: 10"}, "abc"), status: 428, reason: "missing", halfClose: true},
+	)
+
 	// Other hosts: the proxy refuses or forwards to its upstream, nowhere else.
 	absolute := func(c catTarget) string { return "http://" + c.evil + c.path }
 	toUpstream := func(host func(c catTarget) string) func(t *testing.T, c catTarget, got []catArrival) {
@@ -294,7 +324,7 @@ func catRows() []catRow {
 		}, status: 400, reason: "bad_resource"},
 		catRow{name: "host/PRI * HTTP/2.0 with headers and a token", raw: func(c catTarget) string {
 			return "PRI * HTTP/2.0\r\nHost: " + c.host + "\r\n" + catTok + "\r\n\r\n"
-		}, status: 400, reason: "bad_resource"},
+		}, status: 400, reason: "bad_resource", closes: true},
 		catRow{name: "host/no Host header", raw: func(c catTarget) string {
 			return "PUT " + c.path + " HTTP/1.1\r\n" + catTok + "\r\nContent-Length: 0\r\n\r\n"
 		}, status: 400, early: true},
@@ -374,7 +404,7 @@ func catRows() []catRow {
 		}, status: 400, reason: "hop_by_hop", then: true},
 		catRow{name: "upgrade/HTTP/2 preface", raw: func(c catTarget) string {
 			return "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-		}, status: 400, reason: "bad_resource", then: true},
+		}, status: 400, reason: "bad_resource", then: true, closes: true},
 	)
 
 	// Method override headers: fenced like the method they ask for.
@@ -464,7 +494,17 @@ func TestBadInputCatalogue(t *testing.T) {
 			}
 			conn, br := catDial(t, in.Proxy)
 			defer conn.Close()
-			resp, body, err := catExchange(conn, br, row.raw(c), method)
+			raw := row.raw(c)
+			if row.halfClose {
+				if _, err := io.WriteString(conn, raw); err != nil {
+					t.Fatal(err)
+				}
+				if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+					t.Fatal(err)
+				}
+				raw = ""
+			}
+			resp, body, err := catExchange(conn, br, raw, method)
 			if err != nil {
 				t.Fatalf("no answer: %v", err)
 			}
@@ -490,7 +530,9 @@ func TestBadInputCatalogue(t *testing.T) {
 	if got := evil.take(); len(got) != 0 {
 		t.Errorf("the other host got %d requests after the last row: %+v", len(got), got)
 	}
-	t.Logf("%d catalogue rows", len(rows))
+	upstream.mu.Lock()
+	t.Logf("%d catalogue rows; the upstream got the start of %d requests whose body broke off", len(rows), upstream.broken)
+	upstream.mu.Unlock()
 }
 
 func catDial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {

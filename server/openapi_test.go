@@ -630,6 +630,51 @@ func TestOpenAPIConformanceDraining(t *testing.T) {
 	}
 }
 
+// TestOpenAPIBrokenBody: the 400 bad_body answers to a body that breaks its
+// chunked framing match the spec, on a fenced write and on an unfenced read.
+// Sent as raw bytes: no HTTP client sends such a body.
+func TestOpenAPIBrokenBody(t *testing.T) {
+	s := loadOASSpec(t)
+	backend := newOASBackend()
+	in := startOASProxy(t, backend, nil)
+	for _, c := range []struct{ method, token, op string }{
+		{"PUT", "7", "proxyPut"}, {"POST", "7", "proxyPost"}, {"GET", "", "proxyGet"},
+	} {
+		t.Run(c.method, func(t *testing.T) {
+			target := "/bkt/broken-" + strings.ToLower(c.method)
+			raw := c.method + " " + target + " HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n"
+			if c.token != "" {
+				raw += "X-Fencing-Token: " + c.token + "\r\n"
+			}
+			conn, br := catDial(t, in.Proxy)
+			resp, body, err := catExchange(conn, br, raw+"\r\n3\r\nabc\r\nZZ\r\n", c.method)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Fencing-Refused") != "bad_body" {
+				t.Fatalf("%d, Fencing-Refused %q, %s; want 400 bad_body", resp.StatusCode, resp.Header.Get("Fencing-Refused"), body)
+			}
+			req := httptest.NewRequest(c.method, "http://example.invalid"+target, nil)
+			routed, route, params, err := s.find(oasProxy, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if route.Operation.OperationID != c.op {
+				t.Fatalf("resolved to %s, want %s", route.Operation.OperationID, c.op)
+			}
+			out := &openapi3filter.ResponseValidationInput{
+				RequestValidationInput: &openapi3filter.RequestValidationInput{Request: routed, PathParams: params, Route: route},
+				Status:                 resp.StatusCode, Header: resp.Header,
+				Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+			}
+			out.SetBodyBytes(body)
+			if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+				t.Errorf("the 400 answer does not match the spec:\n%v\nheaders: %v\nbody: %s", err, resp.Header, body)
+			}
+		})
+	}
+}
+
 // TestOpenAPIValidatorHasTeeth makes sure the validation above would notice a
 // mismatch: answers that break the spec are rejected.
 func TestOpenAPIValidatorHasTeeth(t *testing.T) {
@@ -662,6 +707,9 @@ func TestOpenAPIValidatorHasTeeth(t *testing.T) {
 		{"missing with the wrong reason", oasProxy, "PUT", "/a/b", 428,
 			http.Header{"Content-Type": {"application/problem+json"}, "Fencing-Refused": {"stale"}},
 			`{"type":"about:blank","title":"t","status":428,"reason":"stale"}`},
+		{"unfenced read refused as stale", oasProxy, "GET", "/a/b", 400,
+			http.Header{"Content-Type": {"application/problem+json"}, "Fencing-Refused": {"stale"}},
+			`{"type":"about:blank","title":"t","status":400,"reason":"stale"}`},
 		{"bad gateway that claims a refusal", oasProxy, "PUT", "/a/b", 502,
 			http.Header{"Content-Type": {"application/problem+json"}},
 			`{"type":"about:blank","title":"t","status":502,"reason":"stale"}`},
