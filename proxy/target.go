@@ -62,19 +62,15 @@ func (p *Proxy) checkHopByHop(r *http.Request) error {
 	return nil
 }
 
-// methodOverrideHeaders ask some backends (Rails, Express's method-override,
-// Google APIs) to run another method than the request line's.
-var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
-
 func isMethodOverride(name string) bool {
-	return slices.Contains(methodOverrideHeaders, http.CanonicalHeaderKey(name))
+	return slices.Contains(wire.MethodOverrideHeaders, http.CanonicalHeaderKey(name))
 }
 
 // methods returns the request line's method and every method an override
 // header asks for (upper-cased: frameworks compare them so).
 func methods(r *http.Request) []string {
 	ms := []string{r.Method}
-	for _, h := range methodOverrideHeaders {
+	for _, h := range wire.MethodOverrideHeaders {
 		for _, v := range r.Header[h] {
 			for m := range strings.SplitSeq(v, ",") {
 				ms = append(ms, strings.ToUpper(strings.TrimSpace(m)))
@@ -85,7 +81,7 @@ func methods(r *http.Request) []string {
 }
 
 func hasMethodOverride(r *http.Request) bool {
-	for _, h := range methodOverrideHeaders {
+	for _, h := range wire.MethodOverrideHeaders {
 		if _, ok := r.Header[h]; ok {
 			return true
 		}
