@@ -10,20 +10,27 @@ import (
 	"github.com/fenceproxy/fenceproxy/fence"
 )
 
-// listQuery reads a listing's query: limit 1..maxListLimit (default
+// listQuery reads a listing's query, each parameter at most once (else
+// errBadQuery): limit 1..maxListLimit (default
 // defaultListLimit; else errBadLimit, 400 bad_request), and prefix and
 // after checked with fence.Prefix (400 bad_resource): no key holds what the
 // resolver refuses.
 func listQuery(q url.Values) (prefix, after string, limit int, err error) {
+	var params [3]string // limit, prefix, after
+	for i, name := range []string{"limit", "prefix", "after"} {
+		if params[i], _, err = queryValue(q, name); err != nil {
+			return "", "", 0, err
+		}
+	}
 	limit = defaultListLimit
-	if v := q.Get("limit"); v != "" {
+	if v := params[0]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxListLimit {
 			return "", "", 0, detailed(errBadLimit, fmt.Sprintf("limit is a number from 1 to %d", maxListLimit))
 		}
 		limit = n
 	}
-	prefix, after = q.Get("prefix"), q.Get("after")
+	prefix, after = params[1], params[2]
 	for _, v := range []string{prefix, after} {
 		if err := fence.Prefix(v); err != nil {
 			return "", "", 0, err
