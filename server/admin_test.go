@@ -73,6 +73,28 @@ func admList(t *testing.T, in *servertest.Instance, query string) (int, []string
 	return status, items, next
 }
 
+// admPages follows next from GET /v1/fences?query to the last page and
+// returns every item; it fails the test after 10 pages or on a status other
+// than 200.
+func admPages(t *testing.T, in *servertest.Instance, query string) []string {
+	t.Helper()
+	var all []string
+	after := ""
+	for range 10 {
+		status, items, next := admList(t, in, query+"&after="+url.QueryEscape(after))
+		if status != http.StatusOK {
+			t.Fatalf("GET /v1/fences?%s after %q: %d", query, after, status)
+		}
+		all = append(all, items...)
+		if next == "" {
+			return all
+		}
+		after = next
+	}
+	t.Fatalf("paging GET /v1/fences?%s did not end after 10 pages: %q", query, all)
+	return nil
+}
+
 func TestAdminListFences(t *testing.T) {
 	in, _ := admStart(t, map[string]string{"FENCEPROXY_ADMIN_TOKEN": admToken})
 	for _, tc := range []struct {
@@ -95,17 +117,7 @@ func TestAdminListFences(t *testing.T) {
 		}
 	}
 	// Following next page by page visits every fence once.
-	var all []string
-	after := ""
-	for page := 0; page < 10; page++ {
-		_, items, next := admList(t, in, "limit=1&after="+after)
-		all = append(all, items...)
-		if next == "" {
-			break
-		}
-		after = next
-	}
-	if got := strings.Join(all, ","); got != "bkt/a=5,bkt/b=7,bkt/c=3,other/x=9" {
+	if got := strings.Join(admPages(t, in, "limit=1"), ","); got != "bkt/a=5,bkt/b=7,bkt/c=3,other/x=9" {
 		t.Errorf("paging with limit=1: %s", got)
 	}
 	for _, bad := range []string{"limit=0", "limit=10001", "limit=x", "limit=-1"} {
@@ -433,23 +445,7 @@ func TestAdminListSkipsKeysNotUTF8(t *testing.T) {
 	backend := servertest.NewRecordingBackend(t)
 	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": dir, "FENCEPROXY_ADMIN_TOKEN": admToken})
 
-	var all []string
-	after := ""
-	for page := 0; ; page++ {
-		if page == 10 {
-			t.Fatalf("paging prefix=u/ with limit=1 did not end after 10 pages: %q", all)
-		}
-		status, items, next := admList(t, in, "prefix=u/&limit=1&after="+url.QueryEscape(after))
-		if status != http.StatusOK {
-			t.Fatalf("list after %q: %d", after, status)
-		}
-		all = append(all, items...)
-		if next == "" {
-			break
-		}
-		after = next
-	}
-	if got := strings.Join(all, ","); got != "u/a=5,u/z=5" {
+	if got := strings.Join(admPages(t, in, "prefix=u/&limit=1"), ","); got != "u/a=5,u/z=5" {
 		t.Errorf("paging with limit=1: %s, want u/a=5,u/z=5", got)
 	}
 	if _, items, next := admList(t, in, "prefix=u/&limit=2"); strings.Join(items, ",") != "u/a=5,u/z=5" || next != "u/z" {

@@ -288,14 +288,7 @@ func startOASProxy(t *testing.T, backend http.Handler, extra map[string]string) 
 		"FENCEPROXY_DRAIN_TIMEOUT": "200ms",
 		"FENCEPROXY_LOG_LEVEL":     "warn",
 	}
-	for k, v := range extra {
-		if v == "" {
-			delete(env, k)
-		} else {
-			env[k] = v
-		}
-	}
-	return servertest.Start(t, env)
+	return servertest.Start(t, servertest.Env(env, extra))
 }
 
 func oasRun(t *testing.T, s *oasSpec, in *servertest.Instance, backend *oasBackend, cases []oasCase) {

@@ -38,14 +38,7 @@ func startOpServer(t *testing.T, env map[string]string) *servertest.Instance {
 		"FENCEPROXY_ABANDON_GRACE":    "0s",
 		"FENCEPROXY_SHUTDOWN_TIMEOUT": "5s",
 	}
-	for k, v := range env {
-		if v == "" {
-			delete(full, k)
-		} else {
-			full[k] = v
-		}
-	}
-	return servertest.Start(t, full)
+	return servertest.Start(t, servertest.Env(full, env))
 }
 
 // op runs the command line args through Run with env as the whole

@@ -55,6 +55,20 @@ func (in *Instance) Stop() error {
 func (in *Instance) ProxyURL() string   { return "http://" + in.Proxy }
 func (in *Instance) ControlURL() string { return "http://" + in.Control }
 
+// Env returns base with overlay applied: a value in overlay replaces base's,
+// and an empty one removes the variable (to test its default).
+func Env(base, overlay map[string]string) map[string]string {
+	env := maps.Clone(base)
+	for k, v := range overlay {
+		if v == "" {
+			delete(env, k)
+		} else {
+			env[k] = v
+		}
+	}
+	return env
+}
+
 // Start runs a server.Server in-process, configured by env (FENCEPROXY_*
 // names to values, read with config.Parse as the command reads its
 // environment) and logging JSON lines at its LOG_LEVEL to Instance.Logs. The
