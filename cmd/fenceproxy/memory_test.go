@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -97,8 +99,18 @@ func TestMemoryBoundedInBytes(t *testing.T) {
 	const workers = 32
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}, Timeout: 30 * time.Second}
 	defer client.CloseIdleConnections()
-	// "/bkt/" + 1020 bytes: the key bkt/... is 1,024 bytes long.
-	pad := strings.Repeat("k", 1020-10)
+	// "/bkt/" + 1020 random hex digits: the key is 1,024 bytes long, and no
+	// two keys share more than a short prefix, so Badger cannot store them
+	// in less than their length (keys with one long common prefix cost it
+	// next to nothing).
+	key := func(i int64) string {
+		rng := rand.New(rand.NewPCG(uint64(i), 0x6b657973))
+		b := make([]byte, 510)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		return "bkt/" + hex.EncodeToString(b)
+	}
 	var next atomic.Int64
 	var failed atomic.Int64
 	var wg sync.WaitGroup
@@ -110,7 +122,7 @@ func TestMemoryBoundedInBytes(t *testing.T) {
 				if i >= int64(resources) || failed.Load() > 0 {
 					return
 				}
-				req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("http://%s/bkt/%s%010d", p.Proxy, pad, i), strings.NewReader("x"))
+				req, _ := http.NewRequest(http.MethodPut, "http://"+p.Proxy+"/"+key(i), strings.NewReader("x"))
 				req.Header.Set("X-Fencing-Token", "7")
 				resp, err := client.Do(req)
 				if err != nil {
