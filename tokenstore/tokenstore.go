@@ -213,9 +213,13 @@ func badgerOptions(dir string, logger *slog.Logger) badger.Options {
 	// Raise is a read-modify-write; conflict detection is what makes two
 	// concurrent raises serialise (default true, set for clarity).
 	o.DetectConflicts = true
-	// Records are ~tens of bytes; 8 MiB memtables hold ~100k of them
-	// (default 64 MiB).
-	o.MemTableSize = 8 << 20
+	// Records are ~tens of bytes; 4 MiB memtables hold ~50k of them, or
+	// ~3,000 of 1 KiB keys (default 64 MiB). A flush builds its table in
+	// memory first, in buffers that double up to several times this size.
+	o.MemTableSize = 4 << 20
+	// Compactions build tables of this size, also in memory first (default
+	// 2 MiB).
+	o.BaseTableSize = 1 << 20
 	// Two memtables (one active, one flushing) bound memory (default 5).
 	o.NumMemtables = 2
 	// Few, small L0 tables; compact early (defaults 5 and stall at 15).

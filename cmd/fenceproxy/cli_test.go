@@ -136,12 +136,23 @@ func (w *startLogWriter) Write(p []byte) (int, error) {
 // the test's own FENCEPROXY_* variables are not passed on). Cleanup kills it.
 func startProcess(t *testing.T, env map[string]string, args ...string) *fpProcess {
 	t.Helper()
+	return startProcessIn(t, "", env, args...)
+}
+
+// startProcessIn is startProcess with the process placed, before it runs
+// anything, in the cgroup whose cgroup.procs file is procs ("": this one's).
+func startProcessIn(t *testing.T, procs string, env map[string]string, args ...string) *fpProcess {
+	t.Helper()
 	bin := fenceproxyBinary(t)
 	p := &fpProcess{
 		Stdout: &servertest.Buffer{}, Stderr: &servertest.Buffer{},
 		started: make(chan server.Addrs, 1), exited: make(chan struct{}),
 	}
 	p.cmd = exec.Command(bin, args...)
+	if procs != "" {
+		// The shell moves itself, then execs the binary under its pid.
+		p.cmd = exec.Command("/bin/sh", append([]string{"-c", `procs=$1; shift; echo $$ > "$procs" && exec "$0" "$@"`, bin, procs}, args...)...)
+	}
 	p.cmd.Env = childEnv(env)
 	p.cmd.Stdout = p.Stdout
 	p.cmd.Stderr = &startLogWriter{buf: p.Stderr, started: p.started}

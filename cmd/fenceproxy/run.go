@@ -111,6 +111,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, sta
 	for _, w := range warnings {
 		log.Warn(w)
 	}
+	setMemoryLimit(log)
 	srv, err := server.New(cfg, server.Options{Logger: log})
 	if err != nil {
 		return err
