@@ -610,3 +610,49 @@ func TestRequestTrailersHTTP2(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTP2LengthContradicted: an HTTP/2 stream that ends with its headers
+// although it declares a content-length above 0, or that declares 0 and
+// sends DATA, is malformed (RFC 9113 section 8.1.1): nothing is forwarded,
+// and a client that can still read gets 400 bad_body. net/http's server
+// handed both over as empty writes, which the backend applied.
+func TestHTTP2LengthContradicted(t *testing.T) {
+	backend := newBodyBackend(t)
+	for m, mode := range bodyModes {
+		t.Run(mode.name, func(t *testing.T) {
+			nodata, zero, empty := fmt.Sprintf("/bkt/h2-nodata-%d", m), fmt.Sprintf("/bkt/h2-zero-%d", m), fmt.Sprintf("/bkt/h2-empty-%d", m)
+			p := newBodyProxy(t, backend.URL, mode.options(true), true)
+			c := dialH2(t, p.srv)
+			hdr := func(target, cl string) []string {
+				kv := []string{":method", mode.method, ":scheme", "https", ":authority", "h", ":path", target, "content-length", cl}
+				if mode.token != "" {
+					kv = append(kv, "x-fencing-token", mode.token)
+				}
+				return kv
+			}
+			// Declared 3, no DATA at all.
+			c.headers(t, 1, true, hdr(nodata, "3")...)
+			if a := c.read(t, 1); a.status != "400" || a.header.Get(wire.HeaderRefused) != wire.ReasonBadBody {
+				t.Errorf("content-length 3, stream ended with its headers: answer %s %v %s, want 400 bad_body", a.status, a.header, a.body)
+			}
+			// Declared 0, then two bytes of DATA.
+			c.headers(t, 3, false, hdr(zero, "0")...)
+			if err := c.fr.WriteData(3, true, []byte("ab")); err != nil {
+				t.Fatal(err)
+			}
+			if a := c.read(t, 3); !a.resetB && a.status != "400" {
+				t.Errorf("content-length 0 and 2 bytes of DATA: answer %s %v %s, want the stream reset or 400", a.status, a.header, a.body)
+			}
+			for _, target := range []string{nodata, zero} {
+				if got := backend.applied(target); len(got) != 0 {
+					t.Errorf("the backend applied %s: %v", target, got)
+				}
+			}
+			// Declared 0 and no DATA is an empty write like any other.
+			c.headers(t, 5, true, hdr(empty, "0")...)
+			if a := c.read(t, 5); a.status != "200" || len(backend.applied(empty)) != 1 {
+				t.Errorf("an empty write: answer %s %s, applied %v", a.status, a.body, backend.applied(empty))
+			}
+		})
+	}
+}

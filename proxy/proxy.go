@@ -14,6 +14,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -292,7 +293,42 @@ func (p *Proxy) classify(ex *exchange) error {
 	if err := p.checkHopByHop(r); err != nil {
 		return err
 	}
+	if err := checkStreamLength(r); err != nil {
+		return err
+	}
 	ex.fenced = !p.unfencedRequest(r) && !(errors.Is(ex.tokenErr, fence.ErrTokenMissing) && !p.opts.RequireToken)
+	return nil
+}
+
+// checkStreamLength refuses an HTTP/2 request whose content-length its
+// stream contradicts before anything is forwarded (errBadBody; RFC 9113
+// section 8.1.1 calls it malformed). net/http's HTTP/2 server hands such a
+// request over with an empty body when the stream ended with its headers, and
+// resets a stream whose DATA exceed a content-length of 0 only once they
+// arrive, after an empty write could have been forwarded; so a stream that
+// declares 0 and is still open is read to its end here first.
+func checkStreamLength(r *http.Request) error {
+	if r.ProtoMajor != 2 {
+		return nil
+	}
+	cl, ok := r.Header["Content-Length"]
+	if !ok {
+		return nil
+	}
+	n, err := strconv.ParseUint(cl[0], 10, 63)
+	if len(cl) != 1 || err != nil {
+		return fmt.Errorf("%w: content-length %q", errBadBody, cl)
+	}
+	switch {
+	case n > 0 && r.ContentLength != int64(n): // the server sets it only for a stream still open
+		return fmt.Errorf("%w: content-length %d, but the stream ended with its headers", errBadBody, n)
+	case n == 0 && r.Body != nil && r.Body != http.NoBody:
+		var b [1]byte
+		if _, err := io.ReadFull(r.Body, b[:]); err != io.EOF {
+			return fmt.Errorf("%w: data on a stream whose content-length is 0", errBadBody)
+		}
+		r.Body = http.NoBody
+	}
 	return nil
 }
 

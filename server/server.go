@@ -156,7 +156,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fenceproxy_fenced_resources",
-			Help: "Resources with a maximum above 0 held in memory now (at most 262,144).",
+			Help: "Resources with a maximum above 0 held in memory now (within FENCEPROXY_CACHE_SIZE).",
 		}, func() float64 { return float64(store.Resources()) }))
 	warning := ""
 	if cfg.Mode == "observe" {
