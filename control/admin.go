@@ -81,16 +81,22 @@ func bearer(r *http.Request, want string) bool {
 
 // listFences: GET /v1/fences?prefix=P&after=R&limit=N (limit 1..10000,
 // default 1000; P and R checked with fence.Prefix: 400 bad_resource). A full
-// page carries next, the after of the next page. Records whose keys are not
-// valid UTF-8 (written before the proxy refused such paths) are skipped.
+// page carries next, the after of the next page. Records of token 0 and
+// records whose keys are not valid UTF-8 (written before the proxy refused
+// such paths) are left out.
 func (s *server) listFences(_ context.Context, req request[none]) (wire.FenceList, error) {
 	prefix, after, limit, err := listQuery(req.Query)
 	if err != nil {
 		return wire.FenceList{}, err
 	}
 	resource := func(r fence.Record) string { return r.Resource }
+	skipKey := notUTF8(s.log, "fence listing", resource)
 	records, next, err := page(func(after string, n int) ([]fence.Record, error) { return s.opts.Admin.List(prefix, after, n) },
-		resource, after, limit, skipNotUTF8(s.log, "fence listing", resource))
+		resource, after, limit, func(r fence.Record) bool {
+			// A record of 0 (a write with token 0 marks its resource) fences
+			// nothing, and GET /v1/fences/{resource} answers 404 for it.
+			return r.Token == 0 || skipKey(r)
+		})
 	if err != nil {
 		return wire.FenceList{}, err
 	}

@@ -43,7 +43,7 @@ func (s *server) listLeases(lister LeaseLister, q url.Values) (wire.LeaseList, e
 	}
 	name := func(e lease.Entry) string { return e.Name }
 	entries, next, err := page(func(after string, n int) ([]lease.Entry, error) { return lister.List(prefix, after, n) },
-		name, after, limit, skipNotUTF8(s.log, "lease listing", name))
+		name, after, limit, notUTF8(s.log, "lease listing", name))
 	if err != nil {
 		return wire.LeaseList{}, err
 	}

@@ -40,13 +40,10 @@ func listQuery(q url.Values) (prefix, after string, limit int, err error) {
 }
 
 // page reads up to limit items in key order after after through list
-// (which returns at most n items after its argument), leaving out items
-// whose key is not valid UTF-8 (passed to skipped): such keys were stored
-// before the proxy refused them, no request can name them any more, and
-// JSON cannot carry them, so a cursor made from one would repeat its page
-// for ever. next is the last item's key when the page is full ("" when the
-// store has no more).
-func page[T any](list func(after string, n int) ([]T, error), key func(T) string, after string, limit int, skipped func(T)) (items []T, next string, err error) {
+// (which returns at most n items after its argument), leaving out the items
+// skip reports. next is the last item's key when the page is full ("" when
+// the store has no more).
+func page[T any](list func(after string, n int) ([]T, error), key func(T) string, after string, limit int, skip func(T) bool) (items []T, next string, err error) {
 	for len(items) < limit {
 		want := limit - len(items)
 		got, err := list(after, want)
@@ -55,11 +52,9 @@ func page[T any](list func(after string, n int) ([]T, error), key func(T) string
 		}
 		for _, it := range got {
 			after = key(it)
-			if !utf8.ValidString(after) {
-				skipped(it)
-				continue
+			if !skip(it) {
+				items = append(items, it)
 			}
-			items = append(items, it)
 		}
 		if len(got) < want {
 			return items, "", nil // the store has no more
@@ -68,11 +63,17 @@ func page[T any](list func(after string, n int) ([]T, error), key func(T) string
 	return items, key(items[len(items)-1]), nil
 }
 
-// skipNotUTF8 returns page's skipped for a listing: one warning per record,
-// its key quoted.
-func skipNotUTF8[T any](log *slog.Logger, listing string, key func(T) string) func(T) {
-	return func(it T) {
+// notUTF8 returns a skip for page that leaves out, with a warning each,
+// records whose key is not valid UTF-8: such keys were stored before the
+// proxy refused them, no request can name them any more, and JSON cannot
+// carry them (a cursor made from one repeated its page for ever).
+func notUTF8[T any](log *slog.Logger, listing string, key func(T) string) func(T) bool {
+	return func(it T) bool {
+		if utf8.ValidString(key(it)) {
+			return false
+		}
 		log.Warn(listing+" skips a record whose key is not valid UTF-8 (stored by an older version; no request can name it)",
 			"key", strconv.Quote(key(it)))
+		return true
 	}
 }

@@ -427,7 +427,8 @@ func TestAdminRaiseNameDeeperThanDepth(t *testing.T) {
 
 // TestAdminListSkipsKeysNotUTF8: records under keys that are not UTF-8 (an
 // older version fenced /u/%FF1 as such) neither stall the listing's paging
-// nor appear in it, and the proxy and the API refuse such names now.
+// nor appear in it, and the proxy and the API refuse such names now; nor
+// does a record of token 0.
 func TestAdminListSkipsKeysNotUTF8(t *testing.T) {
 	dir := t.TempDir()
 	st, err := tokenstore.Open(dir, tokenstore.Options{})
@@ -439,11 +440,19 @@ func TestAdminListSkipsKeysNotUTF8(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A write with token 0 leaves a record of 0, which fences nothing and
+	// which GET /v1/fences/u/m0 answers with 404: not listed either.
+	if err := st.MarkWritten("u/m0"); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 	backend := servertest.NewRecordingBackend(t)
 	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": dir, "FENCEPROXY_ADMIN_TOKEN": admToken})
+	if got := admFence(t, in, "u/m0"); got != "" {
+		t.Errorf("GET /v1/fences/u/m0: %q, want 404", got)
+	}
 
 	if got := strings.Join(admPages(t, in, "prefix=u/&limit=1"), ","); got != "u/a=5,u/z=5" {
 		t.Errorf("paging with limit=1: %s, want u/a=5,u/z=5", got)
