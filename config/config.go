@@ -468,10 +468,16 @@ var reservedHeaders = func() map[string]string {
 		// Hop-by-hop (RFC 9110 section 7.6.1): not forwarded to the backend.
 		"Connection": "is hop-by-hop", "Keep-Alive": "is hop-by-hop", "Te": "is hop-by-hop", "Upgrade": "is hop-by-hop",
 		// Routing: they decide which resources and which method a write is.
-		"Host":        "names the request's target host",
-		"Destination": "names a WebDAV write's second resource",
-		"Expect":      "controls the upload (100-continue)",
-		"Forwarded":   "is set by proxies in front of fenceproxy",
+		"Host":           "names the request's target host",
+		"Destination":    "names a WebDAV write's second resource",
+		"Expect":         "controls the upload (100-continue)",
+		"Forwarded":      "is set by proxies in front of fenceproxy",
+		"Via":            "is set by proxies in front of fenceproxy",
+		"Max-Forwards":   "is counted down by proxies in front of fenceproxy",
+		"Http2-Settings": "is hop-by-hop (an h2c upgrade's settings)",
+		// Representation and ranges: the backend reads them as what the body is.
+		"Content-Type": "describes the body", "Content-Encoding": "describes the body", "Content-Range": "describes the body",
+		"Range": "selects part of a representation", "Date": "is the message's date",
 		// Credentials of the backend.
 		"Authorization": "carries the backend's credentials", "Cookie": "carries the backend's credentials",
 		// fenceproxy's own.

@@ -167,6 +167,13 @@ func TestParse(t *testing.T) {
 		{name: "TOKEN_HEADER X-Forwarded-For", env: with("FENCEPROXY_TOKEN_HEADER", "X-Forwarded-For"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
 		{name: "TOKEN_HEADER Forwarded", env: with("FENCEPROXY_TOKEN_HEADER", "Forwarded"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
 		{name: "TOKEN_HEADER Fencing-Current-Token", env: with("FENCEPROXY_TOKEN_HEADER", "Fencing-Current-Token"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Via", env: with("FENCEPROXY_TOKEN_HEADER", "Via"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Max-Forwards", env: with("FENCEPROXY_TOKEN_HEADER", "Max-Forwards"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER HTTP2-Settings", env: with("FENCEPROXY_TOKEN_HEADER", "HTTP2-Settings"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Content-Type", env: with("FENCEPROXY_TOKEN_HEADER", "Content-Type"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Content-Encoding", env: with("FENCEPROXY_TOKEN_HEADER", "Content-Encoding"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Range", env: with("FENCEPROXY_TOKEN_HEADER", "Range"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
+		{name: "TOKEN_HEADER Date", env: with("FENCEPROXY_TOKEN_HEADER", "Date"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
 		{name: "TOKEN_HEADER of its own", env: with("FENCEPROXY_TOKEN_HEADER", "X-Lock-Token"),
 			check: func(t *testing.T, cfg Config, _ []string) {
 				if cfg.TokenHeader != "X-Lock-Token" {
