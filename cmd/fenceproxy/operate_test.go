@@ -399,35 +399,41 @@ func TestOperateUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
+		not  string // the error must not say this, when not ""
 	}{
-		{[]string{"fences"}, "fences needs a command (list, show, raise, reset)"},
-		{[]string{"leases"}, "leases needs a command (list, show, release)"},
-		{[]string{"fences", "frob"}, `unknown command "frob" for fences`},
-		{[]string{"fences", "show"}, "fences show takes RESOURCE, got 0 arguments"},
-		{[]string{"fences", "show", "a", "b"}, "fences show takes RESOURCE, got 2 arguments"},
-		{[]string{"fences", "raise", "keep"}, "fences raise takes RESOURCE TOKEN"},
-		{[]string{"fences", "list", "extra"}, "fences list takes no arguments"},
-		{[]string{"fences", "list", "--bogus"}, "flag provided but not defined: -bogus"},
-		{[]string{"fences", "list", "--limit", "many"}, `invalid value "many" for flag -limit`},
-		{[]string{"fences", "list", "--limit", "-1"}, "--limit is 0 (all) or more"},
-		{[]string{"fences", "list", "--page-size", "0"}, "--page-size is 1 to 10000"},
-		{[]string{"fences", "list", "--page-size", "10001"}, "--page-size is 1 to 10000"},
-		{[]string{"fences", "list", "--output", "yaml"}, `--output is table or json, not "yaml"`},
-		{[]string{"fences", "show", "keep", "--control", "ftp://x"}, `the control URL "ftp://x" is not an http:// or https:// URL`},
-		{[]string{"fences", "show", "keep", "--control", "127.0.0.1:9090"}, "is not an http:// or https:// URL"},
-		{[]string{"fences", "raise", "keep", "abc"}, `TOKEN "abc"`},
-		{[]string{"fences", "raise", "keep", "1", "--confirm", "keep"}, "flag provided but not defined: -confirm"},
-		{[]string{"fences", "raise", "keep", "9223372036854775808"}, `TOKEN "9223372036854775808"`},
-		{[]string{"fences", "raise", "keep", "-5"}, "flag provided but not defined: -5"},
-		{[]string{"fences", "reset", "keep"}, "repeat the resource key: --confirm keep"},
-		{[]string{"fences", "reset", "keep", "--confirm", "kee"}, `--confirm "kee" is not the resource "keep"; nothing changed`},
-		{[]string{"leases", "show"}, "leases show takes NAME"},
-		{[]string{"leases", "release", "a", "b"}, "leases release takes NAME, got 2 arguments"},
-		{[]string{"leases", "list", "--confirm", "x"}, "flag provided but not defined: -confirm"},
-		{[]string{"serve", "extra"}, "serve takes no arguments"},
-		{[]string{"demo", "extra"}, "demo takes no arguments"},
-		{[]string{"version", "extra"}, "version takes no arguments"},
-		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"fences"}, "fences needs a command (list, show, raise, reset)", ""},
+		{[]string{"leases"}, "leases needs a command (list, show, release)", ""},
+		{[]string{"fences", "frob"}, `unknown command "frob" for fences`, ""},
+		{[]string{"fences", "show"}, "fences show takes RESOURCE, got 0 arguments", ""},
+		{[]string{"fences", "show", "a", "b"}, "fences show takes RESOURCE, got 2 arguments", ""},
+		{[]string{"fences", "raise", "keep"}, "fences raise takes RESOURCE TOKEN", ""},
+		{[]string{"fences", "list", "extra"}, "fences list takes no arguments", ""},
+		{[]string{"fences", "list", "--bogus"}, "flag provided but not defined: -bogus", ""},
+		{[]string{"fences", "list", "--limit", "many"}, `invalid value "many" for flag -limit`, ""},
+		{[]string{"fences", "list", "--limit", "-1"}, "--limit is 0 (all) or more", ""},
+		{[]string{"fences", "list", "--page-size", "0"}, "--page-size is 1 to 10000", ""},
+		{[]string{"fences", "list", "--page-size", "10001"}, "--page-size is 1 to 10000", ""},
+		{[]string{"fences", "list", "--output", "yaml"}, `--output is table or json, not "yaml"`, ""},
+		{[]string{"fences", "show", "keep", "--control", "ftp://x"}, `the control URL "ftp://x" is not an http:// or https:// URL`, ""},
+		{[]string{"fences", "show", "keep", "--control", "127.0.0.1:9090"}, "is not an http:// or https:// URL", ""},
+		{[]string{"fences", "raise", "keep", "abc"}, `TOKEN "abc"`, ""},
+		{[]string{"fences", "raise", "keep", "1", "--confirm", "keep"}, "flag provided but not defined: -confirm", ""},
+		{[]string{"fences", "raise", "keep", "9223372036854775808"}, `TOKEN "9223372036854775808"`, ""},
+		{[]string{"fences", "raise", "keep", "-5"}, "flag provided but not defined: -5", ""},
+		{[]string{"fences", "reset", "keep"}, "repeat the resource key: --confirm keep", ""},
+		{[]string{"fences", "reset", "keep", "--confirm", "kee"}, `--confirm "kee" is not the resource "keep"; nothing changed`, ""},
+		{[]string{"leases", "show"}, "leases show takes NAME", ""},
+		{[]string{"leases", "release", "a", "b"}, "leases release takes NAME, got 2 arguments", ""},
+		{[]string{"leases", "list", "--confirm", "x"}, "flag provided but not defined: -confirm", ""},
+		{[]string{"serve", "extra"}, "serve takes no arguments", ""},
+		{[]string{"demo", "extra"}, "demo takes no arguments", ""},
+		{[]string{"version", "extra"}, "version takes no arguments", "FENCEPROXY_"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`, ""},
+		// Flags come after the command: the error shows where.
+		{[]string{"--control", "http://127.0.0.1:1", "fences", "show", "keep"},
+			"flags go after the command: fenceproxy fences show keep --control http://127.0.0.1:1", "takes no arguments"},
+		{[]string{"-o", "json", "leases", "list"}, "flags go after the command: fenceproxy leases list -o json", ""},
+		{[]string{"--control=http://127.0.0.1:1"}, "flags go after the command: fenceproxy COMMAND [arguments] --control=http://127.0.0.1:1", ""},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, msg := op(t, env, tc.args...)
@@ -439,6 +445,9 @@ func TestOperateUsage(t *testing.T) {
 			}
 			if !strings.Contains(msg, tc.want) {
 				t.Errorf("error %q lacks %q", msg, tc.want)
+			}
+			if tc.not != "" && strings.Contains(msg, tc.not) {
+				t.Errorf("error %q says %q", msg, tc.not)
 			}
 		})
 	}
@@ -467,6 +476,9 @@ func TestOperateUsage(t *testing.T) {
 		{[]string{"leases", "list", "-h"}, []string{"Usage: fenceproxy leases list [flags]", "-prefix P"}},
 		{[]string{"leases", "show", "-h"}, []string{"Usage: fenceproxy leases show NAME [flags]", "FENCEPROXY_LEASE_TOKEN"}},
 		{[]string{"leases", "release", "-h"}, []string{"Usage: fenceproxy leases release NAME [flags]"}},
+		// serve and demo take no arguments but the help flag: the help.
+		{[]string{"serve", "-h"}, []string{"fenceproxy [serve]", "FENCEPROXY_UPSTREAM"}},
+		{[]string{"demo", "--help"}, []string{"fenceproxy demo", "FENCEPROXY_UPSTREAM"}},
 	} {
 		code, out, msg := op(t, nil, tc.args...)
 		if code != 0 {
@@ -579,11 +591,20 @@ func TestBinaryOperate(t *testing.T) {
 		{args: []string{"fences", "list", "--bogus"}, code: 2, stderr: []string{"flag provided but not defined: -bogus"}},
 		{args: []string{"fences"}, code: 2, stderr: []string{"fences needs a command"}},
 		{args: []string{"serve", "extra"}, code: 2, stderr: []string{"serve takes no arguments"}},
+		{args: []string{"--control", in.ControlURL(), "fences", "show", "bkt/a"}, code: 2,
+			stderr: []string{"flags go after the command: fenceproxy fences show bkt/a --control " + in.ControlURL()}},
+		{args: []string{"serve", "-h"}, stdout: "(help)"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runProcess(t, 30*time.Second, env, tc.args...)
 			if code != tc.code {
 				t.Errorf("exit status %d, want %d\nstderr: %s", code, tc.code, stderr)
+			}
+			if tc.stdout == "(help)" {
+				if code != 0 || !strings.HasPrefix(stdout, "fenceproxy: an HTTP proxy") || stderr != "" {
+					t.Errorf("exit %d, stdout %q, stderr %q; want the help", code, stdout, stderr)
+				}
+				return
 			}
 			if tc.code == 0 && (stdout != tc.stdout || stderr != "") {
 				t.Errorf("stdout %q, want %q; stderr %q", stdout, tc.stdout, stderr)
