@@ -43,8 +43,19 @@ func startOpServer(t *testing.T, env map[string]string) *servertest.Instance {
 
 // op runs the command line args through Run with env as the whole
 // environment, and returns its exit status, its stdout and its error's text
-// (what main prints on stderr after "fenceproxy: ").
+// (what main prints on stderr after "fenceproxy: "). Nothing else may reach
+// stderr.
 func op(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	code, stdout, stderr, msg := opStderr(t, env, args...)
+	if stderr != "" {
+		t.Errorf("fenceproxy %q wrote to stderr: %q", args, stderr)
+	}
+	return code, stdout, msg
+}
+
+// opStderr is op that returns what the command wrote to stderr too.
+func opStderr(t *testing.T, env map[string]string, args ...string) (int, string, string, string) {
 	t.Helper()
 	var environ []string
 	for k, v := range env {
@@ -58,11 +69,8 @@ func op(t *testing.T, env map[string]string, args ...string) (int, string, strin
 	if err != nil {
 		msg = err.Error()
 	}
-	if stderr.Len() != 0 {
-		t.Errorf("fenceproxy %q wrote to stderr: %q", args, stderr.String())
-	}
-	t.Logf("fenceproxy %s -> %d\n%s%s", strings.Join(args, " "), exitCode(err), stdout.String(), msg)
-	return exitCode(err), stdout.String(), msg
+	t.Logf("fenceproxy %s -> %d\n%s%s%s", strings.Join(args, " "), exitCode(err), stdout.String(), stderr.String(), msg)
+	return exitCode(err), stdout.String(), stderr.String(), msg
 }
 
 // opEnv is the environment of an operator on in's control listener.
@@ -258,6 +266,21 @@ func TestOperateFencesPaging(t *testing.T) {
 	if got, want := taken(), []string{"limit=2", "after=p%2Fb&limit=1"}; !slices.Equal(got, want) {
 		t.Errorf("calls %q, want %q", got, want)
 	}
+	// In a table, a listing stopped by --limit says on stderr how to go on;
+	// stdout stays the table.
+	code, out, stderr, msg := opStderr(t, env, "fences", "list", "--prefix", "p/", "--page-size", "2", "--limit", "3")
+	if got, want := lines(out), []string{"RESOURCE TOKEN", "p/a 4", "p/b 4", "p/c 4"}; code != 0 || !slices.Equal(got, want) {
+		t.Errorf("list --limit 3: %d %q, want %q (%s)", code, got, want, msg)
+	}
+	if want := "more may follow: fenceproxy fences list --after p/c --prefix p/ --limit 3\n"; stderr != want {
+		t.Errorf("list --limit 3 wrote %q to stderr, want %q", stderr, want)
+	}
+	taken()
+	// A listing that ends says nothing more, with --limit or without.
+	code, out, msg = op(t, env, "fences", "list", "--limit", "10")
+	if got := lines(out); code != 0 || len(got) != 6 {
+		t.Errorf("list --limit 10: %d %q (%s)", code, got, msg)
+	}
 	// --after takes the next of a listing stopped by --limit.
 	code, out, _ = op(t, env, "fences", "list", "--after", "p/c")
 	if got, want := lines(out), []string{"RESOURCE TOKEN", "p/d 4", "p/e 4"}; code != 0 || !slices.Equal(got, want) {
@@ -316,9 +339,12 @@ func TestOperateLeases(t *testing.T) {
 	if got := lines(out); code != 0 || len(got) != 8 || got[3] != "state released" {
 		t.Errorf("leases release: %d %q", code, got)
 	}
-	code, out, _ = op(t, env, "leases", "list", "--limit", "2")
+	code, out, stderr, _ := opStderr(t, env, "leases", "list", "--limit", "2")
 	if got := lines(out); code != 0 || len(got) != 3 || !strings.Contains(got[1], "released") || !strings.Contains(got[2], "released") {
 		t.Errorf("leases list --limit 2 after the releases: %d %q", code, got)
+	}
+	if want := "more may follow: fenceproxy leases list --after jobs/b --limit 2\n"; stderr != want {
+		t.Errorf("leases list --limit 2 wrote %q to stderr, want %q", stderr, want)
 	}
 
 	code, out, msg = op(t, env, "leases", "release", "jobs/none")
@@ -532,6 +558,11 @@ func TestOperateArguments(t *testing.T) {
 		if code, out, _ := op(t, env, "fences", "show", key); code != 0 || !strings.Contains(out, key) {
 			t.Errorf("show %q: %d %q", key, code, out)
 		}
+	}
+	// The command line that lists on quotes what a shell would read otherwise.
+	_, _, stderr, _ := opStderr(t, env, "fences", "list", "--prefix", "bkt/a?", "--limit", "1")
+	if want := "more may follow: fenceproxy fences list --after 'bkt/a?b' --prefix 'bkt/a?' --limit 1\n"; stderr != want {
+		t.Errorf("list --prefix bkt/a? --limit 1 wrote %q to stderr, want %q", stderr, want)
 	}
 	code, out, msg = op(t, map[string]string{"FENCEPROXY_CONTROL_URL": "http://127.0.0.1:1"}, "fences", "show", "--control", in.ControlURL()+"/", "bkt/a")
 	if got := lines(out); code != 0 || !slices.Equal(got, []string{"resource bkt/a", "token 3"}) {

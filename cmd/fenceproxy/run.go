@@ -38,7 +38,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	serveOrDemo := cmd == "serve" || cmd == "demo"
 	switch {
 	case cmd == "fences" || cmd == "leases":
-		return operate(ctx, cmd, args[1:], environ, stdout)
+		return operate(ctx, cmd, args[1:], environ, stdout, stderr)
 	case serveOrDemo && len(args) == 2 && isHelp(args[1]):
 		cmd = "-h" // the top-level help is theirs
 	case strings.HasPrefix(cmd, "-") && !isHelp(cmd) && cmd != "-version" && cmd != "--version":
