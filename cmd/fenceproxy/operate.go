@@ -247,8 +247,8 @@ func opError(full string, args []string, bearer string, environ map[string]strin
 	var apiErr *client.APIError
 	if errors.As(err, &apiErr) {
 		msg := fmt.Sprintf("%s: %d %s", what, apiErr.Status, apiErr.Title)
-		if apiErr.Detail != "" {
-			msg += ": " + apiErr.Detail
+		if detail := withoutTitle(apiErr.Detail, apiErr.Title); detail != "" {
+			msg += ": " + detail
 		}
 		if apiErr.Status == http.StatusUnauthorized && bearer != "" && environ[bearer] == "" {
 			msg += fmt.Sprintf(" (%s is not set in this environment)", bearer)
@@ -260,6 +260,15 @@ func opError(full string, args []string, bearer string, environ map[string]strin
 		return fmt.Errorf("%s: %v (the control API at %s; set --control or %s)", what, urlErr, controlURL, envControlURL)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// withoutTitle returns detail without a leading "title: " (any case): the
+// control API's details often repeat the title, which is printed already.
+func withoutTitle(detail, title string) string {
+	if n := len(title) + 2; title != "" && len(detail) > n && strings.EqualFold(detail[:n], title+": ") {
+		return detail[n:]
+	}
+	return detail
 }
 
 // parseInterspersed parses flags that come before, between or after the
