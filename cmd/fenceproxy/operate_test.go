@@ -380,11 +380,13 @@ func TestOperateAuth(t *testing.T) {
 		args  []string
 		want  []string
 	}{
-		{"wrong token", "wrong", []string{"fences", "raise", "bkt/a", "9"}, []string{"401 Unauthorized", "Bearer <FENCEPROXY_ADMIN_TOKEN>"}},
+		{"wrong token", "wrong", []string{"fences", "raise", "bkt/a", "9"}, []string{"401 Unauthorized", "Bearer <FENCEPROXY_ADMIN_TOKEN>",
+			"the bearer token sent does not match it"}},
 		{"wrong token, reset", "wrong", []string{"fences", "reset", "bkt/a", "--confirm", "bkt/a"}, []string{"401 Unauthorized"}},
 		{"wrong token, list", "wrong", []string{"fences", "list"}, []string{"401 Unauthorized"}},
 		{"wrong token, leases", "wrong", []string{"leases", "list"}, []string{"401 Unauthorized"}},
-		{"no token", "", []string{"fences", "raise", "bkt/a", "9"}, []string{"401 Unauthorized", "FENCEPROXY_ADMIN_TOKEN is not set in this environment"}},
+		{"no token", "", []string{"fences", "raise", "bkt/a", "9"}, []string{"401 Unauthorized", "the request has no Authorization header",
+			"FENCEPROXY_ADMIN_TOKEN is not set in this environment"}},
 		{"no token, release", "", []string{"leases", "release", "jobs/a"}, []string{"401 Unauthorized", "FENCEPROXY_ADMIN_TOKEN is not set in this environment"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
