@@ -92,10 +92,10 @@ type Config struct {
 	// MinFreeSpace is the free space DATA_DIR's file system must keep; below it
 	// raises fail with 503 (Badger writes through mmap and can die with SIGBUS
 	// on a full tmpfs instead of returning an error).
-	MinFreeSpace ByteSize `env:"MIN_FREE_SPACE" envDefault:"128MiB" help:"free space DATA_DIR's file system must keep (checked with statfs); below it raises fail with 503 and nothing is forwarded, until space returns"`
+	MinFreeSpace ByteSize `env:"MIN_FREE_SPACE" envDefault:"128MiB" help:"free space DATA_DIR's file system must keep (checked with statfs); below it raises fail with 503 and nothing is forwarded, until space returns; sizes take SI or IEC units (128MiB, 1GB), a bare number is bytes"`
 
 	// CacheSize bounds the memory of the maxima kept in memory, in bytes.
-	CacheSize ByteSize `env:"CACHE_SIZE" envDefault:"32MiB" help:"memory for the fencing-token maxima kept in memory (recently used resources; each counts its key's length plus about 130 bytes, so 32MiB holds about 230,000 short keys or 26,000 of 1 KiB); a miss costs one disk read"`
+	CacheSize ByteSize `env:"CACHE_SIZE" envDefault:"32MiB" help:"memory for the fencing-token maxima kept in memory (recently used resources; each counts its key's length plus about 130 bytes, so 32MiB holds about 230,000 short keys or 26,000 of 1 KiB); a miss costs one disk read; at least 1MiB; a bare number is bytes"`
 
 	// TokenKeys turns on signed-token mode: base64 HMAC-SHA256 keys of at
 	// least 32 bytes; the first signs, every one verifies (so keys can rotate).
@@ -112,9 +112,10 @@ type Config struct {
 	LeaseGrace *time.Duration `env:"LEASE_GRACE" help:"wait after a lease expires before another holder may acquire it (its holder may still renew); unset: 2/3 of the lease's TTL; 0s: none, another holder may acquire the moment it expires"`
 
 	// LeaseRevokeAfter is the silence after which a lease's holder is
-	// reported as suspect; 0 (unset) is half of each lease's TTL. It must be
-	// below LeaseMaxTTL, or no holder would be suspect before its lease expires.
-	LeaseRevokeAfter time.Duration `env:"LEASE_REVOKE_AFTER" help:"time without a renew after which a holder is reported as suspect; below LEASE_MAX_TTL; unset: half the lease's TTL"`
+	// reported as suspect; 0 (unset) is half of each lease's TTL. A lease
+	// whose TTL is at most it is never suspect (it expires first), so it must
+	// be below LeaseMaxTTL.
+	LeaseRevokeAfter time.Duration `env:"LEASE_REVOKE_AFTER" help:"time without a renew after which a holder is reported as suspect; above 0s and below LEASE_MAX_TTL (a lease whose TTL is at most it is never reported as suspect: it expires first); unset: half the lease's TTL"`
 
 	// LeaseMinTTL and LeaseMaxTTL bound the TTL an acquire may ask for.
 	LeaseMinTTL time.Duration `env:"LEASE_MIN_TTL" envDefault:"1s" help:"shortest lease TTL an acquire may ask for"`
@@ -186,6 +187,10 @@ func Parse(environ map[string]string) (Config, []string, error) {
 		cfg.AbandonGrace = max(0, min(DefaultAbandonGrace, cfg.DrainTimeout/2))
 	} else if cfg.AbandonGrace == 0 {
 		warnings = append(warnings, Prefix+"ABANDON_GRACE is 0s: a write abandoned after a timeout may be applied after its successor's")
+	}
+	// Validate knows the size read, not the text typed: "1MB" is 977 KiB.
+	if v := environ[Prefix+"CACHE_SIZE"]; v != "" && cfg.CacheSize < minCacheSize && !reported[Prefix+"CACHE_SIZE"] {
+		report(Prefix+"CACHE_SIZE", fmt.Errorf("%sCACHE_SIZE: %q (%s) is below the minimum of 1MiB (%s)", Prefix, v, cfg.CacheSize, cacheTooSmall))
 	}
 	// Unset is half the TTL, which Validate cannot tell from a 0s set here.
 	if v, set := environ[Prefix+"LEASE_REVOKE_AFTER"]; set && v != "" && cfg.LeaseRevokeAfter == 0 {
@@ -288,8 +293,8 @@ func (c Config) Validate() error {
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s%s: %s", Prefix, name, fmt.Sprintf(format, args...)))
 	}
-	if c.CacheSize < 1<<20 {
-		bad("CACHE_SIZE", "%s is below the minimum of 1MiB (a cache that small sends nearly every write to the disk)", c.CacheSize)
+	if c.CacheSize < minCacheSize {
+		bad("CACHE_SIZE", "%s is below the minimum of 1MiB (%s)", c.CacheSize, cacheTooSmall)
 	}
 	switch u := c.Upstream; {
 	case u == nil:
@@ -374,8 +379,8 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseMaxTTL > 0 && c.LeaseRevokeAfter >= c.LeaseMaxTTL {
 		// A holder is suspect only before its lease expires: TTL after its last renew.
-		bad("LEASE_REVOKE_AFTER", "%s must be below FENCEPROXY_LEASE_MAX_TTL %s, or no holder is ever reported as suspect before its lease expires",
-			c.LeaseRevokeAfter, c.LeaseMaxTTL)
+		bad("LEASE_REVOKE_AFTER", "%s must be below FENCEPROXY_LEASE_MAX_TTL %s: a lease whose TTL is at most FENCEPROXY_LEASE_REVOKE_AFTER "+
+			"is never reported as suspect, so no lease ever would be", c.LeaseRevokeAfter, c.LeaseMaxTTL)
 	}
 	for name, d := range map[string]time.Duration{
 		"DRAIN_TIMEOUT": c.DrainTimeout, "SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
@@ -389,6 +394,11 @@ func (c Config) Validate() error {
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)
 }
+
+// minCacheSize is the smallest CACHE_SIZE, in bytes (1MiB).
+const minCacheSize = 1 << 20
+
+const cacheTooSmall = "a cache that small sends nearly every write to the disk"
 
 // DefaultAbandonGrace is ABANDON_GRACE when unset (capped at half of DRAIN_TIMEOUT).
 const DefaultAbandonGrace = 5 * time.Second

@@ -116,6 +116,16 @@ func TestParse(t *testing.T) {
 		{name: "SHUTDOWN_TIMEOUT bad", env: with("FENCEPROXY_SHUTDOWN_TIMEOUT", "soon"), wantErr: []string{"FENCEPROXY_SHUTDOWN_TIMEOUT"}},
 		{name: "CACHE_SIZE below 1MiB", env: with("FENCEPROXY_CACHE_SIZE", "512KiB"), wantErr: []string{"FENCEPROXY_CACHE_SIZE", "1MiB"}},
 		{name: "CACHE_SIZE zero", env: with("FENCEPROXY_CACHE_SIZE", "0"), wantErr: []string{"FENCEPROXY_CACHE_SIZE"}},
+		// The value as typed and as read: 1MB is SI, below 1MiB.
+		{name: "CACHE_SIZE 1MB echoes the value typed", env: with("FENCEPROXY_CACHE_SIZE", "1MB"),
+			wantErr: []string{`FENCEPROXY_CACHE_SIZE: "1MB" (977 KiB) is below the minimum of 1MiB`}},
+		{name: "CACHE_SIZE 1MiB", env: with("FENCEPROXY_CACHE_SIZE", "1MiB")},
+		{name: "CACHE_SIZE bare number is bytes", env: with("FENCEPROXY_CACHE_SIZE", "2097152"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.CacheSize != 2<<20 {
+					t.Errorf("CacheSize = %d, want 2097152 bytes", cfg.CacheSize)
+				}
+			}},
 		{name: "CACHE_SIZE not a size", env: with("FENCEPROXY_CACHE_SIZE", "lots"), wantErr: []string{"FENCEPROXY_CACHE_SIZE"}},
 		{name: "UPSTREAM_DIAL_TIMEOUT negative", env: with("FENCEPROXY_UPSTREAM_DIAL_TIMEOUT", "-5s"), wantErr: []string{"FENCEPROXY_UPSTREAM_DIAL_TIMEOUT"}},
 		{name: "UPSTREAM_RESPONSE_TIMEOUT zero", env: with("FENCEPROXY_UPSTREAM_RESPONSE_TIMEOUT", "0"), wantErr: []string{"FENCEPROXY_UPSTREAM_RESPONSE_TIMEOUT"}},
@@ -203,7 +213,9 @@ func TestParse(t *testing.T) {
 		{name: "LEASE_GRACE empty", env: with("FENCEPROXY_LEASE_GRACE", ""), wantErr: []string{"FENCEPROXY_LEASE_GRACE"}},
 		// A holder is suspect only before its lease expires.
 		{name: "LEASE_REVOKE_AFTER above LEASE_MAX_TTL", env: with("FENCEPROXY_LEASE_REVOKE_AFTER", "2h"),
-			wantErr: []string{"FENCEPROXY_LEASE_REVOKE_AFTER", "FENCEPROXY_LEASE_MAX_TTL"}},
+			wantErr: []string{"FENCEPROXY_LEASE_REVOKE_AFTER", "FENCEPROXY_LEASE_MAX_TTL",
+				"a lease whose TTL is at most FENCEPROXY_LEASE_REVOKE_AFTER is never reported as suspect, so no lease ever would be"},
+			notErr: []string{"before its lease expires"}},
 		{name: "LEASE_REVOKE_AFTER equal to LEASE_MAX_TTL", env: with("FENCEPROXY_LEASE_REVOKE_AFTER", "30s", "FENCEPROXY_LEASE_MAX_TTL", "30s"),
 			wantErr: []string{"FENCEPROXY_LEASE_REVOKE_AFTER", "FENCEPROXY_LEASE_MAX_TTL"}},
 		{name: "LEASE_REVOKE_AFTER below LEASE_MAX_TTL", env: with("FENCEPROXY_LEASE_REVOKE_AFTER", "29s", "FENCEPROXY_LEASE_MAX_TTL", "30s")},
@@ -460,6 +472,29 @@ func TestUsageListsEveryVariable(t *testing.T) {
 			t.Errorf("field %s has no help tag", sf.Name)
 		} else if !strings.Contains(line, help) {
 			t.Errorf("Usage() line for %s lacks its help text %q:\n%s", variable, help, line)
+		}
+	}
+}
+
+// The help states each variable's limits: CACHE_SIZE's minimum,
+// LEASE_REVOKE_AFTER's bounds, and that a size without a unit is bytes.
+func TestUsageStatesLimits(t *testing.T) {
+	usage := Usage()
+	for variable, wants := range map[string][]string{
+		"FENCEPROXY_CACHE_SIZE":         {"at least 1MiB", "a bare number is bytes"},
+		"FENCEPROXY_MIN_FREE_SPACE":     {"a bare number is bytes"},
+		"FENCEPROXY_LEASE_REVOKE_AFTER": {"above 0s and below LEASE_MAX_TTL", "a lease whose TTL is at most it is never reported as suspect"},
+	} {
+		var line string
+		for _, l := range strings.Split(usage, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == variable {
+				line = l
+			}
+		}
+		for _, w := range wants {
+			if !strings.Contains(line, w) {
+				t.Errorf("Usage() line for %s lacks %q:\n%s", variable, w, line)
+			}
 		}
 	}
 }

@@ -64,19 +64,30 @@ func (s *server) adminAuth(next http.Handler) http.Handler {
 			s.fail(w, r, route{op: "admin"}, "", errAdminDisabled)
 			return
 		}
-		if !bearer(r, s.opts.AdminToken) {
+		if why := bearerMismatch(r, s.opts.AdminToken); why != "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fenceproxy admin"`)
-			s.fail(w, r, route{op: "admin"}, "", detailed(errUnauthorized, "admin calls need Authorization: Bearer <FENCEPROXY_ADMIN_TOKEN>"))
+			s.fail(w, r, route{op: "admin"}, "", detailed(errUnauthorized, "admin calls need Authorization: Bearer <FENCEPROXY_ADMIN_TOKEN>; "+why))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// bearer reports whether r carries "Authorization: Bearer want" (constant-time compare).
-func bearer(r *http.Request, want string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+// bearerMismatch returns why r does not carry "Authorization: Bearer want"
+// (constant-time compare), "" when it does. The reason tells a missing
+// header from a wrong token, and holds neither token.
+func bearerMismatch(r *http.Request, want string) string {
+	h := r.Header.Get("Authorization")
+	got, ok := strings.CutPrefix(h, "Bearer ")
+	switch {
+	case h == "":
+		return "the request has no Authorization header"
+	case !ok:
+		return "the Authorization header is not a Bearer token"
+	case subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1:
+		return "the bearer token sent does not match it"
+	}
+	return ""
 }
 
 // listFences: GET /v1/fences?prefix=P&after=R&limit=N (limit 1..10000,

@@ -151,14 +151,14 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // getFence: GET /v1/fences/{resource}, the resource's maximum; 404 for one
-// never raised above 0.
+// without a maximum above 0 (never raised, or reset).
 func (s *server) getFence(_ context.Context, req request[none]) (wire.Fence, error) {
 	m, err := s.store.Max(req.Name)
 	if err != nil {
 		return wire.Fence{}, err
 	}
 	if m == 0 {
-		return wire.Fence{}, detailed(errUnknownResource, "no fencing token was ever admitted above 0 for this resource")
+		return wire.Fence{}, detailed(errUnknownResource, "no fencing token above 0 is stored for this resource")
 	}
 	return wire.Fence{Resource: req.Name, Token: wire.Token(m)}, nil
 }

@@ -91,7 +91,11 @@ func forced(r *http.Request) (bool, error) {
 // force-release is an admin call instead: it needs the admin bearer.
 func (s *server) leaseAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.opts.LeaseToken == "" || bearer(r, s.opts.LeaseToken) {
+		why := ""
+		if s.opts.LeaseToken != "" {
+			why = bearerMismatch(r, s.opts.LeaseToken)
+		}
+		if why == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -100,7 +104,7 @@ func (s *server) leaseAuth(next http.Handler) http.Handler {
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fenceproxy leases"`)
-		s.fail(w, r, route{op: "lease"}, "", detailed(errUnauthorized, "lease calls need Authorization: Bearer <FENCEPROXY_LEASE_TOKEN>"))
+		s.fail(w, r, route{op: "lease"}, "", detailed(errUnauthorized, "lease calls need Authorization: Bearer <FENCEPROXY_LEASE_TOKEN>; "+why))
 	})
 }
 

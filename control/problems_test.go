@@ -149,7 +149,8 @@ type answer struct {
 
 // rawCall sends one HTTP/1.1 request to srv with target written as is (raw
 // "\" and "#" included, which an http.Client would escape) and returns the
-// answer.
+// answer. A bearer that starts with "Basic " is the Authorization header's
+// whole value.
 func rawCall(t *testing.T, srv *httptest.Server, method, target, bearer, body string) answer {
 	t.Helper()
 	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
@@ -162,7 +163,9 @@ func rawCall(t *testing.T, srv *httptest.Server, method, target, bearer, body st
 	if body != "" {
 		head.WriteString("Content-Type: application/json\r\n")
 	}
-	if bearer != "" {
+	if strings.HasPrefix(bearer, "Basic ") {
+		head.WriteString("Authorization: " + bearer + "\r\n")
+	} else if bearer != "" {
 		head.WriteString("Authorization: Bearer " + bearer + "\r\n")
 	}
 	head.WriteString("\r\n")
@@ -177,6 +180,14 @@ func rawCall(t *testing.T, srv *httptest.Server, method, target, bearer, body st
 		t.Fatalf("%s %s: reading the answer: %v", method, target, err)
 	}
 	return answer{resp.StatusCode, resp.Header, b}
+}
+
+// wantDetail fails t unless p's detail is want.
+func wantDetail(t *testing.T, p wire.Problem, want string) {
+	t.Helper()
+	if p.Detail != want {
+		t.Errorf("detail %q, want %q", p.Detail, want)
+	}
 }
 
 // problemOf decodes a's body as a problem, checking its media type and headers.
@@ -243,19 +254,45 @@ func TestErrorTable(t *testing.T) {
 	}{
 		{name: "admin bearer missing", method: "PUT", target: "/v1/fences/bkt/a", body: `{"token":"9"}`,
 			status: 401, reason: "unauthorized", title: "Unauthorized", level: slog.LevelInfo,
-			check: func(t *testing.T, rig *problemRig, _ wire.Problem, a answer) {
+			check: func(t *testing.T, rig *problemRig, p wire.Problem, a answer) {
 				if got := a.header.Get("WWW-Authenticate"); got != `Bearer realm="fenceproxy admin"` {
 					t.Errorf("WWW-Authenticate %q", got)
 				}
+				wantDetail(t, p, "unauthorized: admin calls need Authorization: Bearer <FENCEPROXY_ADMIN_TOKEN>; the request has no Authorization header")
+			}},
+		// A wrong bearer is told apart from a missing one, without a token in the answer.
+		{name: "admin bearer wrong", method: "PUT", target: "/v1/fences/bkt/a", body: `{"token":"9"}`, bearer: "wrong-guess",
+			status: 401, reason: "unauthorized", title: "Unauthorized", level: slog.LevelInfo,
+			check: func(t *testing.T, rig *problemRig, p wire.Problem, _ answer) {
+				wantDetail(t, p, "unauthorized: admin calls need Authorization: Bearer <FENCEPROXY_ADMIN_TOKEN>; the bearer token sent does not match it")
+				if strings.Contains(p.Detail, "wrong-guess") {
+					t.Errorf("detail %q echoes the token sent", p.Detail)
+				}
+				if got := rig.admin.snapshot(); !strings.Contains(got, "bkt/a:5") {
+					t.Errorf("after a refused raise: %s", got)
+				}
+			}},
+		{name: "admin credentials not a bearer", method: "GET", target: "/v1/fences", bearer: "Basic YWRtOmFkbQ==",
+			status: 401, reason: "unauthorized", title: "Unauthorized", level: slog.LevelInfo,
+			check: func(t *testing.T, _ *problemRig, p wire.Problem, _ answer) {
+				wantDetail(t, p, "unauthorized: admin calls need Authorization: Bearer <FENCEPROXY_ADMIN_TOKEN>; the Authorization header is not a Bearer token")
+			}},
+		{name: "lease bearer wrong", leases: &memLeases{leases: map[string]lease.Lease{}},
+			opts:   func(o *Options) { o.LeaseToken = "lease" },
+			method: "POST", target: "/v1/leases/bkt/a", body: `{"holder":"A","ttl":"10s"}`, bearer: "leas",
+			status: 401, reason: "unauthorized", title: "Unauthorized", level: slog.LevelInfo,
+			check: func(t *testing.T, _ *problemRig, p wire.Problem, _ answer) {
+				wantDetail(t, p, "unauthorized: lease calls need Authorization: Bearer <FENCEPROXY_LEASE_TOKEN>; the bearer token sent does not match it")
 			}},
 		{name: "lease bearer missing", leases: &memLeases{leases: map[string]lease.Lease{}},
 			opts:   func(o *Options) { o.LeaseToken = "lease" },
 			method: "POST", target: "/v1/leases/bkt/a", body: `{"holder":"A","ttl":"10s"}`,
 			status: 401, reason: "unauthorized", title: "Unauthorized", level: slog.LevelInfo,
-			check: func(t *testing.T, rig *problemRig, _ wire.Problem, a answer) {
+			check: func(t *testing.T, rig *problemRig, p wire.Problem, a answer) {
 				if got := a.header.Get("WWW-Authenticate"); got != `Bearer realm="fenceproxy leases"` {
 					t.Errorf("WWW-Authenticate %q", got)
 				}
+				wantDetail(t, p, "unauthorized: lease calls need Authorization: Bearer <FENCEPROXY_LEASE_TOKEN>; the request has no Authorization header")
 			}},
 		{name: "admin disabled", opts: func(o *Options) { o.AdminToken = "" },
 			method: "GET", target: "/v1/fences", bearer: "adm",

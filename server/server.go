@@ -251,12 +251,32 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
 		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(), "upstream_fast_path", cfg.UpstreamFastPath,
 		"abandon_grace", cfg.AbandonGrace.String(), "upload_idle_timeout", cfg.UploadIdleTimeout.String(),
-		"max_token_jump", cfg.MaxTokenJump,
+		"max_token_jump", cfg.MaxTokenJump, "allow_path_params", cfg.AllowPathParams,
+		"lease_grace", leaseGraceText(cfg.LeaseGrace), "lease_revoke_after", revokeAfterText(cfg.LeaseRevokeAfter),
+		"lease_min_ttl", cfg.LeaseMinTTL.String(), "lease_max_ttl", cfg.LeaseMaxTTL.String(), "lease_token_set", cfg.LeaseToken != "",
 		"signed_tokens", signer != nil,
 		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
 		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
 		"min_free_space", cfg.MinFreeSpace.String(), "cache_size", cfg.CacheSize.String(), "clean_start", cleanStart, "new_store", newStore)
 	return s, nil
+}
+
+// leaseGraceText is LEASE_GRACE for the start-up log line: unset (nil)
+// means 2/3 of each lease's TTL, which no single duration says.
+func leaseGraceText(d *time.Duration) string {
+	if d == nil {
+		return "2/3 of the TTL"
+	}
+	return d.String()
+}
+
+// revokeAfterText is LEASE_REVOKE_AFTER for the start-up log line: 0 (unset)
+// means half of each lease's TTL.
+func revokeAfterText(d time.Duration) string {
+	if d == 0 {
+		return "half the TTL"
+	}
+	return d.String()
 }
 
 // fenceOptionsFrom returns the barrier options that cfg sets, field for

@@ -62,6 +62,7 @@ type opRun struct {
 	limit    int // 0: no limit
 	pageSize int
 	confirm  string
+	more     string // set by a listing that --limit stopped: its next
 }
 
 // opGroups are the operator commands by group.
@@ -74,7 +75,8 @@ var opGroups = map[string]struct {
 		cmds: []opCommand{
 			{name: "list", flags: "[--prefix P] [--after R] [--limit N]", summary: "the fences in resource-key order (admin)",
 				about: "Lists the fences in resource-key order, following the pages to the end, or up to --limit fences " +
-					"(the JSON then carries next, for --after). Admin call.", bearer: envAdminToken, listing: true, run: listFences},
+					"(the JSON then carries next, for --after; after a table, stderr shows the command that lists on). Admin call.",
+				bearer: envAdminToken, listing: true, run: listFences},
 			{name: "show", args: []string{"RESOURCE"}, summary: "a resource's fence",
 				about: "Shows a resource's fence: the largest token admitted for it. A resource never raised above 0 is refused (404).", run: showFence},
 			{name: "raise", args: []string{"RESOURCE", "TOKEN"}, summary: "raise a fence to max(current, TOKEN) (admin)",
@@ -91,7 +93,8 @@ var opGroups = map[string]struct {
 		cmds: []opCommand{
 			{name: "list", flags: "[--prefix P] [--after N] [--limit N]", summary: "the leases in name order, with their state (admin)",
 				about: "Lists the stored leases in name order, each with its state now (released and expired ones included), " +
-					"following the pages to the end, or up to --limit leases (the JSON then carries next, for --after). Admin call.",
+					"following the pages to the end, or up to --limit leases (the JSON then carries next, for --after; after a " +
+					"table, stderr shows the command that lists on). Admin call.",
 				bearer: envAdminToken, listing: true, run: listLeases},
 			{name: "show", args: []string{"NAME"}, summary: "a lease and its state",
 				about:  "Shows a lease and its state now. Sends FENCEPROXY_LEASE_TOKEN as the bearer when it is set.",
@@ -105,7 +108,7 @@ var opGroups = map[string]struct {
 
 const opFooter = `Every command takes --control URL (default $FENCEPROXY_CONTROL_URL, else
 http://127.0.0.1:9090), --output table|json (json: the control API's JSON) and
---timeout; flags may come before or after the arguments.
+--timeout; flags follow the command, before or after its arguments.
 
 Environment:
   FENCEPROXY_CONTROL_URL  the control listener's base URL
@@ -117,9 +120,11 @@ printed) or not reached; 2 a wrong command line.
 `
 
 // operate runs `fenceproxy <group> <command> [arguments] [flags]`, printing
-// its output to stdout. A wrong command line is a usageError; a refusal of
-// the control API or a failure to reach it is any other error.
-func operate(ctx context.Context, group string, args []string, environ map[string]string, stdout io.Writer) error {
+// its output to stdout, and to stderr, after a table that --limit stopped,
+// the command line that lists on from there. A wrong command line is a
+// usageError; a refusal of the control API or a failure to reach it is any
+// other error.
+func operate(ctx context.Context, group string, args []string, environ map[string]string, stdout, stderr io.Writer) error {
 	g := opGroups[group]
 	var names []string
 	for _, c := range g.cmds {
@@ -210,7 +215,24 @@ func operate(ctx context.Context, group string, args []string, environ map[strin
 	if err != nil {
 		return opError(full, pos, cmd.bearer, environ, controlURL, err)
 	}
+	if o.more != "" && !o.json { // the JSON carries next itself
+		more := []string{"fenceproxy", full, "--after", shellQuote(o.more)}
+		if o.prefix != "" {
+			more = append(more, "--prefix", shellQuote(o.prefix))
+		}
+		// A full last page carries next even when nothing follows it.
+		fmt.Fprintf(stderr, "more may follow: %s --limit %d\n", strings.Join(more, " "), o.limit)
+	}
 	return nil
+}
+
+// shellQuote returns s as one word for a POSIX shell: as is when it holds
+// only characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-:@%+=,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // opError describes a failed command: the problem's status, title and
@@ -225,8 +247,8 @@ func opError(full string, args []string, bearer string, environ map[string]strin
 	var apiErr *client.APIError
 	if errors.As(err, &apiErr) {
 		msg := fmt.Sprintf("%s: %d %s", what, apiErr.Status, apiErr.Title)
-		if apiErr.Detail != "" {
-			msg += ": " + apiErr.Detail
+		if detail := withoutTitle(apiErr.Detail, apiErr.Title); detail != "" {
+			msg += ": " + detail
 		}
 		if apiErr.Status == http.StatusUnauthorized && bearer != "" && environ[bearer] == "" {
 			msg += fmt.Sprintf(" (%s is not set in this environment)", bearer)
@@ -238,6 +260,15 @@ func opError(full string, args []string, bearer string, environ map[string]strin
 		return fmt.Errorf("%s: %v (the control API at %s; set --control or %s)", what, urlErr, controlURL, envControlURL)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// withoutTitle returns detail without a leading "title: " (any case): the
+// control API's details often repeat the title, which is printed already.
+func withoutTitle(detail, title string) string {
+	if n := len(title) + 2; title != "" && len(detail) > n && strings.EqualFold(detail[:n], title+": ") {
+		return detail[n:]
+	}
+	return detail
 }
 
 // parseInterspersed parses flags that come before, between or after the
@@ -443,6 +474,7 @@ func list[T any](o *opRun, key string, header []string, fetch func(after string,
 		}
 		after = pageNext
 	}
+	o.more = next
 	if o.json {
 		o.out.Write([]byte{']'})
 		if next != "" {

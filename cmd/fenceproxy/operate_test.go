@@ -43,8 +43,19 @@ func startOpServer(t *testing.T, env map[string]string) *servertest.Instance {
 
 // op runs the command line args through Run with env as the whole
 // environment, and returns its exit status, its stdout and its error's text
-// (what main prints on stderr after "fenceproxy: ").
+// (what main prints on stderr after "fenceproxy: "). Nothing else may reach
+// stderr.
 func op(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	code, stdout, stderr, msg := opStderr(t, env, args...)
+	if stderr != "" {
+		t.Errorf("fenceproxy %q wrote to stderr: %q", args, stderr)
+	}
+	return code, stdout, msg
+}
+
+// opStderr is op that returns what the command wrote to stderr too.
+func opStderr(t *testing.T, env map[string]string, args ...string) (int, string, string, string) {
 	t.Helper()
 	var environ []string
 	for k, v := range env {
@@ -58,11 +69,8 @@ func op(t *testing.T, env map[string]string, args ...string) (int, string, strin
 	if err != nil {
 		msg = err.Error()
 	}
-	if stderr.Len() != 0 {
-		t.Errorf("fenceproxy %q wrote to stderr: %q", args, stderr.String())
-	}
-	t.Logf("fenceproxy %s -> %d\n%s%s", strings.Join(args, " "), exitCode(err), stdout.String(), msg)
-	return exitCode(err), stdout.String(), msg
+	t.Logf("fenceproxy %s -> %d\n%s%s%s", strings.Join(args, " "), exitCode(err), stdout.String(), stderr.String(), msg)
+	return exitCode(err), stdout.String(), stderr.String(), msg
 }
 
 // opEnv is the environment of an operator on in's control listener.
@@ -164,8 +172,9 @@ func TestOperateFences(t *testing.T) {
 	// A refusal: 404 for a fence never raised, exit 1 with the detail.
 	code, out, msg = op(t, env, "fences", "show", "bkt/none")
 	wantExit(t, "show of a missing fence", code, 1, msg)
-	if out != "" || !strings.Contains(msg, "404 Unknown resource") || !strings.Contains(msg, "no fencing token was ever admitted above 0") {
-		t.Errorf("show of a missing fence: stdout %q, error %q; want the 404's title and detail", out, msg)
+	// The detail repeats the title ("unknown resource: ..."): printed once.
+	if want := "fences show bkt/none: 404 Unknown resource: no fencing token above 0 is stored for this resource"; out != "" || msg != want {
+		t.Errorf("show of a missing fence: stdout %q, error %q; want %q", out, msg, want)
 	}
 	code, _, msg = op(t, env, "fences", "show", "bkt/none", "-o", "json")
 	if code != 1 || !strings.Contains(msg, "404 Unknown resource") {
@@ -193,8 +202,9 @@ func TestOperateFences(t *testing.T) {
 	if got, want := lines(out), []string{"resource bkt/a", "removed token 5"}; !slices.Equal(got, want) {
 		t.Errorf("reset printed %q, want %q", got, want)
 	}
-	if code, _, msg := op(t, env, "fences", "show", "bkt/a"); code != 1 || !strings.Contains(msg, "404") {
-		t.Errorf("show after reset: %d %q, want 404", code, msg)
+	// A token was admitted before the reset: the detail does not deny it.
+	if code, _, msg := op(t, env, "fences", "show", "bkt/a"); code != 1 || !strings.Contains(msg, "404") || strings.Contains(msg, "ever admitted") {
+		t.Errorf("show after reset: %d %q, want 404 that does not say no token was ever admitted", code, msg)
 	}
 	code, out, msg = op(t, env, "fences", "reset", "bkt/b", "--confirm", "bkt/b", "-o", "json")
 	if code != 0 || out != `{"resource":"bkt/b","token":"7"}`+"\n" {
@@ -258,6 +268,21 @@ func TestOperateFencesPaging(t *testing.T) {
 	if got, want := taken(), []string{"limit=2", "after=p%2Fb&limit=1"}; !slices.Equal(got, want) {
 		t.Errorf("calls %q, want %q", got, want)
 	}
+	// In a table, a listing stopped by --limit says on stderr how to go on;
+	// stdout stays the table.
+	code, out, stderr, msg := opStderr(t, env, "fences", "list", "--prefix", "p/", "--page-size", "2", "--limit", "3")
+	if got, want := lines(out), []string{"RESOURCE TOKEN", "p/a 4", "p/b 4", "p/c 4"}; code != 0 || !slices.Equal(got, want) {
+		t.Errorf("list --limit 3: %d %q, want %q (%s)", code, got, want, msg)
+	}
+	if want := "more may follow: fenceproxy fences list --after p/c --prefix p/ --limit 3\n"; stderr != want {
+		t.Errorf("list --limit 3 wrote %q to stderr, want %q", stderr, want)
+	}
+	taken()
+	// A listing that ends says nothing more, with --limit or without.
+	code, out, msg = op(t, env, "fences", "list", "--limit", "10")
+	if got := lines(out); code != 0 || len(got) != 6 {
+		t.Errorf("list --limit 10: %d %q (%s)", code, got, msg)
+	}
 	// --after takes the next of a listing stopped by --limit.
 	code, out, _ = op(t, env, "fences", "list", "--after", "p/c")
 	if got, want := lines(out), []string{"RESOURCE TOKEN", "p/d 4", "p/e 4"}; code != 0 || !slices.Equal(got, want) {
@@ -316,9 +341,12 @@ func TestOperateLeases(t *testing.T) {
 	if got := lines(out); code != 0 || len(got) != 8 || got[3] != "state released" {
 		t.Errorf("leases release: %d %q", code, got)
 	}
-	code, out, _ = op(t, env, "leases", "list", "--limit", "2")
+	code, out, stderr, _ := opStderr(t, env, "leases", "list", "--limit", "2")
 	if got := lines(out); code != 0 || len(got) != 3 || !strings.Contains(got[1], "released") || !strings.Contains(got[2], "released") {
 		t.Errorf("leases list --limit 2 after the releases: %d %q", code, got)
+	}
+	if want := "more may follow: fenceproxy leases list --after jobs/b --limit 2\n"; stderr != want {
+		t.Errorf("leases list --limit 2 wrote %q to stderr, want %q", stderr, want)
 	}
 
 	code, out, msg = op(t, env, "leases", "release", "jobs/none")
@@ -352,11 +380,13 @@ func TestOperateAuth(t *testing.T) {
 		args  []string
 		want  []string
 	}{
-		{"wrong token", "wrong", []string{"fences", "raise", "bkt/a", "9"}, []string{"401 Unauthorized", "Bearer <FENCEPROXY_ADMIN_TOKEN>"}},
+		{"wrong token", "wrong", []string{"fences", "raise", "bkt/a", "9"}, []string{"401 Unauthorized", "Bearer <FENCEPROXY_ADMIN_TOKEN>",
+			"the bearer token sent does not match it"}},
 		{"wrong token, reset", "wrong", []string{"fences", "reset", "bkt/a", "--confirm", "bkt/a"}, []string{"401 Unauthorized"}},
 		{"wrong token, list", "wrong", []string{"fences", "list"}, []string{"401 Unauthorized"}},
 		{"wrong token, leases", "wrong", []string{"leases", "list"}, []string{"401 Unauthorized"}},
-		{"no token", "", []string{"fences", "raise", "bkt/a", "9"}, []string{"401 Unauthorized", "FENCEPROXY_ADMIN_TOKEN is not set in this environment"}},
+		{"no token", "", []string{"fences", "raise", "bkt/a", "9"}, []string{"401 Unauthorized", "the request has no Authorization header",
+			"FENCEPROXY_ADMIN_TOKEN is not set in this environment"}},
 		{"no token, release", "", []string{"leases", "release", "jobs/a"}, []string{"401 Unauthorized", "FENCEPROXY_ADMIN_TOKEN is not set in this environment"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -399,35 +429,41 @@ func TestOperateUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
+		not  string // the error must not say this, when not ""
 	}{
-		{[]string{"fences"}, "fences needs a command (list, show, raise, reset)"},
-		{[]string{"leases"}, "leases needs a command (list, show, release)"},
-		{[]string{"fences", "frob"}, `unknown command "frob" for fences`},
-		{[]string{"fences", "show"}, "fences show takes RESOURCE, got 0 arguments"},
-		{[]string{"fences", "show", "a", "b"}, "fences show takes RESOURCE, got 2 arguments"},
-		{[]string{"fences", "raise", "keep"}, "fences raise takes RESOURCE TOKEN"},
-		{[]string{"fences", "list", "extra"}, "fences list takes no arguments"},
-		{[]string{"fences", "list", "--bogus"}, "flag provided but not defined: -bogus"},
-		{[]string{"fences", "list", "--limit", "many"}, `invalid value "many" for flag -limit`},
-		{[]string{"fences", "list", "--limit", "-1"}, "--limit is 0 (all) or more"},
-		{[]string{"fences", "list", "--page-size", "0"}, "--page-size is 1 to 10000"},
-		{[]string{"fences", "list", "--page-size", "10001"}, "--page-size is 1 to 10000"},
-		{[]string{"fences", "list", "--output", "yaml"}, `--output is table or json, not "yaml"`},
-		{[]string{"fences", "show", "keep", "--control", "ftp://x"}, `the control URL "ftp://x" is not an http:// or https:// URL`},
-		{[]string{"fences", "show", "keep", "--control", "127.0.0.1:9090"}, "is not an http:// or https:// URL"},
-		{[]string{"fences", "raise", "keep", "abc"}, `TOKEN "abc"`},
-		{[]string{"fences", "raise", "keep", "1", "--confirm", "keep"}, "flag provided but not defined: -confirm"},
-		{[]string{"fences", "raise", "keep", "9223372036854775808"}, `TOKEN "9223372036854775808"`},
-		{[]string{"fences", "raise", "keep", "-5"}, "flag provided but not defined: -5"},
-		{[]string{"fences", "reset", "keep"}, "repeat the resource key: --confirm keep"},
-		{[]string{"fences", "reset", "keep", "--confirm", "kee"}, `--confirm "kee" is not the resource "keep"; nothing changed`},
-		{[]string{"leases", "show"}, "leases show takes NAME"},
-		{[]string{"leases", "release", "a", "b"}, "leases release takes NAME, got 2 arguments"},
-		{[]string{"leases", "list", "--confirm", "x"}, "flag provided but not defined: -confirm"},
-		{[]string{"serve", "extra"}, "serve takes no arguments"},
-		{[]string{"demo", "extra"}, "demo takes no arguments"},
-		{[]string{"version", "extra"}, "version takes no arguments"},
-		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"fences"}, "fences needs a command (list, show, raise, reset)", ""},
+		{[]string{"leases"}, "leases needs a command (list, show, release)", ""},
+		{[]string{"fences", "frob"}, `unknown command "frob" for fences`, ""},
+		{[]string{"fences", "show"}, "fences show takes RESOURCE, got 0 arguments", ""},
+		{[]string{"fences", "show", "a", "b"}, "fences show takes RESOURCE, got 2 arguments", ""},
+		{[]string{"fences", "raise", "keep"}, "fences raise takes RESOURCE TOKEN", ""},
+		{[]string{"fences", "list", "extra"}, "fences list takes no arguments", ""},
+		{[]string{"fences", "list", "--bogus"}, "flag provided but not defined: -bogus", ""},
+		{[]string{"fences", "list", "--limit", "many"}, `invalid value "many" for flag -limit`, ""},
+		{[]string{"fences", "list", "--limit", "-1"}, "--limit is 0 (all) or more", ""},
+		{[]string{"fences", "list", "--page-size", "0"}, "--page-size is 1 to 10000", ""},
+		{[]string{"fences", "list", "--page-size", "10001"}, "--page-size is 1 to 10000", ""},
+		{[]string{"fences", "list", "--output", "yaml"}, `--output is table or json, not "yaml"`, ""},
+		{[]string{"fences", "show", "keep", "--control", "ftp://x"}, `the control URL "ftp://x" is not an http:// or https:// URL`, ""},
+		{[]string{"fences", "show", "keep", "--control", "127.0.0.1:9090"}, "is not an http:// or https:// URL", ""},
+		{[]string{"fences", "raise", "keep", "abc"}, `TOKEN "abc"`, ""},
+		{[]string{"fences", "raise", "keep", "1", "--confirm", "keep"}, "flag provided but not defined: -confirm", ""},
+		{[]string{"fences", "raise", "keep", "9223372036854775808"}, `TOKEN "9223372036854775808"`, ""},
+		{[]string{"fences", "raise", "keep", "-5"}, "flag provided but not defined: -5", ""},
+		{[]string{"fences", "reset", "keep"}, "repeat the resource key: --confirm keep", ""},
+		{[]string{"fences", "reset", "keep", "--confirm", "kee"}, `--confirm "kee" is not the resource "keep"; nothing changed`, ""},
+		{[]string{"leases", "show"}, "leases show takes NAME", ""},
+		{[]string{"leases", "release", "a", "b"}, "leases release takes NAME, got 2 arguments", ""},
+		{[]string{"leases", "list", "--confirm", "x"}, "flag provided but not defined: -confirm", ""},
+		{[]string{"serve", "extra"}, "serve takes no arguments", ""},
+		{[]string{"demo", "extra"}, "demo takes no arguments", ""},
+		{[]string{"version", "extra"}, "version takes no arguments", "FENCEPROXY_"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`, ""},
+		// Flags come after the command: the error shows where.
+		{[]string{"--control", "http://127.0.0.1:1", "fences", "show", "keep"},
+			"flags go after the command: fenceproxy fences show keep --control http://127.0.0.1:1", "takes no arguments"},
+		{[]string{"-o", "json", "leases", "list"}, "flags go after the command: fenceproxy leases list -o json", ""},
+		{[]string{"--control=http://127.0.0.1:1"}, "flags go after the command: fenceproxy COMMAND [arguments] --control=http://127.0.0.1:1", ""},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, msg := op(t, env, tc.args...)
@@ -439,6 +475,9 @@ func TestOperateUsage(t *testing.T) {
 			}
 			if !strings.Contains(msg, tc.want) {
 				t.Errorf("error %q lacks %q", msg, tc.want)
+			}
+			if tc.not != "" && strings.Contains(msg, tc.not) {
+				t.Errorf("error %q says %q", msg, tc.not)
 			}
 		})
 	}
@@ -467,6 +506,9 @@ func TestOperateUsage(t *testing.T) {
 		{[]string{"leases", "list", "-h"}, []string{"Usage: fenceproxy leases list [flags]", "-prefix P"}},
 		{[]string{"leases", "show", "-h"}, []string{"Usage: fenceproxy leases show NAME [flags]", "FENCEPROXY_LEASE_TOKEN"}},
 		{[]string{"leases", "release", "-h"}, []string{"Usage: fenceproxy leases release NAME [flags]"}},
+		// serve and demo take no arguments but the help flag: the help.
+		{[]string{"serve", "-h"}, []string{"fenceproxy [serve]", "FENCEPROXY_UPSTREAM"}},
+		{[]string{"demo", "--help"}, []string{"fenceproxy demo", "FENCEPROXY_UPSTREAM"}},
 	} {
 		code, out, msg := op(t, nil, tc.args...)
 		if code != 0 {
@@ -521,6 +563,11 @@ func TestOperateArguments(t *testing.T) {
 			t.Errorf("show %q: %d %q", key, code, out)
 		}
 	}
+	// The command line that lists on quotes what a shell would read otherwise.
+	_, _, stderr, _ := opStderr(t, env, "fences", "list", "--prefix", "bkt/a?", "--limit", "1")
+	if want := "more may follow: fenceproxy fences list --after 'bkt/a?b' --prefix 'bkt/a?' --limit 1\n"; stderr != want {
+		t.Errorf("list --prefix bkt/a? --limit 1 wrote %q to stderr, want %q", stderr, want)
+	}
 	code, out, msg = op(t, map[string]string{"FENCEPROXY_CONTROL_URL": "http://127.0.0.1:1"}, "fences", "show", "--control", in.ControlURL()+"/", "bkt/a")
 	if got := lines(out); code != 0 || !slices.Equal(got, []string{"resource bkt/a", "token 3"}) {
 		t.Errorf("--control over FENCEPROXY_CONTROL_URL: %d %q %s", code, got, msg)
@@ -573,17 +620,26 @@ func TestBinaryOperate(t *testing.T) {
 		{args: []string{"fences", "list"}, stdout: "RESOURCE  TOKEN\nbkt/a     5\n"},
 		{args: []string{"leases", "list"}, stdout: "NAME  HOLDER  TOKEN  STATE  TTL  EXPIRES_AT\n"},
 		{args: []string{"fences", "show", "bkt/none"}, code: 1,
-			stderr: []string{"fenceproxy: fences show bkt/none: 404 Unknown resource: ", "no fencing token was ever admitted above 0 for this resource"}},
+			stderr: []string{"fenceproxy: fences show bkt/none: 404 Unknown resource: no fencing token above 0 is stored for this resource\n"}},
 		{args: []string{"leases", "release", "jobs/none"}, code: 1, stderr: []string{"fenceproxy: leases release jobs/none: 404 Unknown lease"}},
 		{args: []string{"fences", "reset", "bkt/a"}, code: 2, stderr: []string{"--confirm bkt/a"}},
 		{args: []string{"fences", "list", "--bogus"}, code: 2, stderr: []string{"flag provided but not defined: -bogus"}},
 		{args: []string{"fences"}, code: 2, stderr: []string{"fences needs a command"}},
 		{args: []string{"serve", "extra"}, code: 2, stderr: []string{"serve takes no arguments"}},
+		{args: []string{"--control", in.ControlURL(), "fences", "show", "bkt/a"}, code: 2,
+			stderr: []string{"flags go after the command: fenceproxy fences show bkt/a --control " + in.ControlURL()}},
+		{args: []string{"serve", "-h"}, stdout: "(help)"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runProcess(t, 30*time.Second, env, tc.args...)
 			if code != tc.code {
 				t.Errorf("exit status %d, want %d\nstderr: %s", code, tc.code, stderr)
+			}
+			if tc.stdout == "(help)" {
+				if code != 0 || !strings.HasPrefix(stdout, "fenceproxy: an HTTP proxy") || stderr != "" {
+					t.Errorf("exit %d, stdout %q, stderr %q; want the help", code, stdout, stderr)
+				}
+				return
 			}
 			if tc.code == 0 && (stdout != tc.stdout || stderr != "") {
 				t.Errorf("stdout %q, want %q; stderr %q", stdout, tc.stdout, stderr)

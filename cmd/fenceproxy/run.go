@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
+	"strings"
 
 	"github.com/caarlos0/env/v11"
 
@@ -33,12 +35,18 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	if len(args) > 0 {
 		cmd = args[0]
 	}
-	switch cmd {
-	case "fences", "leases":
-		return operate(ctx, cmd, args[1:], environ, stdout)
-	}
-	if len(args) > 1 {
+	serveOrDemo := cmd == "serve" || cmd == "demo"
+	switch {
+	case cmd == "fences" || cmd == "leases":
+		return operate(ctx, cmd, args[1:], environ, stdout, stderr)
+	case serveOrDemo && len(args) == 2 && isHelp(args[1]):
+		cmd = "-h" // the top-level help is theirs
+	case strings.HasPrefix(cmd, "-") && !isHelp(cmd) && cmd != "-version" && cmd != "--version":
+		return flagFirst(args)
+	case serveOrDemo && len(args) > 1:
 		return usagef("%s takes no arguments (configuration comes from FENCEPROXY_* variables); run fenceproxy -h", cmd)
+	case len(args) > 1:
+		return usagef("%s takes no arguments; run fenceproxy -h", cmd)
 	}
 	switch cmd {
 	case "-h", "-help", "--help", "help":
@@ -55,6 +63,21 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	default:
 		return usagef("unknown command %q; run fenceproxy -h", cmd)
 	}
+}
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+// flagFirst is the error for a command line that starts with a flag: flags
+// belong to a command and follow it. It shows the command line reordered
+// when it names an operator command group.
+func flagFirst(args []string) error {
+	for i, a := range args {
+		if a == "fences" || a == "leases" {
+			reordered := append(slices.Clone(args[i:]), args[:i]...)
+			return usagef("flags go after the command: fenceproxy %s; run fenceproxy %s -h", strings.Join(reordered, " "), a)
+		}
+	}
+	return usagef("flags go after the command: fenceproxy COMMAND [arguments] %s; run fenceproxy -h", strings.Join(args, " "))
 }
 
 // usageError is a command line the command cannot run: exit status 2.

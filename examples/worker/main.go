@@ -88,6 +88,15 @@ func main() {
 	}
 }
 
+// withError returns a log line's attributes with "error" added when err is
+// not nil: a line without an error carries none, not "error":null.
+func withError(err error, attrs ...any) []any {
+	if err != nil {
+		attrs = append(attrs, "error", err.Error())
+	}
+	return attrs
+}
+
 // callTimeout bounds one lease call (see call).
 const callTimeout = 35 * time.Second
 
@@ -136,7 +145,7 @@ func (w *worker) run(ctx context.Context) error {
 		if status != 0 && status != http.StatusConflict && status < 500 {
 			return fmt.Errorf("acquire: status %d", status) // bad request or auth: retrying will not help
 		}
-		w.log.Info("lease not acquired, retrying", "status", status, "held_by", l.Holder, "error", err, "backoff", backoff.String())
+		w.log.Info("lease not acquired, retrying", withError(err, "status", status, "held_by", l.Holder, "backoff", backoff.String())...)
 		select { // jitter, so competing workers do not retry in lockstep
 		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
 		case <-ctx.Done():
@@ -163,7 +172,7 @@ func (w *worker) run(ctx context.Context) error {
 	// Release so the next holder need not wait for TTL and grace.
 	var out struct{ State string }
 	status, rerr := w.call(context.Background(), http.MethodDelete, map[string]string{"holder": w.holder, "token": l.Token}, &out)
-	w.log.Info("lease released", "status", status, "state", out.State, "error", rerr)
+	w.log.Info("lease released", withError(rerr, "status", status, "state", out.State)...)
 	return err
 }
 
@@ -198,7 +207,7 @@ func (w *worker) renew(ctx context.Context, stop context.CancelCauseFunc, token 
 			stop(errLost)
 			return
 		default: // transient: try again next tick; the watchdog bounds how long
-			w.log.Warn("renew failed", "status", status, "error", err)
+			w.log.Warn("renew failed", withError(err, "status", status)...)
 		}
 	}
 }

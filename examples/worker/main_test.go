@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -105,5 +107,60 @@ func TestLeaseEndDuringWriteIsNoRetry(t *testing.T) {
 				t.Errorf("want one \"stopped writing\" with reason %q, got %d:\n%s", tc.reason, n, logs)
 			}
 		})
+	}
+}
+
+// A log line carries "error" only when there is one: a clean release and an
+// acquire answered 409 (another holder) log none, not "error":null.
+func TestLogsNoNullError(t *testing.T) {
+	bin := buildWorker(t)
+	var acquires atomic.Int32
+	control := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		switch r.Method {
+		case http.MethodPost:
+			if acquires.Add(1) == 1 {
+				w.WriteHeader(http.StatusConflict)
+				io.WriteString(w, `{"holder":"B"}`)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"holder":"A","token":"7"}`)
+		case http.MethodPut:
+			io.WriteString(w, `{}`)
+		default:
+			io.WriteString(w, `{"state":"released"}`)
+		}
+	}))
+	t.Cleanup(control.Close)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	t.Cleanup(proxy.Close)
+
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "-control", control.URL, "-proxy", proxy.URL, "-lease", "bkt/obj", "-holder", "A",
+		"-ttl", "1s", "-writes", "1", "-interval", "10ms")
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("worker: %v\n%s", err, stderr.String())
+	}
+	var released map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if v, ok := rec["error"]; ok && v == nil {
+			t.Errorf("log line with \"error\":null: %s", line)
+		}
+		if rec["msg"] == "lease released" {
+			released = rec
+		}
+	}
+	if released == nil || released["state"] != "released" {
+		t.Errorf("no \"lease released\" line with state released:\n%s", stderr.String())
+	}
+	if acquires.Load() != 2 {
+		t.Errorf("%d acquires, want 2 (one refused, one granted)", acquires.Load())
 	}
 }
