@@ -24,6 +24,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/dustin/go-humanize"
 
+	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/tokensig"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
@@ -134,6 +135,13 @@ type Config struct {
 	// Mode is enforce (refuse stale writes) or observe (log and count what
 	// would be refused, forward everything; for rolling fenceproxy out).
 	Mode string `env:"MODE" envDefault:"enforce" help:"enforce: refuse what the fence forbids; observe: log and count what would be refused but forward everything (for rolling out)"`
+
+	// S3 is how the proxy reads requests: "off" (a generic HTTP backend) or
+	// "pass" (the backend speaks S3; requests reach it as the worker signed them).
+	S3 string `env:"S3" envDefault:"off" help:"off: a generic HTTP backend, the resource is the request path; pass: the backend speaks S3, the resource is {bucket}/{key} in path or virtual-hosted style (FENCEPROXY_S3_DOMAINS), and the worker's signature reaches the backend unchanged"`
+
+	// S3Domains are the host names workers use for the proxy in S3 mode.
+	S3Domains []string `env:"S3_DOMAINS" envSeparator:"," help:"with S3=pass, the host names workers use for the proxy (comma-separated, no port): a Host equal to one is path style (/bucket/key), {bucket}.{name} is virtual-hosted style; any other Host is refused with 400"`
 
 	// LogLevel is the least severe level logged: debug, info, warn or error.
 	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" help:"least severe log level: debug, info, warn or error (logs are JSON on stderr)"`
@@ -352,6 +360,23 @@ func (c Config) Validate() error {
 		if _, err := c.UpstreamCAs(); err != nil {
 			bad("UPSTREAM_CA_FILE", "%v", err)
 		}
+	}
+	switch c.S3 {
+	case "off":
+		if len(c.S3Domains) > 0 {
+			bad("S3_DOMAINS", "is set but FENCEPROXY_S3 is off; set FENCEPROXY_S3=pass or unset it")
+		}
+	case "pass":
+		if len(c.S3Domains) == 0 {
+			bad("S3_DOMAINS", "is required with FENCEPROXY_S3=pass: the host names workers use for the proxy (e.g. s3.internal,localhost)")
+		}
+		for _, d := range c.S3Domains {
+			if err := s3.CheckDomain(d); err != nil {
+				bad("S3_DOMAINS", "%q: %v", d, err)
+			}
+		}
+	default:
+		bad("S3", "%q must be off or pass", c.S3)
 	}
 	if c.Mode != "enforce" && c.Mode != "observe" {
 		bad("MODE", "%q must be enforce or observe", c.Mode)

@@ -114,6 +114,18 @@ func TestParse(t *testing.T) {
 		{name: "DRAIN_TIMEOUT zero", env: with("FENCEPROXY_DRAIN_TIMEOUT", "0s"), wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT"}},
 		{name: "DRAIN_TIMEOUT empty", env: with("FENCEPROXY_DRAIN_TIMEOUT", ""), wantErr: []string{"FENCEPROXY_DRAIN_TIMEOUT"}},
 		{name: "SHUTDOWN_TIMEOUT bad", env: with("FENCEPROXY_SHUTDOWN_TIMEOUT", "soon"), wantErr: []string{"FENCEPROXY_SHUTDOWN_TIMEOUT"}},
+		{name: "S3 pass without domains", env: with("FENCEPROXY_S3", "pass"), wantErr: []string{"FENCEPROXY_S3_DOMAINS", "required"}},
+		{name: "S3 pass with a domain with a port", env: with("FENCEPROXY_S3", "pass", "FENCEPROXY_S3_DOMAINS", "localhost:8080"),
+			wantErr: []string{"FENCEPROXY_S3_DOMAINS", "localhost:8080"}},
+		{name: "S3 pass with a URL", env: with("FENCEPROXY_S3", "pass", "FENCEPROXY_S3_DOMAINS", "http://s3.internal"), wantErr: []string{"FENCEPROXY_S3_DOMAINS"}},
+		{name: "S3 unknown", env: with("FENCEPROXY_S3", "resign"), wantErr: []string{"FENCEPROXY_S3", "off or pass"}},
+		{name: "S3 domains while off", env: with("FENCEPROXY_S3_DOMAINS", "localhost"), wantErr: []string{"FENCEPROXY_S3_DOMAINS", "off"}},
+		{name: "S3 pass", env: with("FENCEPROXY_S3", "pass", "FENCEPROXY_S3_DOMAINS", "s3.internal,localhost,127.0.0.1"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.S3 != "pass" || len(cfg.S3Domains) != 3 {
+					t.Errorf("S3 %q domains %q", cfg.S3, cfg.S3Domains)
+				}
+			}},
 		{name: "CACHE_SIZE below 1MiB", env: with("FENCEPROXY_CACHE_SIZE", "512KiB"), wantErr: []string{"FENCEPROXY_CACHE_SIZE", "1MiB"}},
 		{name: "CACHE_SIZE zero", env: with("FENCEPROXY_CACHE_SIZE", "0"), wantErr: []string{"FENCEPROXY_CACHE_SIZE"}},
 		// The value as typed and as read: 1MB is SI, below 1MiB.

@@ -66,8 +66,9 @@ func FuzzResourceKeyAliases(f *testing.F) {
 			p, _ = newProxy(t, newMemStore(), opts, fence.Options{DrainTimeout: time.Second})
 			proxies[depth] = p
 		}
-		ckeys, cerr := p.resources(fuzzRequest(t, canon))
-		akeys, aerr := p.resources(fuzzRequest(t, alias))
+		creq, areq := fuzzRequest(t, canon), fuzzRequest(t, alias)
+		ckeys, cerr := p.resources(creq, rawPath(creq))
+		akeys, aerr := p.resources(areq, rawPath(areq))
 		if (cerr == nil) != (aerr == nil) || strings.Join(ckeys, "\n") != strings.Join(akeys, "\n") {
 			t.Fatalf("%q gives %q, %v; %q gives %q, %v", canon, ckeys, cerr, alias, akeys, aerr)
 		}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/upstream"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
@@ -42,7 +43,13 @@ type Options struct {
 	UnfencedMethods []string // methods passed unchecked, case-sensitive (UNFENCED_METHODS)
 	ResourceDepth   int      // 0: the whole path is the resource; N: its first N segments
 	AllowPathParams bool     // a raw ';' in a write's path passes (fence.Resolver.PathParams); false: 400
-	RequireToken    bool     // false: fenced methods without a token are forwarded unchecked
+	// S3 is "off" (a generic backend: the resource is the request path) or
+	// "pass" (the backend speaks S3: the resource is {bucket}/{key}, in path
+	// or virtual-hosted style below S3Domains; any other Host is refused
+	// with 400). "" is off.
+	S3           string
+	S3Domains    []string // the host names workers use for the proxy (S3_DOMAINS)
+	RequireToken bool     // false: fenced methods without a token are forwarded unchecked
 	// Mode is "enforce" or "observe": observe logs and counts what would be
 	// refused but forwards everything, for rolling fenceproxy out. Maxima are
 	// still raised.
@@ -83,6 +90,8 @@ func OptionsFrom(cfg config.Config) Options {
 		UnfencedMethods:   cfg.UnfencedMethods,
 		ResourceDepth:     cfg.ResourceDepth,
 		AllowPathParams:   cfg.AllowPathParams,
+		S3:                cfg.S3,
+		S3Domains:         cfg.S3Domains,
 		RequireToken:      cfg.RequireToken,
 		Mode:              cfg.Mode,
 		DialTimeout:       cfg.UpstreamDialTimeout,
@@ -99,6 +108,7 @@ type Proxy struct {
 	tokenHeader string // opts.TokenHeader, canonical: the key of http.Header
 	barrier     *fence.Barrier
 	resolver    fence.Resolver
+	s3          *s3.Addressing // S3 mode's addressing; nil when off
 	unfenced    map[string]bool
 	observe     bool
 	rp          *httputil.ReverseProxy
@@ -129,6 +139,21 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	if opts.ResourceDepth < 0 {
 		bad = append(bad, "ResourceDepth must not be negative")
 	}
+	var addressing *s3.Addressing
+	switch opts.S3 {
+	case "", "off":
+	case "pass":
+		a, err := s3.NewAddressing(opts.S3Domains)
+		switch {
+		case err != nil:
+			bad = append(bad, "S3Domains: "+err.Error())
+		case len(opts.S3Domains) == 0:
+			bad = append(bad, "S3Domains must name at least one host in S3 mode")
+		}
+		addressing = &a
+	default:
+		bad = append(bad, fmt.Sprintf("S3 %q is neither off nor pass", opts.S3))
+	}
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("proxy: %s", strings.Join(bad, "; "))
 	}
@@ -142,6 +167,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		resolver:    fence.Resolver{Depth: opts.ResourceDepth, PathParams: opts.AllowPathParams},
 		unfenced:    make(map[string]bool),
 		observe:     opts.Mode == "observe",
+		s3:          addressing,
 		log:         opts.Logger,
 	}
 	for _, m := range opts.UnfencedMethods {
@@ -182,6 +208,7 @@ type exchange struct {
 	token     uint64   // valid when tokenErr is nil
 	tokenErr  error    // fence.ErrTokenMissing, fence.ErrTokenMalformed
 	tokenText string   // the token for logs and problem bodies; "" unless valid
+	path      string   // the path the resource is read from: the target's, or in S3 mode /{bucket}/{key}
 	resources []string // the resources a fenced write touches; [0] is its path's
 
 	admitted bool         // the barrier admitted the write: finish and the release run after forwarding
@@ -290,6 +317,16 @@ func (p *Proxy) classify(ex *exchange) error {
 	if err := checkTarget(r); err != nil {
 		return err
 	}
+	ex.path = rawPath(r)
+	if p.s3 != nil {
+		// Every request, reads too: the proxy forwards nothing for a host it
+		// cannot map, rather than guess which object it names.
+		path, err := p.s3.Path(r.Host, ex.path)
+		if err != nil {
+			return fmt.Errorf("%w: %w", fence.ErrBadResource, err)
+		}
+		ex.path = path
+	}
 	if err := p.checkHopByHop(r); err != nil {
 		return err
 	}
@@ -338,7 +375,7 @@ func checkStreamLength(r *http.Request) error {
 // in the body). A token error comes first, but the resources are still
 // found for the logs.
 func (p *Proxy) resolve(ex *exchange) error {
-	resources, err := p.resources(ex.r)
+	resources, err := p.resources(ex.r, ex.path)
 	ex.resources = resources
 	if ex.tokenErr != nil {
 		return ex.tokenErr

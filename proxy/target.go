@@ -104,12 +104,13 @@ func (p *Proxy) unfencedRequest(r *http.Request) bool {
 	return true
 }
 
-// resources returns the resource keys a fenced write touches: its path's, and
+// resources returns the resource keys a fenced write touches: its path's
+// (path: the target's as received, or S3 mode's /{bucket}/{key}), and
 // for a WebDAV COPY or MOVE also its Destination's. fence.ErrBadResource for a
 // target the fence cannot name; ErrUnsupported and ErrFormUpload for S3
 // writes whose keys are in the body (s3.Classify).
-func (p *Proxy) resources(r *http.Request) ([]string, error) {
-	key, err := p.resolver.Target(rawPath(r))
+func (p *Proxy) resources(r *http.Request, path string) ([]string, error) {
+	key, err := p.resolver.Target(path)
 	if err != nil {
 		return nil, err
 	}

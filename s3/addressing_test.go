@@ -1,0 +1,53 @@
+package s3
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestAddressingPath(t *testing.T) {
+	a, err := NewAddressing([]string{"localhost", "s3.Internal", "127.0.0.1", "s3.localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		host, raw, want string // want "" for ErrHost
+	}{
+		{"localhost:8080", "/demo/vh/x", "/demo/vh/x"},
+		{"demo.localhost:8080", "/vh/x", "/demo/vh/x"}, // the bypass: one path
+		{"DEMO.LocalHost", "/vh/x", "/demo/vh/x"},
+		{"demo.localhost.", "/vh/x", "/demo/vh/x"},
+		{"localhost", "/demo/", "/demo"}, // the bucket, either way
+		{"localhost", "/demo", "/demo"},
+		{"demo.localhost", "/", "/demo"},
+		{"demo.localhost", "/a%2Fb", "/demo/a%2Fb"},
+		{"my.bucket.s3.internal", "/k", "/my.bucket/k"},
+		{"demo.s3.localhost", "/k", "/demo/k"}, // the longest domain wins
+		{"s3.localhost", "/demo/k", "/demo/k"},
+		{"127.0.0.1:9000", "/demo/k", "/demo/k"},
+		{"localhost", "/", "/"},
+		{"other.example", "/demo/k", ""},
+		{"", "/demo/k", ""},
+		{"evil-localhost", "/k", ""},
+		{"ab.localhost", "/k", ""},          // a bucket has 3 characters at least
+		{"-ab.localhost", "/k", ""},         // and starts with a letter or digit
+		{"a_b.localhost", "/k", ""},         // no underscore
+		{"x.demo.localhost.evil", "/k", ""}, // a suffix of the host is not a domain
+	} {
+		got, err := a.Path(tc.host, tc.raw)
+		if tc.want == "" {
+			if !errors.Is(err, ErrHost) {
+				t.Errorf("Path(%q, %q) = %q, %v; want ErrHost", tc.host, tc.raw, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("Path(%q, %q) = %q, %v; want %q", tc.host, tc.raw, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "http://localhost", "localhost:8080", "a..b", "-a.b", "a b"} {
+		if _, err := NewAddressing([]string{bad}); err == nil {
+			t.Errorf("NewAddressing(%q): no error", bad)
+		}
+	}
+}
