@@ -40,7 +40,12 @@ func SignedTokens(v TokenVerifier) func(r *http.Request, resources []string, tok
 			return nil // not a fenced write
 		}
 		var sigs []string
-		for _, h := range r.Header.Values(wire.HeaderSignature) {
+		values := r.Header.Values(wire.HeaderSignature)
+		if len(values) == 0 && r.URL.RawQuery != "" {
+			// A presigned URL carries it in its query, with the token.
+			values = queryValues(r.URL.RawQuery, wire.HeaderSignature)
+		}
+		for _, h := range values {
 			for s := range strings.SplitSeq(h, ",") {
 				if s = strings.TrimSpace(s); s != "" {
 					sigs = append(sigs, s)

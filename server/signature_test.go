@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -467,4 +468,38 @@ func TestOpenAPIConformanceSigned(t *testing.T) {
 		{name: "signed stale write", listener: P, method: "POST", target: "/jobs/a", header: hdr("0", issuer.Sign("jobs/a", 0)),
 			op: "proxyPost", status: 409, req: oasReqOK, refused: "stale"},
 	})
+}
+
+// TestSignedTokenInPresignedQuery: in S3 mode a presigned URL carries the
+// token and its signature as query parameters; a wrong signature there is
+// refused as in the header.
+func TestSignedTokenInPresignedQuery(t *testing.T) {
+	keyText, key := sgKey(t)
+	backend := servertest.NewRecordingBackend(t)
+	in := sgStart(t, backend, t.TempDir(), map[string]string{"FENCEPROXY_TOKEN_KEY": keyText,
+		"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "127.0.0.1"})
+	issuer := sgKeys(t, key)
+	client := servertest.NewClient(t)
+	put := func(query, body string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, in.ProxyURL()+"/bkt/presigned?"+query, strings.NewReader(body))
+		req.Header.Set("X-Request-Id", body)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	sig := url.QueryEscape(issuer.Sign("bkt/presigned", 7))
+	if st := put("X-Fencing-Token=7&X-Fencing-Token-Signature="+sig, "q-signed"); st != 200 || !backend.Saw("q-signed") {
+		t.Errorf("token and signature in the query: %d, want 200 and forwarded", st)
+	}
+	other := url.QueryEscape(issuer.Sign("bkt/other", 8))
+	if st := put("X-Fencing-Token=8&X-Fencing-Token-Signature="+other, "q-wrong"); st != 403 || backend.Saw("q-wrong") {
+		t.Errorf("a signature for another resource in the query: %d, want 403 and nothing forwarded", st)
+	}
+	if st := put("X-Fencing-Token=8", "q-unsigned"); st != 403 || backend.Saw("q-unsigned") {
+		t.Errorf("no signature: %d, want 403 and nothing forwarded", st)
+	}
 }
