@@ -23,7 +23,8 @@ import (
 const demoBucket = "demo"
 
 // demo runs an in-memory S3-compatible backend (gofakes3) on a loopback port
-// with the proxy in front of it, on a temporary DATA_DIR that is removed on
+// with the proxy in front of it in S3 mode (FENCEPROXY_S3=pass, domains
+// localhost and 127.0.0.1), on a temporary DATA_DIR that is removed on
 // exit. It listens on 127.0.0.1:8080 and 127.0.0.1:9090 unless FENCEPROXY_LISTEN
 // or FENCEPROXY_CONTROL_LISTEN say otherwise; other FENCEPROXY_* variables apply.
 // Its admin API is on, with FENCEPROXY_ADMIN_TOKEN or else a random token
@@ -37,7 +38,17 @@ func demo(ctx context.Context, environ map[string]string, stdout, stderr io.Writ
 	if err != nil {
 		return fmt.Errorf("demo: backend listener: %w", err)
 	}
-	s3srv := &http.Server{Handler: gofakes3.New(backend).Server(), ReadHeaderTimeout: 10 * time.Second}
+	// The proxy runs in S3 mode and preserves Host, so the backend sees
+	// virtual-hosted names (demo.localhost:8080); gofakes3 matches them
+	// without the port.
+	fake := gofakes3.New(backend, gofakes3.WithHostBucketBase("localhost")).Server()
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h, _, err := net.SplitHostPort(r.Host); err == nil {
+			r.Host = h
+		}
+		fake.ServeHTTP(w, r)
+	})
+	s3srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go s3srv.Serve(ln)
 	defer s3srv.Close()
 
@@ -50,8 +61,10 @@ func demo(ctx context.Context, environ map[string]string, stdout, stderr io.Writ
 	env := maps.Clone(environ)
 	env[config.Prefix+"UPSTREAM"] = "http://" + ln.Addr().String()
 	env[config.Prefix+"DATA_DIR"] = dir
-	// A demo is for this machine only, unless the user says otherwise.
-	for name, addr := range map[string]string{"LISTEN": "127.0.0.1:8080", "CONTROL_LISTEN": "127.0.0.1:9090"} {
+	// A demo is for this machine only, unless the user says otherwise; its
+	// backend speaks S3, in path and virtual-hosted style.
+	for name, addr := range map[string]string{"LISTEN": "127.0.0.1:8080", "CONTROL_LISTEN": "127.0.0.1:9090",
+		"S3": "pass", "S3_DOMAINS": "localhost,127.0.0.1"} {
 		if _, ok := env[config.Prefix+name]; !ok {
 			env[config.Prefix+name] = addr
 		}
@@ -85,7 +98,7 @@ func demoText(proxyURL, controlURL, backend, adminToken string) string {
 		admin = "  # admin calls: the admin token this demo made up (FENCEPROXY_ADMIN_TOKEN sets your own), in a shell variable\n" +
 			"  FENCEPROXY_ADMIN_TOKEN=" + adminToken + "\n"
 	}
-	r := strings.NewReplacer("{PROXY}", proxyURL, "{CONTROL}", controlURL, "{BACKEND}", backend, "{BUCKET}", demoBucket, "{ADMIN}\n", admin)
+	r := strings.NewReplacer("{VHOST}", strings.Replace(proxyURL, "://", "://"+demoBucket+".", 1), "{PROXY}", proxyURL, "{CONTROL}", controlURL, "{BACKEND}", backend, "{BUCKET}", demoBucket, "{ADMIN}\n", admin)
 	return r.Replace(`fenceproxy demo: an in-memory S3 backend on {BACKEND} (bucket "{BUCKET}"),
 fenceproxy in front of it on {PROXY}, control API on {CONTROL}.
 Logs (JSON) go to stderr. Stop with Ctrl-C. Try the takeover:
@@ -98,6 +111,8 @@ Logs (JSON) go to stderr. Stop with Ctrl-C. Try the takeover:
   curl -i -X PUT -H 'X-Fencing-Token: 41' --data-binary 'late from A (41)' {PROXY}/{BUCKET}/report.txt
   # the object still holds B's data
   curl -s {PROXY}/{BUCKET}/report.txt
+  # the same object in virtual-hosted style is the same resource: 409 as well
+  curl -i -X PUT -H 'X-Fencing-Token: 41' --data-binary 'late from A (41)' {VHOST}/report.txt
   # the fence of the resource
   curl -s {CONTROL}/v1/fences/{BUCKET}/report.txt
 

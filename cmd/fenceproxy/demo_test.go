@@ -99,3 +99,42 @@ func TestDemoUsesAdminTokenSet(t *testing.T) {
 		t.Errorf("admin call with the token set: %d, want 200", got)
 	}
 }
+
+// The demo runs in S3 mode: its takeover, then the stale write in
+// virtual-hosted style (Host demo.localhost) is the same resource and
+// refused, and a Host it does not serve is refused; the banner shows the
+// virtual-hosted command.
+func TestDemoVirtualHostedIsOneResource(t *testing.T) {
+	p, banner := startDemo(t, nil)
+	_, port, _ := strings.Cut(p.Proxy, ":")
+	if want := "http://demo.localhost:" + port + "/report.txt"; !strings.Contains(banner, want) {
+		t.Errorf("the banner has no virtual-hosted command for %s:\n%s", want, banner)
+	}
+	put := func(host, path, token string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, "http://"+p.Proxy+path, strings.NewReader("from "+token))
+		req.Host = host
+		req.Header.Set("X-Fencing-Token", token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		host, path, token string
+		want              int
+	}{
+		{"localhost:" + port, "/demo/report.txt", "42", 200},
+		{"demo.localhost:" + port, "/report.txt", "41", 409},
+		{"demo.localhost:" + port, "/report.txt", "43", 200},
+		{"127.0.0.1:" + port, "/demo/report.txt", "42", 409},
+		{"elsewhere.example", "/demo/report.txt", "44", 400},
+	} {
+		if got := put(tc.host, tc.path, tc.token); got != tc.want {
+			t.Errorf("PUT %s%s with %s: %d, want %d", tc.host, tc.path, tc.token, got, tc.want)
+		}
+	}
+}
