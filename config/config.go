@@ -143,6 +143,9 @@ type Config struct {
 	// S3Domains are the host names workers use for the proxy in S3 mode.
 	S3Domains []string `env:"S3_DOMAINS" envSeparator:"," help:"with S3=pass, the host names workers use for the proxy (comma-separated, no port): a Host equal to one is path style (/bucket/key), {bucket}.{name} is virtual-hosted style; any other Host is refused with 400"`
 
+	// S3BucketWrites is what S3 mode does with a bucket's configuration writes.
+	S3BucketWrites string `env:"S3_BUCKET_WRITES" envDefault:"refuse" help:"with S3=pass, writes to a bucket's configuration (policy, lifecycle, ACL, versioning..., DeleteBucket): refuse (400), pass (forwarded unfenced) or fence (fenced on the bucket's name); CreateBucket passes unfenced unless fence"`
+
 	// LogLevel is the least severe level logged: debug, info, warn or error.
 	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" help:"least severe log level: debug, info, warn or error (logs are JSON on stderr)"`
 }
@@ -377,6 +380,11 @@ func (c Config) Validate() error {
 		}
 	default:
 		bad("S3", "%q must be off or pass", c.S3)
+	}
+	switch c.S3BucketWrites {
+	case "refuse", "pass", "fence":
+	default:
+		bad("S3_BUCKET_WRITES", "%q must be refuse, pass or fence", c.S3BucketWrites)
 	}
 	if c.Mode != "enforce" && c.Mode != "observe" {
 		bad("MODE", "%q must be enforce or observe", c.Mode)

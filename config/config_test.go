@@ -119,6 +119,7 @@ func TestParse(t *testing.T) {
 			wantErr: []string{"FENCEPROXY_S3_DOMAINS", "localhost:8080"}},
 		{name: "S3 pass with a URL", env: with("FENCEPROXY_S3", "pass", "FENCEPROXY_S3_DOMAINS", "http://s3.internal"), wantErr: []string{"FENCEPROXY_S3_DOMAINS"}},
 		{name: "S3 unknown", env: with("FENCEPROXY_S3", "resign"), wantErr: []string{"FENCEPROXY_S3", "off or pass"}},
+		{name: "S3_BUCKET_WRITES unknown", env: with("FENCEPROXY_S3_BUCKET_WRITES", "allow"), wantErr: []string{"FENCEPROXY_S3_BUCKET_WRITES", "refuse, pass or fence"}},
 		{name: "S3 domains while off", env: with("FENCEPROXY_S3_DOMAINS", "localhost"), wantErr: []string{"FENCEPROXY_S3_DOMAINS", "off"}},
 		{name: "S3 pass", env: with("FENCEPROXY_S3", "pass", "FENCEPROXY_S3_DOMAINS", "s3.internal,localhost,127.0.0.1"),
 			check: func(t *testing.T, cfg Config, _ []string) {

@@ -48,9 +48,14 @@ type Options struct {
 	// "pass" (the backend speaks S3: the resource is {bucket}/{key}, in path
 	// or virtual-hosted style below S3Domains; any other Host is refused
 	// with 400). "" is off.
-	S3           string
-	S3Domains    []string // the host names workers use for the proxy (S3_DOMAINS)
-	RequireToken bool     // false: fenced methods without a token are forwarded unchecked
+	S3        string
+	S3Domains []string // the host names workers use for the proxy (S3_DOMAINS)
+	// S3BucketWrites is what S3 mode does with a write to a bucket's
+	// configuration (s3.BucketConfig): "refuse" (400 unsupported; "" too),
+	// "pass" (forwarded unfenced) or "fence" (fenced on the bucket's name).
+	// CreateBucket passes unfenced unless it is "fence".
+	S3BucketWrites string
+	RequireToken   bool // false: fenced methods without a token are forwarded unchecked
 	// Mode is "enforce" or "observe": observe logs and counts what would be
 	// refused but forwards everything, for rolling fenceproxy out. Maxima are
 	// still raised.
@@ -93,6 +98,7 @@ func OptionsFrom(cfg config.Config) Options {
 		AllowPathParams:   cfg.AllowPathParams,
 		S3:                cfg.S3,
 		S3Domains:         cfg.S3Domains,
+		S3BucketWrites:    cfg.S3BucketWrites,
 		RequireToken:      cfg.RequireToken,
 		Mode:              cfg.Mode,
 		DialTimeout:       cfg.UpstreamDialTimeout,
@@ -154,6 +160,11 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		addressing = &a
 	default:
 		bad = append(bad, fmt.Sprintf("S3 %q is neither off nor pass", opts.S3))
+	}
+	switch opts.S3BucketWrites {
+	case "", "refuse", "pass", "fence":
+	default:
+		bad = append(bad, fmt.Sprintf("S3BucketWrites %q is none of refuse, pass, fence", opts.S3BucketWrites))
 	}
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("proxy: %s", strings.Join(bad, "; "))
@@ -335,6 +346,29 @@ func (p *Proxy) classify(ex *exchange) error {
 		return err
 	}
 	ex.fenced = !p.unfencedRequest(r) && !(errors.Is(ex.tokenErr, fence.ErrTokenMissing) && !p.opts.RequireToken)
+	if p.s3 != nil && ex.fenced && !hasMethodOverride(r) {
+		return p.bucketWrite(ex)
+	}
+	return nil
+}
+
+// bucketWrite applies S3BucketWrites to a fenced write that the S3
+// catalogue finds is a bucket's: CreateBucket writes no object and passes
+// unfenced (a job that creates its bucket first must not raise the
+// bucket's fence for the next job); a configuration write is refused
+// (errBucketWrite), passed unfenced or fenced on the bucket's name.
+func (p *Proxy) bucketWrite(ex *exchange) error {
+	r := ex.r
+	op := s3.Lookup(r.Method, ex.path, r.URL.RawQuery, r.Header)
+	switch {
+	case op.Writes == s3.NewBucket && p.opts.S3BucketWrites != "fence",
+		op.Writes == s3.BucketConfig && p.opts.S3BucketWrites == "pass":
+		ex.fenced = false
+	case op.Writes == s3.BucketConfig && p.opts.S3BucketWrites != "fence":
+		return fmt.Errorf("%w: %s %s is %s (lifecycle rules, policies and ACLs can delete or expose every object in the bucket), "+
+			"refused by FENCEPROXY_S3_BUCKET_WRITES=refuse; set it to pass (unfenced) or fence (fenced on the bucket)",
+			errBucketWrite, r.Method, op.Name, op.Writes)
+	}
 	return nil
 }
 

@@ -21,6 +21,10 @@ var ErrHopByHop = errors.New("hop-by-hop header would bypass the fence")
 // a bucket) names its key in the body; it is refused like a bulk delete (400).
 var ErrFormUpload = fmt.Errorf("%w: S3 POST Object (form upload) names its key in the body; upload with PUT", errUnsupported)
 
+// errBucketWrite: in S3 mode, a write to a bucket's configuration while
+// FENCEPROXY_S3_BUCKET_WRITES is refuse (400 unsupported).
+var errBucketWrite = fmt.Errorf("%w: a bucket configuration write", errUnsupported)
+
 // ErrUnsupported: S3 multi-object delete (POST /{bucket}?delete) names its keys
 // in the body, where the fence cannot see them; it is refused, whatever the
 // token, rather than forwarded unfenced (400). Delete objects one by one.

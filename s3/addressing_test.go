@@ -2,6 +2,7 @@ package s3
 
 import (
 	"errors"
+	"net/http"
 	"testing"
 )
 
@@ -48,6 +49,40 @@ func TestAddressingPath(t *testing.T) {
 	for _, bad := range []string{"", "http://localhost", "localhost:8080", "a..b", "-a.b", "a b"} {
 		if _, err := NewAddressing([]string{bad}); err == nil {
 			t.Errorf("NewAddressing(%q): no error", bad)
+		}
+	}
+}
+
+func TestCatalogueLookup(t *testing.T) {
+	form := http.Header{"Content-Type": {"multipart/form-data; boundary=x"}}
+	for _, tc := range []struct {
+		method, path, query string
+		header              http.Header
+		want                Writes
+	}{
+		{"GET", "/b", "list-type=2", nil, Nothing},
+		{"GET", "/b", "policy", nil, Nothing},
+		{"HEAD", "/b", "", nil, Nothing},
+		{"PUT", "/b", "", nil, NewBucket},
+		{"PUT", "/b", "policy", nil, BucketConfig},
+		{"PUT", "/b", "lifecycle", nil, BucketConfig},
+		{"DELETE", "/b", "", nil, BucketConfig},
+		{"DELETE", "/b", "cors", nil, BucketConfig},
+		{"PATCH", "/b", "", nil, BucketConfig}, // unknown: a write, never a read
+		{"POST", "/b", "delete", nil, Objects},
+		{"POST", "/b", "", form, Form},
+		{"POST", "/b", "", nil, BucketConfig},
+		{"GET", "/b/k", "uploadId=1", nil, Nothing},
+		{"PUT", "/b/k", "", nil, Object},
+		{"PUT", "/b/k", "partNumber=1&uploadId=x", nil, Object},
+		{"PUT", "/b/k", "tagging", nil, Object},
+		{"DELETE", "/b/k", "uploadId=x", nil, Object},
+		{"POST", "/b/k", "uploads", nil, Object},
+		{"PROPPATCH", "/b/k", "", nil, Object},
+		{"PUT", "/b/k/deeper", "policy", nil, Object}, // a key, whatever its query
+	} {
+		if got := Lookup(tc.method, tc.path, tc.query, tc.header).Writes; got != tc.want {
+			t.Errorf("%s %s?%s: %v, want %v", tc.method, tc.path, tc.query, got, tc.want)
 		}
 	}
 }
