@@ -257,7 +257,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		"signed_tokens", signer != nil,
 		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
 		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
-		"s3", cfg.S3, "s3_domains", cfg.S3Domains,
+		"s3", cfg.S3, "s3_domains", cfg.S3Domains, "s3_bucket_writes", cfg.S3BucketWrites,
 		"min_free_space", cfg.MinFreeSpace.String(), "cache_size", cfg.CacheSize.String(), "clean_start", cleanStart, "new_store", newStore)
 	return s, nil
 }
