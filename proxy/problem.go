@@ -17,8 +17,8 @@ import (
 
 // refuse is the one place where the proxy's own refusals become HTTP
 // responses: a problem (problemFor), Fencing-Refused, and for a 409
-// Fencing-Current-Token. It logs once; internal causes (store errors) stay
-// out of the body.
+// Fencing-Current-Token, written by writeProblem (an S3 <Error> in S3 mode).
+// It logs once; internal causes (store errors) stay out of the body.
 func (p *Proxy) refuse(ex *exchange, err error) {
 	pb, level := p.problemFor(err)
 	pb.Token = ex.tokenText
@@ -35,7 +35,20 @@ func (p *Proxy) refuse(ex *exchange, err error) {
 	h.Set(wire.HeaderRefused, pb.Reason)
 	p.opts.Metrics.decision(pb.Reason)
 	p.logRefusal(ex.r, level, pb, err)
-	wire.WriteProblem(ex.w, pb)
+	p.writeProblem(ex.w, ex.r, pb)
+}
+
+// writeProblem writes one of the proxy's own answers as the whole response:
+// in S3 mode an S3 <Error> body (wire.S3ErrorOf: the code from the one table
+// of reasons to S3 codes, Resource the request path), so that S3 clients read
+// its code and message; otherwise problem+json. Status and the headers set
+// before are the same in both.
+func (p *Proxy) writeProblem(w http.ResponseWriter, r *http.Request, pb wire.Problem) {
+	if p.s3 == nil {
+		wire.WriteProblem(w, pb)
+		return
+	}
+	wire.WriteS3Error(w, pb.Status, wire.S3ErrorOf(pb, r.URL.Path))
 }
 
 // problemFor maps one of the proxy's errors to its problem (status, reason,
@@ -110,7 +123,7 @@ func (p *Proxy) priorKnowledge(ex *exchange) {
 	p.opts.Metrics.decision(pb.Reason)
 	p.log.LogAttrs(ex.r.Context(), level, "HTTP/2 prior knowledge on a listener without h2c; answered in HTTP/1.1 and closed",
 		slog.String("reason", pb.Reason), slog.Int("status", pb.Status), slog.String("remote", ex.r.RemoteAddr))
-	wire.WriteProblem(ex.w, pb)
+	p.writeProblem(ex.w, ex.r, pb)
 }
 
 func (p *Proxy) logRefusal(r *http.Request, level slog.Level, pb wire.Problem, err error) {

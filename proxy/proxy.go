@@ -694,7 +694,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		// read net/http's empty 200: abort the connection (HTTP/2: the stream).
 		panic(http.ErrAbortHandler)
 	}
-	wire.WriteProblem(w, wire.Problem{Status: status, Title: http.StatusText(status),
+	p.writeProblem(w, r, wire.Problem{Status: status, Title: http.StatusText(status),
 		Detail: "the backend could not be reached or did not answer in time"})
 }
 
@@ -748,7 +748,7 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 	if r.ProtoMajor == 1 {
 		ex.w.Header().Set("Connection", "close") // the rest of the body is still on the wire
 	}
-	wire.WriteProblem(ex.w, pb)
+	p.writeProblem(ex.w, r, pb)
 }
 
 // clientGone reports whether err, met reading the client's body, leaves
