@@ -158,3 +158,24 @@ func TestLeasesErrorsByReason(t *testing.T) {
 		t.Errorf("drain_timeout: %v", err)
 	}
 }
+
+// TestCheckResponseS3Error: in S3 mode a refusal's body is an S3 <Error>;
+// CheckResponse takes its Message as the detail and the request's token.
+func TestCheckResponseS3Error(t *testing.T) {
+	req, _ := http.NewRequest(http.MethodPut, "http://h/b/k", nil)
+	req.Header.Set("X-Fencing-Token", "41")
+	body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>StaleFencingToken</Code><Message>stale fencing token 41 for resource &#34;b/k&#34;: current maximum is 42</Message><Resource>/b/k</Resource><RequestId>X</RequestId></Error>`
+	mk := func(status int, reason string) *http.Response {
+		return &http.Response{StatusCode: status, Request: req, Body: io.NopCloser(strings.NewReader(body)),
+			Header: http.Header{"Content-Type": {"application/xml"}, "Fencing-Refused": {reason}, "Fencing-Current-Token": {"42"}}}
+	}
+	err := CheckResponse(mk(http.StatusConflict, "stale"))
+	se, ok := AsStale(err)
+	if !ok || se.Token != 41 || se.Current != 42 {
+		t.Fatalf("stale: %#v %v", err, ok)
+	}
+	var re *RefusedError
+	if err := CheckResponse(mk(http.StatusPreconditionRequired, "missing")); !errors.As(err, &re) || !strings.Contains(re.Detail, "current maximum is 42") {
+		t.Fatalf("missing: %#v", err)
+	}
+}

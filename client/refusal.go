@@ -3,11 +3,13 @@ package client
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
@@ -103,7 +105,19 @@ func CheckResponse(resp *http.Response) error {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxProblemBody))
 		resp.Body.Close()
 		resp.Body = io.NopCloser(bytes.NewReader(data))
-		_ = json.Unmarshal(data, &pb) // a body that is not a problem leaves the headers to speak
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/xml") {
+			// S3 mode's <Error> body: its Message is the detail; the
+			// token is the request's own.
+			var e struct{ Code, Message string }
+			if xml.Unmarshal(data, &e) == nil {
+				pb.Detail = e.Message
+				if resp.Request != nil {
+					pb.Token = resp.Request.Header.Get(wire.DefaultTokenHeader)
+				}
+			}
+		} else {
+			_ = json.Unmarshal(data, &pb) // a body that is not a problem leaves the headers to speak
+		}
 	}
 	return refusal(resp, pb)
 }
