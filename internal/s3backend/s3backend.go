@@ -1,0 +1,267 @@
+// Package s3backend starts versitygw, a real S3 server that verifies every
+// request's SigV4 signature, as a backend for tests: a process on a loopback
+// port over a temporary posix directory, with root credentials.
+//
+// The binary comes from PATH:
+//
+//	go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+//
+// Without it a test is skipped, unless the environment variable CI is set:
+// then it fails, so CI never passes by skipping.
+package s3backend
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"debug/buildinfo"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// Binary is the command looked up on PATH; Module and Version are what its
+// build info must name.
+const (
+	Binary  = "versitygw"
+	Module  = "github.com/versity/versitygw"
+	Version = "v1.8.0"
+)
+
+// Region is the region versitygw runs in (its default) and Options signs for.
+const Region = "us-east-1"
+
+const (
+	startTimeout = 20 * time.Second
+	stopTimeout  = 10 * time.Second
+)
+
+// Server is a running versitygw.
+type Server struct {
+	URL       string // base URL, http://127.0.0.1:port
+	AccessKey string // root access key
+	SecretKey string // root secret key
+	Dir       string // the posix root: one directory per bucket
+
+	transport *http.Transport
+	cmd       *exec.Cmd
+	out       *syncBuffer
+	exited    chan struct{} // closed when the process has exited
+	waitErr   error         // its Wait error, set before exited is closed
+}
+
+// Start runs versitygw on a free loopback port over a new t.TempDir, with
+// fresh random root credentials, and returns once it answers HTTP. It skips
+// the test when the binary is not on PATH (fails when CI is set), and fails
+// it when the binary is another version or does not start within 20s. Its
+// output is logged when the test fails. Cleanup stops it (SIGTERM, then
+// SIGKILL after 10s).
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := lookPath(t)
+	s := &Server{
+		AccessKey: "VGW" + randomHex(t, 8),
+		SecretKey: randomHex(t, 20),
+		Dir:       t.TempDir(),
+		transport: &http.Transport{Proxy: nil, DisableCompression: true},
+	}
+	t.Cleanup(s.transport.CloseIdleConnections)
+	// A free port is found by listening on port 0 and closing: another
+	// process may take it before versitygw binds it, so try a few times.
+	var err error
+	for range 3 {
+		if err = s.run(t, bin); err == nil {
+			return s
+		}
+	}
+	t.Fatalf("versitygw did not start: %v\noutput:\n%s", err, s.out)
+	return nil
+}
+
+// run starts the process on a fresh port and waits until it answers; on an
+// error the process has been stopped.
+func (s *Server) run(t testing.TB, bin string) error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	s.URL = "http://" + addr
+	s.out = &syncBuffer{}
+	s.exited = make(chan struct{})
+	s.cmd = exec.Command(bin, "--port", addr, "posix", s.Dir)
+	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	go func() {
+		s.waitErr = s.cmd.Wait()
+		close(s.exited)
+	}()
+	if err := s.waitReady(); err != nil {
+		s.stop(t)
+		return err
+	}
+	t.Cleanup(func() {
+		s.stop(t)
+		if t.Failed() {
+			t.Logf("versitygw output:\n%s", s.out)
+		}
+	})
+	return nil
+}
+
+// waitReady polls the server until versitygw answers (an unsigned GET / gets
+// 403); the Server header tells it from another process that took the port.
+func (s *Server) waitReady() error {
+	c := &http.Client{Transport: s.transport, Timeout: time.Second}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("versitygw exited before answering: %v", s.waitErr)
+		default:
+		}
+		resp, err := c.Get(s.URL + "/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.Header.Get("Server") != "VERSITYGW" {
+				return fmt.Errorf("%s answered with Server %q, not versitygw's", s.URL, resp.Header.Get("Server"))
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("versitygw did not answer on %s within %v: %v", s.URL, startTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *Server) stop(t testing.TB) {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(stopTimeout):
+		t.Errorf("versitygw did not stop within %v of SIGTERM; killing it", stopTimeout)
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// Options are the options of a path-style S3 client for endpoint (the
+// server's URL, or a proxy's in front of it) that signs with the server's
+// root credentials, computes no optional checksums and never retries (a
+// refusal is seen exactly once). Its HTTP client ignores HTTP_PROXY.
+func (s *Server) Options(endpoint string) s3.Options {
+	return s3.Options{
+		Region:                     Region,
+		BaseEndpoint:               aws.String(endpoint),
+		UsePathStyle:               true,
+		Credentials:                credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
+		Retryer:                    aws.NopRetryer{},
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+		HTTPClient:                 &http.Client{Transport: s.transport},
+	}
+}
+
+// Client is an S3 client straight to the server (Options with its URL).
+func (s *Server) Client(opts ...func(*s3.Options)) *s3.Client {
+	return s3.New(s.Options(s.URL), opts...)
+}
+
+// CreateBucket creates bucket on the server directly (not through a proxy),
+// failing the test on an error.
+func (s *Server) CreateBucket(t testing.TB, bucket string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		t.Fatalf("versitygw: CreateBucket %q: %v", bucket, err)
+	}
+}
+
+var (
+	checkOnce sync.Once
+	checkErr  error
+)
+
+// lookPath finds the binary and checks its version once per test binary.
+func lookPath(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath(Binary)
+	if err != nil {
+		msg := fmt.Sprintf("%s is not on PATH (go install %s/cmd/%s@%s): %v", Binary, Module, Binary, Version, err)
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI is set, so the real S3 server is required: %s", msg)
+		}
+		t.Skip(msg)
+	}
+	checkOnce.Do(func() { checkErr = checkVersion(bin) })
+	if checkErr != nil {
+		t.Fatalf("%v (go install %s/cmd/%s@%s)", checkErr, Module, Binary, Version)
+	}
+	return bin
+}
+
+// checkVersion reads the module version go install stamped into the binary
+// (versitygw --version prints "git" for such builds).
+func checkVersion(bin string) error {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return fmt.Errorf("%s: reading its build info: %w", bin, err)
+	}
+	if info.Main.Path != Module || info.Main.Version != Version {
+		return fmt.Errorf("%s is %s %s, want %s %s", bin, info.Main.Path, info.Main.Version, Module, Version)
+	}
+	return nil
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(l.Addr().(*net.TCPAddr).Port)), nil
+}
+
+func randomHex(t testing.TB, n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// syncBuffer is the process's output, written by exec's copying goroutines
+// while the test may read it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
