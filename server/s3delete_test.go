@@ -199,21 +199,26 @@ func TestS3PassDeleteObjectsFencedPerKey(t *testing.T) {
 		name, body string
 		chunked    bool
 		reason     string
+		path       string // "" is the bucket's
 	}{
-		{"no object", "<Delete><Quiet>true</Quiet></Delete>", false, "malformed_xml"},
-		{"not XML", "{}", false, "malformed_xml"},
-		{"1,001 keys", objects(1001, "k"), false, "malformed_xml"},
-		{"over the byte limit, Content-Length", objects(1, strings.Repeat("k", 2<<20)), false, "malformed_xml"},
-		{"over the byte limit, chunked", objects(1, strings.Repeat("k", 2<<20)), true, "malformed_xml"},
-		{"a dot segment", objects(1, "a/../b/2"), false, "bad_resource"},
-		{"a control byte", objects(1, "a&#x1;"), false, "malformed_xml"},
-		{"a newline", objects(1, "a&#xA;b"), false, "bad_resource"},
+		{"no object", "<Delete><Quiet>true</Quiet></Delete>", false, "malformed_xml", ""},
+		{"not XML", "{}", false, "malformed_xml", ""},
+		{"1,001 keys", objects(1001, "k"), false, "malformed_xml", ""},
+		{"over the byte limit, Content-Length", objects(1, strings.Repeat("k", 2<<20)), false, "malformed_xml", ""},
+		{"over the byte limit, chunked", objects(1, strings.Repeat("k", 2<<20)), true, "malformed_xml", ""},
+		{"a dot segment", objects(1, "a/../b/2"), false, "bad_resource", ""},
+		{"a control byte", objects(1, "a&#x1;"), false, "malformed_xml", ""},
+		{"a newline", objects(1, "a&#xA;b"), false, "bad_resource", ""},
+		{"sent to an object", objects(1, "a/1"), false, "unsupported", "/" + bucket + "/a/1"},
 	} {
 		var body io.Reader = strings.NewReader(c.body)
 		if c.chunked {
 			body = io.MultiReader(body) // no length: sent chunked
 		}
-		req, _ := http.NewRequest(http.MethodPost, in.ProxyURL()+"/"+bucket+"?delete", body)
+		if c.path == "" {
+			c.path = "/" + bucket
+		}
+		req, _ := http.NewRequest(http.MethodPost, in.ProxyURL()+c.path+"?delete", body)
 		req.Host = "localhost:" + port
 		req.Header.Set("X-Fencing-Token", "9")
 		resp, err := http.DefaultClient.Do(req)
