@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -217,6 +218,7 @@ var problemCases = []struct {
 	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", ErrSignature, d) }, 403, wire.ReasonSignature, nil},
 	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", fence.ErrJump, d) }, 403, wire.ReasonJump, nil},
 	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", errBadBody, d) }, 400, wire.ReasonBadBody, nil},
+	{func(d, _ string, _ uint64) error { return fmt.Errorf("%w: %s", s3.ErrMalformedDelete, d) }, 400, wire.ReasonMalformedXML, nil},
 	{func(string, string, uint64) error { return context.Canceled }, 499, wire.ReasonClientGone, nil},
 	{func(d, _ string, _ uint64) error { return errors.New(d) }, 500, "internal", ptr("")},
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -78,6 +79,8 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		level = slog.LevelWarn
 	case errors.Is(err, fence.ErrBadResource):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonBadResource, "No fenceable resource"
+	case errors.Is(err, s3.ErrMalformedDelete):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonMalformedXML, "Malformed DeleteObjects body"
 	case errors.Is(err, errUnsupported):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonUnsupported, "Write cannot be fenced"
 	case errors.Is(err, ErrHopByHop):

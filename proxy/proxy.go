@@ -449,13 +449,20 @@ func checkStreamLength(r *http.Request) error {
 // resolve finds the resources a fenced write touches: its path's, and for a
 // WebDAV COPY or MOVE also its Destination's (fence.ErrBadResource for a
 // target the fence cannot name; errUnsupported for S3 writes whose keys are
-// in the body). A token error comes first, but the resources are still
-// found for the logs.
+// in the body). In S3 mode a DeleteObjects's resources are its keys', read
+// from its body (deleteResources). A token error comes first, but the
+// resources are still found for the logs, without reading a body.
 func (p *Proxy) resolve(ex *exchange) error {
 	resources, err := p.resources(ex.r, ex.path)
 	ex.resources = resources
 	if ex.tokenErr != nil {
 		return ex.tokenErr
+	}
+	if err == errBodyKeys {
+		// S3 DeleteObjects: its keys, read from the body, are the resources.
+		if resources, err = p.deleteResources(ex); err == nil {
+			ex.resources = resources
+		}
 	}
 	return err
 }

@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/s3"
@@ -32,6 +35,10 @@ var ErrUnsupported = fmt.Errorf("%w: S3 multi-object delete (POST ?delete) names
 
 // errUnsupported is the class of writes the fence cannot see the target of.
 var errUnsupported = errors.New("write cannot be fenced")
+
+// errBodyKeys: in S3 mode, a DeleteObjects whose keys resolve reads from the
+// body (deleteResources) before the write is admitted.
+var errBodyKeys = errors.New("S3 multi-object delete: the keys are in the body")
 
 // checkTarget accepts origin-form request targets ("/path"), and "*" for
 // OPTIONS. Absolute-form ("http://host/path") is for forward proxies and
@@ -112,7 +119,8 @@ func (p *Proxy) unfencedRequest(r *http.Request) bool {
 // (path: the target's as received, or S3 mode's /{bucket}/{key}), and
 // for a WebDAV COPY or MOVE also its Destination's. fence.ErrBadResource for a
 // target the fence cannot name; ErrUnsupported and ErrFormUpload for S3
-// writes whose keys are in the body (s3.Classify).
+// writes whose keys are in the body (s3.Classify), errBodyKeys in S3 mode
+// for a DeleteObjects, whose keys deleteResources reads.
 func (p *Proxy) resources(r *http.Request, path string) ([]string, error) {
 	key, err := p.resolver.Target(path)
 	if err != nil {
@@ -121,6 +129,9 @@ func (p *Proxy) resources(r *http.Request, path string) ([]string, error) {
 	posts := r.Method == http.MethodPost || (hasMethodOverride(r) && slices.Contains(methods(r), http.MethodPost))
 	switch s3.Classify(posts, r.URL.RawQuery, r.Header, key) {
 	case s3.BulkDelete:
+		if p.s3 != nil {
+			return []string{key}, errBodyKeys
+		}
 		return []string{key}, ErrUnsupported
 	case s3.FormUpload:
 		return []string{key}, ErrFormUpload
@@ -145,6 +156,67 @@ func (p *Proxy) resources(r *http.Request, path string) ([]string, error) {
 		keys = append(keys, dk)
 	}
 	return keys, nil
+}
+
+// deleteResources reads the body of an S3 DeleteObjects (S3 mode: POST
+// /{bucket}?delete), at most s3.MaxDeleteBody bytes and s3.MaxDeleteKeys
+// keys, and returns the resources of its keys, {bucket}/{key} resolved as the
+// path of a PUT of the key, sorted and without duplicates. The body is then
+// r's again, byte for byte (Content-MD5 and x-amz-checksum-* stay valid).
+// s3.ErrMalformedDelete for a body too large or not a Delete of 1 to 1,000
+// keys; fence.ErrBadResource for a key the resolver refuses; errBadBody when
+// the body cannot be read; errUnsupported for a ?delete POST to an object.
+// Nothing is forwarded on an error.
+func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
+	r := ex.r
+	bucket := strings.TrimSuffix(ex.path, "/")
+	if strings.Count(bucket, "/") != 1 {
+		return nil, fmt.Errorf("%w: S3 multi-object delete (POST ?delete) is sent to a bucket, not to an object", errUnsupported)
+	}
+	if r.ContentLength > s3.MaxDeleteBody {
+		return nil, fmt.Errorf("%w: the body is %d bytes, more than %d", s3.ErrMalformedDelete, r.ContentLength, s3.MaxDeleteBody)
+	}
+	var body []byte
+	if r.Body != nil {
+		var err error
+		body, err = io.ReadAll(io.LimitReader(idleReader{r.Body, http.NewResponseController(ex.w), p.opts.UploadIdleTimeout}, s3.MaxDeleteBody+1))
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading the DeleteObjects body: %w", errBadBody, err)
+		}
+		if len(body) > s3.MaxDeleteBody {
+			return nil, fmt.Errorf("%w: the body is more than %d bytes", s3.ErrMalformedDelete, s3.MaxDeleteBody)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body)) // the original is the server's to close
+	}
+	keys, err := s3.DeleteKeys(body)
+	if err != nil {
+		return nil, err
+	}
+	resources := make([]string, 0, len(keys))
+	for _, k := range keys {
+		res, err := p.resolver.Target(s3.KeyPath(bucket, k))
+		if err != nil {
+			return nil, fmt.Errorf("key %.64q: %w", k, err)
+		}
+		resources = append(resources, res)
+	}
+	slices.Sort(resources)
+	return slices.Compact(resources), nil
+}
+
+// idleReader reads r, each read given at most idle (0: no limit) through
+// the connection's read deadline.
+type idleReader struct {
+	r    io.Reader
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (ir idleReader) Read(p []byte) (int, error) {
+	if ir.idle > 0 {
+		_ = ir.rc.SetReadDeadline(time.Now().Add(ir.idle)) // ErrNotSupported: no idle cut-off
+	}
+	return ir.r.Read(p)
 }
 
 // rawPath returns the path of the request target exactly as received.

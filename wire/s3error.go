@@ -38,6 +38,7 @@ var s3Codes = map[string]string{
 	ReasonHopByHop:     "InvalidRequest",               // 400
 	ReasonUnsupported:  "NotImplemented",               // 400: a write the proxy cannot fence
 	ReasonBadBody:      "IncompleteBody",               // 400: the body broke its framing or ended early
+	ReasonMalformedXML: "MalformedXML",                 // 400: a DeleteObjects body S3 would not read either
 	ReasonSignature:    "InvalidFencingTokenSignature", // 403
 	ReasonForbidden:    "AccessDenied",                 // 403
 	ReasonJump:         "FencingTokenTooFarAhead",      // 403

@@ -47,6 +47,7 @@ const (
 	ReasonHopByHop     = "hop_by_hop"    // 400: a hop-by-hop header or an upgrade would skip the fence
 	ReasonUnsupported  = "unsupported"   // 400: a write whose targets the proxy cannot see
 	ReasonBadBody      = "bad_body"      // 400: the request body broke its framing or ended early; the backend did not get it whole
+	ReasonMalformedXML = "malformed_xml" // 400: S3 mode, a DeleteObjects body that is not a Delete of 1 to 1,000 keys within 2 MiB
 	ReasonSignature    = "signature"     // 403: signed-token mode, no valid signature
 	ReasonForbidden    = "forbidden"     // 403: the authentication hook refused the request
 	ReasonJump         = "jump"          // 403: the token jumps too far above the maximum
