@@ -22,7 +22,7 @@ var s3WantCodes = map[string]string{
 	wire.ReasonStale: "StaleFencingToken", wire.ReasonMissing: "MissingFencingToken",
 	wire.ReasonMalformed: "InvalidFencingToken", wire.ReasonBadResource: "InvalidURI",
 	wire.ReasonHopByHop: "InvalidRequest", wire.ReasonUnsupported: "NotImplemented",
-	wire.ReasonBadBody: "IncompleteBody", wire.ReasonSignature: "InvalidFencingTokenSignature",
+	wire.ReasonBadBody: "IncompleteBody", wire.ReasonMalformedXML: "MalformedXML", wire.ReasonSignature: "InvalidFencingTokenSignature",
 	wire.ReasonForbidden: "AccessDenied", wire.ReasonJump: "FencingTokenTooFarAhead",
 	wire.ReasonDrainTimeout: "FencingDrainTimeout", wire.ReasonStoreError: "ServiceUnavailable",
 	wire.ReasonClientGone: "RequestCanceled", wire.ReasonInternal: "InternalError",
