@@ -1,0 +1,52 @@
+"""Send a fencing token with every boto3/botocore S3 call, for fenceproxy.
+
+    import boto3
+    from fenceproxy_token import add_fencing_token
+
+    s3 = boto3.client("s3", endpoint_url="http://s3.internal:8080")
+    token = add_fencing_token(s3)   # a holder of the token, changed as leases change
+    token.set(42)
+    s3.put_object(Bucket="reports", Key="jobs/a", Body=b"...")
+
+The header is added before botocore signs the request, so the worker's own
+SigV4 signature covers it and reaches the store unchanged (FENCEPROXY_S3=pass).
+A refusal is a botocore ClientError whose error Code is the proxy's
+(StaleFencingToken, MissingFencingToken, ...), with the Fencing-Current-Token
+header in its response metadata.
+"""
+
+import threading
+
+HEADER = "X-Fencing-Token"
+
+
+class FencingToken:
+    """The token to send: set() it when a lease is acquired; None sends none."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._value = None
+
+    def set(self, value):
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise ValueError("a fencing token is an integer >= 0")
+        with self._lock:
+            self._value = value
+
+    def get(self):
+        with self._lock:
+            return self._value
+
+
+def add_fencing_token(client, token=None):
+    """Register a before-sign hook on client (a boto3 S3 client) that sends
+    token's value as X-Fencing-Token; returns the FencingToken."""
+    token = token or FencingToken()
+
+    def _before_sign(request, **_):
+        value = token.get()
+        if value is not None:
+            request.headers[HEADER] = str(value)
+
+    client.meta.events.register("before-sign.s3", _before_sign)
+    return token
