@@ -14,6 +14,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"debug/buildinfo"
 	"encoding/hex"
 	"fmt"
@@ -57,6 +59,8 @@ type Server struct {
 
 	transport *http.Transport
 	cmd       *exec.Cmd
+	certFile  string // with keyFile: TLS (StartTLS)
+	keyFile   string
 	out       *syncBuffer
 	exited    chan struct{} // closed when the process has exited
 	waitErr   error         // its Wait error, set before exited is closed
@@ -70,12 +74,27 @@ type Server struct {
 // SIGKILL after 10s).
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, "", "", nil)
+}
+
+// StartTLS is Start with versitygw serving HTTPS with the certificate and
+// key in certFile and keyFile; pool (trusting the certificate) is what the
+// Server's own clients use. URL is https://.
+func StartTLS(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *Server {
+	t.Helper()
+	return start(t, certFile, keyFile, pool)
+}
+
+func start(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *Server {
+	t.Helper()
 	bin := lookPath(t)
 	s := &Server{
 		AccessKey: "VGW" + randomHex(t, 8),
 		SecretKey: randomHex(t, 20),
 		Dir:       t.TempDir(),
-		transport: &http.Transport{Proxy: nil, DisableCompression: true},
+		transport: &http.Transport{Proxy: nil, DisableCompression: true, TLSClientConfig: &tls.Config{RootCAs: pool}},
+		certFile:  certFile,
+		keyFile:   keyFile,
 	}
 	t.Cleanup(s.transport.CloseIdleConnections)
 	// A free port is found by listening on port 0 and closing: another
@@ -98,9 +117,14 @@ func (s *Server) run(t testing.TB, bin string) error {
 		return err
 	}
 	s.URL = "http://" + addr
+	args := []string{"--port", addr}
+	if s.certFile != "" {
+		s.URL = "https://" + addr
+		args = append(args, "--cert", s.certFile, "--key", s.keyFile)
+	}
 	s.out = &syncBuffer{}
 	s.exited = make(chan struct{})
-	s.cmd = exec.Command(bin, "--port", addr, "posix", s.Dir)
+	s.cmd = exec.Command(bin, append(args, "posix", s.Dir)...)
 	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {
