@@ -35,13 +35,14 @@ func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64)
 	}
 	fk, lk := key(name), []byte(leasePrefix+name)
 	for attempt := 1; ; attempt++ {
-		var raised uint64
+		var seen, raised uint64
 		err := s.withDB(func(db *badger.DB) error {
 			return db.Update(func(txn *badger.Txn) error {
 				stored, err := s.read(txn, name)
 				if err != nil {
 					return err
 				}
+				seen = stored
 				rec, err := readRaw(txn, lk)
 				if err != nil {
 					return err
@@ -66,8 +67,11 @@ func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64)
 			})
 		})
 		if err == nil {
-			if raised > 0 {
-				s.cache.raise(name, raised)
+			// fn saw a committed maximum, perhaps one whose Raise has not
+			// cached it yet: cache it too, so that no Max after this call
+			// answers below what fn was given.
+			if v := max(seen, raised); v > 0 {
+				s.cache.raise(name, v)
 			}
 			return nil
 		}
