@@ -388,13 +388,25 @@ func (c *Client) mapError(err error, resent bool) error {
 // roundTripFallback sends r through the Transport, noting whether any
 // attempt wrote it: the Transport resends some requests on a new connection
 // after a reused one failed, possibly after writing them on it.
+//
+// A body whose Read fails (the proxy cut it off, or its client broke it)
+// ends with a reset of the connection, not a close: the Transport closes the
+// connection mid-body either way, and a backend that takes the close for the
+// body's end applies a truncated body (versitygw v1.8.0 stores a part or an
+// object cut short so), where a reset fails its read.
 func (c *Client) roundTripFallback(r *http.Request) (*http.Response, error) {
 	var wrote atomic.Bool
+	var conn atomic.Pointer[net.Conn]
 	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { conn.Store(&info.Conn) },
 		// Also called when the write failed: part of it may have gone out.
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})
-	resp, err := c.fallback.RoundTrip(r.WithContext(ctx))
+	out := r.WithContext(ctx)
+	if r.Body != nil && r.Body != http.NoBody {
+		out.Body = &resetOnFailure{ReadCloser: r.Body, conn: &conn}
+	}
+	resp, err := c.fallback.RoundTrip(out)
 	if err != nil {
 		var de *DialError
 		if wrote.Load() && errors.As(err, &de) {
@@ -404,6 +416,40 @@ func (c *Client) roundTripFallback(r *http.Request) (*http.Response, error) {
 	}
 	resp.Request = r
 	return resp, nil
+}
+
+// resetOnFailure is a request body that, when a Read fails with anything
+// but io.EOF, makes the close of the connection it is written on a reset
+// (SO_LINGER 0): the Transport closes that connection next.
+type resetOnFailure struct {
+	io.ReadCloser
+	conn *atomic.Pointer[net.Conn] // set by httptrace's GotConn before the body is read
+}
+
+func (b *resetOnFailure) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		if c := b.conn.Load(); c != nil {
+			resetOnClose(*c)
+		}
+	}
+	return n, err
+}
+
+// resetOnClose sets SO_LINGER 0 on c's TCP connection (under TLS too), so
+// that closing it sends a reset and drops what is unsent.
+func resetOnClose(c net.Conn) {
+	for {
+		if l, ok := c.(interface{ SetLinger(int) error }); ok {
+			_ = l.SetLinger(0)
+			return
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return
+		}
+		c = u.NetConn()
+	}
 }
 
 // resendFailed is the error of a resend that could not connect after an
