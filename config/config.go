@@ -146,6 +146,10 @@ type Config struct {
 	// S3BucketWrites is what S3 mode does with a bucket's configuration writes.
 	S3BucketWrites string `env:"S3_BUCKET_WRITES" envDefault:"refuse" help:"with S3=pass, writes to a bucket's configuration (policy, lifecycle, ACL, versioning..., DeleteBucket): refuse (400), pass (forwarded unfenced) or fence (fenced on the bucket's name); CreateBucket passes unfenced unless fence"`
 
+	// S3UploadRecordTTL is how long S3 mode remembers which token created a
+	// multipart upload that no Complete or Abort through the proxy ended.
+	S3UploadRecordTTL time.Duration `env:"S3_UPLOAD_RECORD_TTL" envDefault:"168h" help:"with S3=pass, how long the proxy remembers which fencing token created a multipart upload (so that its holder can abort it after a takeover) when no complete or abort through the proxy ends it; match the bucket's AbortIncompleteMultipartUpload lifecycle rule; at least 1m"`
+
 	// LogLevel is the least severe level logged: debug, info, warn or error.
 	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" help:"least severe log level: debug, info, warn or error (logs are JSON on stderr)"`
 }
@@ -380,6 +384,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		bad("S3", "%q must be off or pass", c.S3)
+	}
+	if c.S3UploadRecordTTL < time.Minute {
+		bad("S3_UPLOAD_RECORD_TTL", "%s is below the minimum of 1m: a record must outlive the upload it protects", c.S3UploadRecordTTL)
 	}
 	switch c.S3BucketWrites {
 	case "refuse", "pass", "fence":

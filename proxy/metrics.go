@@ -13,7 +13,8 @@ import (
 type Metrics struct {
 	// fenceproxy_requests_total{decision}: every request by what the proxy
 	// did: forwarded (a fenced write admitted), unfenced (passed unchecked),
-	// or the refusal reason (stale, missing, malformed, bad_resource,
+	// upload_abort (S3: a holder that lost its resource aborted its own
+	// multipart upload, forwarded outside the barrier), or the refusal reason (stale, missing, malformed, bad_resource,
 	// hop_by_hop, unsupported, drain_timeout, store_error, client_gone,
 	// signature, jump).
 	// In observe mode a would-be refusal counts as observe_<reason>.
@@ -32,6 +33,11 @@ type Metrics struct {
 	RaiseDuration prometheus.Histogram
 	// fenceproxy_inflight_requests: requests being forwarded now.
 	InFlight prometheus.Gauge
+	// fenceproxy_s3_upload_records_total{event}: S3 multipart upload
+	// records recorded (a CreateMultipartUpload's token), removed (the
+	// upload completed or was aborted) and failed (a record that could not
+	// be written or removed; see the log).
+	UploadRecords *prometheus.CounterVec
 
 	// Children of the known label values, looked up once: WithLabelValues
 	// hashes and locks on every call, which showed in the per-request profile.
@@ -44,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_requests_total",
-			Help: "Requests by decision: forwarded, unfenced, or the refusal reason (observe_<reason> in observe mode).",
+			Help: "Requests by decision: forwarded, unfenced, upload_abort, or the refusal reason (observe_<reason> in observe mode).",
 		}, []string{"decision"}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_upstream_errors_total",
@@ -65,9 +71,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Requests being forwarded to the backend now.",
 		}),
 	}
-	reg.MustRegister(m.Requests, m.UpstreamErrors, m.UpstreamDuration, m.RaiseDuration, m.InFlight)
+	m.UploadRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fenceproxy_s3_upload_records_total",
+		Help: "S3 multipart upload records by event: recorded, removed, failed (see the log).",
+	}, []string{"event"})
+	for _, e := range []string{"recorded", "removed", "failed"} {
+		m.UploadRecords.WithLabelValues(e)
+	}
+	reg.MustRegister(m.Requests, m.UpstreamErrors, m.UpstreamDuration, m.RaiseDuration, m.InFlight, m.UploadRecords)
 	// Known series start at 0, so rates and dashboards work before the first event.
-	for _, d := range []string{"forwarded", "unfenced", wire.ReasonStale, wire.ReasonMissing, wire.ReasonMalformed, wire.ReasonBadResource,
+	for _, d := range []string{"forwarded", "unfenced", "upload_abort", wire.ReasonStale, wire.ReasonMissing, wire.ReasonMalformed, wire.ReasonBadResource,
 		wire.ReasonHopByHop, wire.ReasonUnsupported, wire.ReasonDrainTimeout, wire.ReasonStoreError, wire.ReasonClientGone,
 		wire.ReasonSignature, wire.ReasonJump} {
 		if m.decisions == nil {
@@ -91,6 +104,12 @@ func (m *Metrics) decision(d string) {
 		return
 	}
 	m.Requests.WithLabelValues(d).Inc() // observe_<reason>
+}
+
+func (m *Metrics) uploadRecord(event string) {
+	if m != nil {
+		m.UploadRecords.WithLabelValues(event).Inc()
+	}
 }
 
 func (m *Metrics) upstreamError(kind string) {

@@ -55,7 +55,16 @@ type Options struct {
 	// "pass" (forwarded unfenced) or "fence" (fenced on the bucket's name).
 	// CreateBucket passes unfenced unless it is "fence".
 	S3BucketWrites string
-	RequireToken   bool // false: fenced methods without a token are forwarded unchecked
+	// Uploads, in S3 mode, remembers which fencing token created each
+	// multipart upload, so that the upload's holder can still abort it after
+	// a takeover (an abort applies no data). nil: an abort is fenced as any
+	// object write, and a holder that lost its resource leaves its upload.
+	Uploads UploadRecords
+	// S3UploadRecordTTL is how long an upload's record is kept when no
+	// Complete or Abort through the proxy removes it (S3_UPLOAD_RECORD_TTL);
+	// above 0 when Uploads is set.
+	S3UploadRecordTTL time.Duration
+	RequireToken      bool // false: fenced methods without a token are forwarded unchecked
 	// Mode is "enforce" or "observe": observe logs and counts what would be
 	// refused but forwards everything, for rolling fenceproxy out. Maxima are
 	// still raised.
@@ -88,7 +97,8 @@ type Options struct {
 }
 
 // OptionsFrom returns the options that cfg sets, field for field; the rest
-// (Logger, Metrics, Authenticate, Rewrite, Transport, UpstreamCAs) stay nil.
+// (Uploads, Logger, Metrics, Authenticate, Rewrite, Transport, UpstreamCAs)
+// stay nil.
 func OptionsFrom(cfg config.Config) Options {
 	return Options{
 		Upstream:          cfg.Upstream,
@@ -99,6 +109,7 @@ func OptionsFrom(cfg config.Config) Options {
 		S3:                cfg.S3,
 		S3Domains:         cfg.S3Domains,
 		S3BucketWrites:    cfg.S3BucketWrites,
+		S3UploadRecordTTL: cfg.S3UploadRecordTTL,
 		RequireToken:      cfg.RequireToken,
 		Mode:              cfg.Mode,
 		DialTimeout:       cfg.UpstreamDialTimeout,
@@ -166,6 +177,9 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	default:
 		bad = append(bad, fmt.Sprintf("S3BucketWrites %q is none of refuse, pass, fence", opts.S3BucketWrites))
 	}
+	if opts.Uploads != nil && opts.S3UploadRecordTTL <= 0 {
+		bad = append(bad, "S3UploadRecordTTL must be above 0 when Uploads is set")
+	}
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("proxy: %s", strings.Join(bad, "; "))
 	}
@@ -200,6 +214,9 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 			if res.StatusCode < 100 || res.StatusCode > 999 {
 				return fmt.Errorf("backend answered with status %d", res.StatusCode)
 			}
+			if ex := exchangeOf(res.Request); ex != nil && ex.multipart != s3.NotMultipart {
+				p.recordUpload(ex, res)
+			}
 			return nil
 		},
 		ErrorHandler: p.upstreamError,
@@ -216,12 +233,14 @@ type exchange struct {
 	r      *http.Request
 	client context.Context // the client's own context (a forwarded write's never ends early)
 
-	fenced    bool     // a write the fence checks
-	token     uint64   // valid when tokenErr is nil
-	tokenErr  error    // fence.ErrTokenMissing, fence.ErrTokenMalformed
-	tokenText string   // the token for logs and problem bodies; "" unless valid
-	path      string   // the path the resource is read from: the target's, or in S3 mode /{bucket}/{key}
-	resources []string // the resources a fenced write touches; [0] is its path's
+	fenced    bool         // a write the fence checks
+	token     uint64       // valid when tokenErr is nil
+	tokenErr  error        // fence.ErrTokenMissing, fence.ErrTokenMalformed
+	tokenText string       // the token for logs and problem bodies; "" unless valid
+	path      string       // the path the resource is read from: the target's, or in S3 mode /{bucket}/{key}
+	resources []string     // the resources a fenced write touches; [0] is its path's
+	multipart s3.Multipart // S3 mode: the write's part in a multipart upload
+	uploadID  string       // the upload's ID, for Complete and Abort
 
 	admitted bool         // the barrier admitted the write: finish and the release run after forwarding
 	up       fence.Upload // the body as the barrier sees it
@@ -294,6 +313,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// An abort of a multipart upload by the token that created it applies no
+	// data: it passes after a takeover, outside the barrier (S3 mode).
+	if err == nil && ex.multipart == s3.AbortUpload && p.creatorAbort(ex) {
+		p.forwardAbort(ex)
+		return
+	}
+
 	// 4. Admit it through the barrier. The body stays unread until then: a
 	// stale client that sent Expect: 100-continue never uploads.
 	var release func()
@@ -347,6 +373,7 @@ func (p *Proxy) classify(ex *exchange) error {
 	}
 	ex.fenced = !p.unfencedRequest(r) && !(errors.Is(ex.tokenErr, fence.ErrTokenMissing) && !p.opts.RequireToken)
 	if p.s3 != nil && ex.fenced && !hasMethodOverride(r) {
+		ex.multipart, ex.uploadID = s3.MultipartOf(r.Method, ex.path, r.URL.RawQuery, p.tokenParam)
 		return p.bucketWrite(ex)
 	}
 	return nil
@@ -499,7 +526,7 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 // in ex.in. A bodyless request that went through no barrier goes as it came.
 func (p *Proxy) forward(ex *exchange) {
 	r := ex.r
-	if !ex.admitted && !hasBody(r) {
+	if !ex.admitted && !hasBody(r) && ex.multipart == s3.NotMultipart {
 		// Nothing to watch: upstreamError answers from the request alone,
 		// and the common read keeps its allocations.
 		p.rp.ServeHTTP(ex.w, r)

@@ -196,6 +196,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	popts := proxy.OptionsFrom(cfg)
 	popts.UpstreamCAs, popts.Logger, popts.Metrics, popts.Authenticate = upstreamCAs, log, proxyMetrics, authenticate
+	if cfg.S3 != "off" {
+		popts.Uploads = store
+	}
 	p, err := proxy.New(s.barrier, popts)
 	if err != nil {
 		return nil, err

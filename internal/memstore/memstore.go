@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
 )
@@ -34,20 +35,21 @@ var (
 )
 
 // Disk is the durable state of a store, what survives Close: maxima, lease
-// records and the clean-stop mark. Make one with NewDisk. One Store at a time
+// records, upload records and the clean-stop mark. Make one with NewDisk. One Store at a time
 // may have it open. Safe for concurrent use.
 type Disk struct {
 	// mu guards the Disk and every Store's own fields: the one lock.
 	mu        sync.Mutex
 	fences    map[string]uint64 // resource -> maximum; present = it has a record
 	leases    map[string][]byte // name -> lease record
-	cleanStop bool              // the clean-stop mark
-	inUse     bool              // a Store has it open
+	uploads   map[uploadKey]uploadRecord
+	cleanStop bool // the clean-stop mark
+	inUse     bool // a Store has it open
 }
 
 // NewDisk returns an empty Disk: fresh storage.
 func NewDisk() *Disk {
-	return &Disk{fences: map[string]uint64{}, leases: map[string][]byte{}}
+	return &Disk{fences: map[string]uint64{}, leases: map[string][]byte{}, uploads: map[uploadKey]uploadRecord{}}
 }
 
 // Options injects faults; every hook is optional (nil: none). A hook runs
@@ -238,6 +240,56 @@ func (s *Store) EachLease(fn func(name string, record []byte) error) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// uploadKey names an S3 multipart upload record.
+type uploadKey struct{ resource, id string }
+
+type uploadRecord struct {
+	token   uint64
+	expires int64 // Unix seconds: gone once the clock reaches it (as in Badger)
+}
+
+// PutUpload records that resource's multipart upload uploadID was created
+// with token, until expires (to the second). Errors: ErrRange when token >
+// 2^63-1, nothing written; ErrClosed after Close.
+func (s *Store) PutUpload(resource, uploadID string, token uint64, expires time.Time) error {
+	if token > math.MaxInt64 {
+		return ErrRange
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.d.uploads[uploadKey{resource, uploadID}] = uploadRecord{token: token, expires: expires.Unix()}
+	return nil
+}
+
+// Upload returns the token of resource's upload uploadID, found=false when
+// there is no record or it has expired. Errors: ErrClosed after Close.
+func (s *Store) Upload(resource, uploadID string) (token uint64, found bool, err error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.closed {
+		return 0, false, ErrClosed
+	}
+	rec, ok := s.d.uploads[uploadKey{resource, uploadID}]
+	if !ok || rec.expires <= time.Now().Unix() {
+		return 0, false, nil
+	}
+	return rec.token, true, nil
+}
+
+// DeleteUpload removes the record, if any. Errors: ErrClosed after Close.
+func (s *Store) DeleteUpload(resource, uploadID string) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	delete(s.d.uploads, uploadKey{resource, uploadID})
 	return nil
 }
 

@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite of fenceproxy's durable store:
-// per-resource fencing-token maxima, lease records, the start-up view and the
-// clean-stop mark. Every implementation (tokenstore on Badger, memstore in
-// memory for tests, an etcd store later) must pass Run.
+// per-resource fencing-token maxima, lease records, S3 multipart upload
+// records, the start-up view and the clean-stop mark. Every implementation
+// (tokenstore on Badger, memstore in memory for tests, an etcd store later)
+// must pass Run.
 //
 // Errors: the contract defines no sentinel errors. A consumer treats every
 // error from the store as "store unavailable" and fails closed (the fence
@@ -13,6 +14,7 @@ package storetest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
 )
@@ -66,6 +68,20 @@ type Store interface {
 	// EachLease calls fn with every lease record, in name (byte) order, from
 	// one consistent view; fn's error stops the walk and is returned as is.
 	EachLease(fn func(name string, record []byte) error) error
+
+	// PutUpload records durably, before it returns, that the S3 multipart
+	// upload uploadID of resource was created with the fencing token token,
+	// until expires (a time to the second; a record past it is gone) or
+	// DeleteUpload. A second Put of the same resource and uploadID replaces
+	// the first. Records of other resources or uploads are untouched, and
+	// neither maxima, leases nor List see them. token > 2^63-1 is refused
+	// with an error, nothing written.
+	PutUpload(resource, uploadID string, token uint64, expires time.Time) error
+	// Upload returns the token of resource's upload uploadID, found=false
+	// when there is no record or it has expired.
+	Upload(resource, uploadID string) (token uint64, found bool, err error)
+	// DeleteUpload removes the record, durably; none is no error.
+	DeleteUpload(resource, uploadID string) error
 
 	// List returns up to limit records (resource and maximum, a maximum of 0
 	// from MarkWritten included) whose resource starts with prefix and sorts
@@ -129,6 +145,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) Opener) {
 		{"Lease", leaseTests},
 		{"List", listTests},
 		{"Reset", resetTests},
+		{"Upload", uploadTests},
 		{"StartView", startViewTests},
 		{"CleanStop", cleanStopTests},
 		{"Lifecycle", lifecycleTests},

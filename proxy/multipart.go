@@ -1,0 +1,150 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/s3"
+)
+
+// UploadRecords is the durable store of S3 multipart upload records: which
+// fencing token created each upload (tokenstore.Store is one). Records are
+// keyed by the upload's resource and ID; see internal/storetest for the
+// semantics.
+type UploadRecords interface {
+	// PutUpload records, durably, that token created resource's upload
+	// uploadID, until expires.
+	PutUpload(resource, uploadID string, token uint64, expires time.Time) error
+	// Upload returns the token that created the upload, found=false without
+	// a record or after its expiry.
+	Upload(resource, uploadID string) (token uint64, found bool, err error)
+	// DeleteUpload removes the record; none is no error.
+	DeleteUpload(resource, uploadID string) error
+}
+
+// tokenParam reports a query parameter that carries the fencing token or its
+// signature (read by the proxy, ignored by the store).
+func (p *Proxy) tokenParam(name string) bool {
+	return strings.EqualFold(name, p.opts.TokenHeader) || strings.EqualFold(name, "X-Fencing-Token-Signature")
+}
+
+// creatorAbort reports whether an AbortMultipartUpload that the fence would
+// refuse (its token is below the resource's maximum: a takeover happened)
+// carries a token at or above the one that created the upload, by the
+// upload's record. Such an abort applies no data and cannot undo a later
+// holder's write, so it is forwarded outside the barrier: a holder that lost
+// its resource can still clean up its own upload. An abort the fence admits
+// anyway, one below its creator's token, one with a body and one without a
+// record go through the barrier as any write.
+func (p *Proxy) creatorAbort(ex *exchange) bool {
+	if p.opts.Uploads == nil || hasBody(ex.r) {
+		return false
+	}
+	resource := ex.resource()
+	creator, found, err := p.opts.Uploads.Upload(resource, ex.uploadID)
+	if err != nil {
+		p.log.LogAttrs(ex.client, slog.LevelWarn, "reading a multipart upload's record failed; the abort is fenced as any write",
+			slog.String("resource", resource), slog.String("upload_id", ex.uploadID), slog.String("error", err.Error()))
+		return false
+	}
+	if !found || ex.token < creator {
+		return false
+	}
+	current, err := p.barrier.Max(resource)
+	return err == nil && ex.token < current
+}
+
+// forwardAbort forwards an abort that creatorAbort let through, and logs it.
+func (p *Proxy) forwardAbort(ex *exchange) {
+	current, _ := p.barrier.Max(ex.resource())
+	p.log.LogAttrs(ex.client, slog.LevelInfo, "multipart upload aborted by a holder that lost its resource; forwarded, as an abort applies no data",
+		slog.String("resource", ex.resource()), slog.String("token", ex.tokenText), slog.Uint64("current_token", current),
+		slog.String("upload_id", ex.uploadID), slog.String("target", logTarget(ex.r)))
+	p.opts.Metrics.decision("upload_abort")
+	defer p.opts.Metrics.forwarding(true)()
+	p.forward(ex)
+}
+
+// recordUpload keeps the upload records in step with the backend's answers:
+// a CreateMultipartUpload's 200 records its token under the ID in the
+// answer's body (read here, before the client gets the answer, and passed on
+// byte for byte); a CompleteMultipartUpload's success (a 200 whose body is a
+// CompleteMultipartUploadResult, not an Error) and an abort's 204 or 404
+// remove the record. A record that cannot be written leaves the upload to
+// current tokens only; it is logged and counted, and the answer goes through.
+func (p *Proxy) recordUpload(ex *exchange, res *http.Response) {
+	if p.opts.Uploads == nil {
+		return
+	}
+	resource := ex.resource()
+	attrs := func(more ...slog.Attr) []slog.Attr {
+		return append([]slog.Attr{slog.String("resource", resource), slog.String("token", ex.tokenText),
+			slog.String("target", logTarget(ex.r))}, more...)
+	}
+	switch {
+	case ex.multipart == s3.CreateUpload && res.StatusCode == http.StatusOK:
+		id, read, err := s3.InitiatedUpload(res.Body)
+		res.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(read), res.Body), res.Body}
+		if err == nil {
+			err = p.opts.Uploads.PutUpload(resource, id, ex.token, time.Now().Add(p.opts.S3UploadRecordTTL))
+		}
+		if err != nil {
+			p.opts.Metrics.uploadRecord("failed")
+			p.log.LogAttrs(ex.client, slog.LevelError, "could not record which token created a multipart upload; "+
+				"only a current token can abort it", attrs(slog.String("upload_id", id), slog.String("error", err.Error()))...)
+			return
+		}
+		p.opts.Metrics.uploadRecord("recorded")
+	case ex.multipart == s3.AbortUpload && (res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotFound):
+		p.forgetUpload(ex)
+	case ex.multipart == s3.CompleteUpload && res.StatusCode == http.StatusOK:
+		res.Body = &completeWatch{ReadCloser: res.Body, done: func() { p.forgetUpload(ex) }}
+	}
+}
+
+// forgetUpload removes an ended upload's record.
+func (p *Proxy) forgetUpload(ex *exchange) {
+	if err := p.opts.Uploads.DeleteUpload(ex.resource(), ex.uploadID); err != nil {
+		p.opts.Metrics.uploadRecord("failed")
+		p.log.LogAttrs(ex.client, slog.LevelWarn, "could not remove an ended multipart upload's record; it expires at its age limit",
+			slog.String("resource", ex.resource()), slog.String("upload_id", ex.uploadID), slog.String("error", err.Error()))
+		return
+	}
+	p.opts.Metrics.uploadRecord("removed")
+}
+
+// completeWatch passes a CompleteMultipartUpload answer through and calls
+// done at its end if it was a CompleteMultipartUploadResult: S3 may answer
+// 200 and report a failure in the body, sent after whitespace while it
+// works. It keeps at most s3.MaxInitiateBody bytes to look at.
+type completeWatch struct {
+	io.ReadCloser
+	seen []byte
+	over bool
+	done func()
+}
+
+func (c *completeWatch) Read(b []byte) (int, error) {
+	n, err := c.ReadCloser.Read(b)
+	if !c.over {
+		if len(c.seen)+n > s3.MaxInitiateBody {
+			c.over, c.seen = true, nil
+		} else {
+			c.seen = append(c.seen, b[:n]...)
+		}
+	}
+	if err == io.EOF && !c.over && c.done != nil {
+		if bytes.Contains(c.seen, []byte("<CompleteMultipartUploadResult")) && !bytes.Contains(c.seen, []byte("<Error>")) {
+			c.done()
+		}
+		c.done = nil
+	}
+	return n, err
+}

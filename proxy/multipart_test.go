@@ -1,0 +1,300 @@
+package proxy_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/internal/memstore"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// mpBackend is an S3 backend as far as multipart uploads go: POST ?uploads
+// creates upload u-N, DELETE ?uploadId aborts (204), POST ?uploadId completes
+// with completeBody, anything else answers 200. It records every request.
+type mpBackend struct {
+	*httptest.Server
+	mu           sync.Mutex
+	seen         []string // "METHOD request-URI"
+	n            int
+	completeBody string
+}
+
+const mpInitiate = `<?xml version="1.0" encoding="UTF-8"?>` + "\n" +
+	`<InitiateMultipartUploadResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Bucket>bkt</Bucket><Key>obj</Key><UploadId>u-%d</UploadId></InitiateMultipartUploadResult>`
+
+func newMPBackend(t *testing.T) *mpBackend {
+	b := &mpBackend{completeBody: "<CompleteMultipartUploadResult><ETag>\"e\"</ETag></CompleteMultipartUploadResult>"}
+	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		q := r.URL.Query()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.seen = append(b.seen, r.Method+" "+r.RequestURI)
+		switch {
+		case r.Method == http.MethodPost && q.Has("uploads"):
+			b.n++
+			w.Header().Set("Content-Type", "application/xml")
+			fmt.Fprintf(w, mpInitiate, b.n)
+		case r.Method == http.MethodDelete && q.Has("uploadId"):
+			w.WriteHeader(http.StatusNoContent)
+		case r.Method == http.MethodPost && q.Has("uploadId"):
+			io.WriteString(w, b.completeBody)
+		default:
+			io.WriteString(w, "ok")
+		}
+	}))
+	t.Cleanup(b.Close)
+	return b
+}
+
+func (b *mpBackend) take() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.seen
+	b.seen = nil
+	return s
+}
+
+// failingUploads is a store whose upload records cannot be written.
+type failingUploads struct{ *memstore.Store }
+
+func (failingUploads) PutUpload(string, string, uint64, time.Time) error {
+	return errors.New("disk full")
+}
+
+// mpRig is a proxy in S3 pass mode in front of an mpBackend, over one
+// in-memory store for maxima and upload records.
+type mpRig struct {
+	t       *testing.T
+	backend *mpBackend
+	store   *memstore.Store
+	srv     *httptest.Server
+	c       *http.Client
+}
+
+func newMPRig(t *testing.T, ttl time.Duration, uploads func(*memstore.Store) proxy.UploadRecords) *mpRig {
+	r := &mpRig{t: t, backend: newMPBackend(t), store: newForwardStore(), c: newFwdClient(t)}
+	opts := fwdOptions()
+	opts.S3, opts.S3Domains, opts.S3UploadRecordTTL = "pass", []string{"127.0.0.1"}, ttl
+	opts.Upstream, _ = url.Parse(r.backend.URL)
+	opts.Uploads = r.store
+	if uploads != nil {
+		opts.Uploads = uploads(r.store)
+	}
+	b, err := fence.New(r.store, fence.Options{DrainTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxy.New(b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = httptest.NewServer(p)
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// do sends method target with token (none when 0) and body; it returns the
+// status and body.
+func (r *mpRig) do(method, target string, token uint64, body string, header ...string) (int, string) {
+	r.t.Helper()
+	req, err := http.NewRequest(method, r.srv.URL+target, strings.NewReader(body))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if body == "" {
+		req.Body, req.ContentLength = http.NoBody, 0
+	}
+	if token != 0 {
+		req.Header.Set("X-Fencing-Token", fmt.Sprint(token))
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := r.c.Do(req)
+	if err != nil {
+		r.t.Fatalf("%s %s: %v", method, target, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// want checks one exchange's status and what reached the backend.
+func (r *mpRig) want(what string, status, wantStatus int, forwarded ...string) {
+	r.t.Helper()
+	got := r.backend.take()
+	if status != wantStatus || strings.Join(got, "|") != strings.Join(forwarded, "|") {
+		r.t.Errorf("%s: status %d, backend got %q; want %d, %q", what, status, got, wantStatus, forwarded)
+	}
+}
+
+// record returns the upload record of bkt/obj's upload id.
+func (r *mpRig) record(id string) (uint64, bool) {
+	r.t.Helper()
+	tok, found, err := r.store.Upload("bkt/obj", id)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return tok, found
+}
+
+// TestS3MultipartAbortByCreator: in S3 pass mode the proxy records which
+// token created each multipart upload (from CreateMultipartUpload's answer,
+// passed on unchanged). After a takeover the stale holder's parts and
+// Complete are refused, but its AbortMultipartUpload of its own upload is
+// forwarded, and the record goes. An abort below the creator's token, and
+// every request that is not an abort in its strict shape (another query
+// parameter, another spelling, ";", a body, a method override, another
+// object, a DeleteObject), stays fenced and reaches nothing. A current
+// holder's Complete removes the record only when the backend reports
+// success; an abort by the current holder goes through the barrier.
+func TestS3MultipartAbortByCreator(t *testing.T) {
+	r := newMPRig(t, time.Hour, nil)
+
+	status, body := r.do(http.MethodPost, "/bkt/obj?uploads", 41, "")
+	r.want("create by 41", status, 200, "POST /bkt/obj?uploads")
+	if want := fmt.Sprintf(mpInitiate, 1); body != want {
+		t.Errorf("create's answer reached the client as %q, want %q", body, want)
+	}
+	status, _ = r.do(http.MethodPost, "/bkt/obj?uploads", 41, "")
+	r.want("second create by 41", status, 200, "POST /bkt/obj?uploads")
+	for _, id := range []string{"u-1", "u-2"} {
+		if tok, found := r.record(id); !found || tok != 41 {
+			t.Fatalf("record of %s: %d, %v; want 41", id, tok, found)
+		}
+	}
+
+	// The takeover: 42 writes the object.
+	status, _ = r.do(http.MethodPut, "/bkt/obj", 42, "data of 42")
+	r.want("takeover by 42", status, 200, "PUT /bkt/obj")
+	status, _ = r.do(http.MethodPut, "/bkt/other", 42, "data of 42")
+	r.want("42 writes another object", status, 200, "PUT /bkt/other")
+	status, _ = r.do(http.MethodPut, "/bkt/obj?partNumber=2&uploadId=u-1", 41, "part of 41")
+	r.want("stale part", status, 409)
+	status, _ = r.do(http.MethodPost, "/bkt/obj?uploadId=u-1", 41, "<CompleteMultipartUpload/>")
+	r.want("stale complete", status, 409)
+
+	// Shapes that are not an abort in the strict form: fenced, refused.
+	for _, c := range []struct {
+		method, target, body string
+		header               []string
+	}{
+		{http.MethodDelete, "/bkt/obj?uploadId=u-2&versionId=v1", "", nil},
+		{http.MethodDelete, "/bkt/obj?uploadId=u-2&partNumber=1", "", nil},
+		{http.MethodDelete, "/bkt/obj?uploadid=u-2", "", nil},
+		{http.MethodDelete, "/bkt/obj?UploadId=u-2", "", nil},
+		{http.MethodDelete, "/bkt/obj?uploadId=u-2;x=1", "", nil},
+		{http.MethodDelete, "/bkt/obj?uploadId=u-2&uploadId=u-2", "", nil},
+		{http.MethodDelete, "/bkt/obj?uploadId=u-2&x-id=DeleteObject", "", nil},
+		{http.MethodDelete, "/bkt/obj?uploadId=", "", nil},
+		{http.MethodDelete, "/bkt/obj?uploadId=u-2", "a body", nil},
+		{http.MethodPost, "/bkt/obj?uploadId=u-2", "", []string{"X-HTTP-Method-Override", "DELETE"}},
+		{http.MethodDelete, "/bkt/other?uploadId=u-2", "", nil},
+		{http.MethodDelete, "/bkt/obj", "", nil},
+		{http.MethodDelete, "/bkt/obj?uploadId=u-9", "", nil}, // no record
+	} {
+		status, _ := r.do(c.method, c.target, 41, c.body, c.header...)
+		r.want(fmt.Sprintf("stale %s %s (body %q, %q)", c.method, c.target, c.body, c.header), status, 409)
+	}
+	if _, found := r.record("u-2"); !found {
+		t.Fatalf("a refused request removed u-2's record")
+	}
+
+	// The stale holder aborts its own uploads: forwarded, records gone.
+	status, _ = r.do(http.MethodDelete, "/bkt/obj?uploadId=u-1", 41, "")
+	r.want("stale holder's abort of its own upload", status, 204, "DELETE /bkt/obj?uploadId=u-1")
+	status, _ = r.do(http.MethodDelete, "/bkt/obj?uploadId=u-2&x-id=AbortMultipartUpload&X-Amz-Expires=60", 41, "")
+	r.want("stale holder's abort in the SDK's shape", status, 204, "DELETE /bkt/obj?uploadId=u-2&x-id=AbortMultipartUpload&X-Amz-Expires=60")
+	for _, id := range []string{"u-1", "u-2"} {
+		if tok, found := r.record(id); found {
+			t.Errorf("record of %s after its abort: %d", id, tok)
+		}
+	}
+	if m, _ := r.store.Max("bkt/obj"); m != 42 {
+		t.Errorf("maximum after the stale aborts: %d, want 42 (an abort by its creator raises nothing)", m)
+	}
+
+	// 42's upload: 41 is below its creator, refused.
+	status, _ = r.do(http.MethodPost, "/bkt/obj?uploads", 42, "")
+	r.want("create by 42", status, 200, "POST /bkt/obj?uploads")
+	status, _ = r.do(http.MethodDelete, "/bkt/obj?uploadId=u-3", 41, "")
+	r.want("41 aborts 42's upload", status, 409)
+	if tok, found := r.record("u-3"); !found || tok != 42 {
+		t.Fatalf("record of u-3: %d, %v; want 42", tok, found)
+	}
+
+	// Complete: a 200 carrying an Error keeps the record, a result removes it.
+	r.backend.mu.Lock()
+	r.backend.completeBody = "   <Error><Code>InternalError</Code></Error>"
+	r.backend.mu.Unlock()
+	status, _ = r.do(http.MethodPost, "/bkt/obj?uploadId=u-3", 42, "<CompleteMultipartUpload/>")
+	r.want("complete answered with an Error", status, 200, "POST /bkt/obj?uploadId=u-3")
+	if _, found := r.record("u-3"); !found {
+		t.Errorf("a Complete answered 200 with an Error removed the record")
+	}
+	r.backend.mu.Lock()
+	r.backend.completeBody = "  <CompleteMultipartUploadResult><ETag>\"e\"</ETag></CompleteMultipartUploadResult>"
+	r.backend.mu.Unlock()
+	status, _ = r.do(http.MethodPost, "/bkt/obj?uploadId=u-3", 42, "<CompleteMultipartUpload/>")
+	r.want("complete", status, 200, "POST /bkt/obj?uploadId=u-3")
+	if _, found := r.record("u-3"); found {
+		t.Errorf("record of u-3 after its Complete")
+	}
+
+	// The current holder's abort: the barrier's, and the record goes.
+	status, _ = r.do(http.MethodPost, "/bkt/obj?uploads", 43, "")
+	r.want("create by 43", status, 200, "POST /bkt/obj?uploads")
+	status, _ = r.do(http.MethodDelete, "/bkt/obj?uploadId=u-4", 43, "")
+	r.want("current holder's abort", status, 204, "DELETE /bkt/obj?uploadId=u-4")
+	if _, found := r.record("u-4"); found {
+		t.Errorf("record of u-4 after its abort")
+	}
+}
+
+// TestS3MultipartRecordAge: a record past S3UploadRecordTTL is gone, so the
+// stale holder's abort is fenced again.
+func TestS3MultipartRecordAge(t *testing.T) {
+	r := newMPRig(t, time.Second, nil)
+	status, _ := r.do(http.MethodPost, "/bkt/obj?uploads", 41, "")
+	r.want("create by 41", status, 200, "POST /bkt/obj?uploads")
+	status, _ = r.do(http.MethodPut, "/bkt/obj", 42, "data of 42")
+	r.want("takeover by 42", status, 200, "PUT /bkt/obj")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, found := r.record("u-1"); !found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record of u-1 still there 5s after a 1s TTL")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	status, _ = r.do(http.MethodDelete, "/bkt/obj?uploadId=u-1", 41, "")
+	r.want("stale abort after the record's age", status, 409)
+}
+
+// TestS3MultipartRecordFails: a record that cannot be written leaves the
+// create's answer as the backend gave it (the upload exists), and the stale
+// holder's abort is fenced as any write.
+func TestS3MultipartRecordFails(t *testing.T) {
+	r := newMPRig(t, time.Hour, func(s *memstore.Store) proxy.UploadRecords { return failingUploads{s} })
+	status, body := r.do(http.MethodPost, "/bkt/obj?uploads", 41, "")
+	r.want("create by 41", status, 200, "POST /bkt/obj?uploads")
+	if want := fmt.Sprintf(mpInitiate, 1); body != want {
+		t.Errorf("create's answer %q, want %q", body, want)
+	}
+	status, _ = r.do(http.MethodPut, "/bkt/obj", 42, "data of 42")
+	r.want("takeover by 42", status, 200, "PUT /bkt/obj")
+	status, _ = r.do(http.MethodDelete, "/bkt/obj?uploadId=u-1", 41, "")
+	r.want("stale abort without a record", status, 409)
+}
