@@ -17,7 +17,7 @@ import (
 // the backend's credentials, and returns its output; a script that fails or
 // runs past 60s fails t. Skipped without python3 and boto3, unless CI is set
 // (.ci/run installs python3-boto3).
-func s3RunBoto3(t *testing.T, script, endpoint string, backend *s3backend.Server) string {
+func s3RunBoto3(t *testing.T, script, endpoint string, backend *s3backend.Server, env ...string) string {
 	t.Helper()
 	if err := exec.Command("python3", "-c", "import boto3").Run(); err != nil {
 		if os.Getenv("CI") != "" {
@@ -33,6 +33,7 @@ func s3RunBoto3(t *testing.T, script, endpoint string, backend *s3backend.Server
 	cmd.Env = append(os.Environ(), "ENDPOINT="+endpoint, "BUCKET=jobs", "PYTHONPATH="+examples,
 		"AWS_ACCESS_KEY_ID="+backend.AccessKey, "AWS_SECRET_ACCESS_KEY="+backend.SecretKey,
 		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
+	cmd.Env = append(cmd.Env, env...)
 	done := make(chan struct{})
 	var out []byte
 	go func() { out, err = cmd.CombinedOutput(); close(done) }()
@@ -62,7 +63,28 @@ func TestS3Boto3(t *testing.T) {
 	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
 		"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "127.0.0.1"})
 	out := s3RunBoto3(t, "testdata/boto3_takeover.py", in.ProxyURL(), backend)
-	for _, want := range []string{"refused StaleFencingToken current=42", "refused MissingFencingToken", "stale batch deleted nothing", "current batch deleted all"} {
+	for _, want := range []string{"refused StaleFencingToken current=42", "refused MissingFencingToken", "stale batch deleted nothing", "current batch deleted all",
+		"sent as PUT - hex-sha256 -", "sent as POST - hex-sha256 -"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("boto3 output lacks %q", want)
+		}
+	}
+}
+
+// TestS3Boto3OverTLS: the same script over HTTPS (TLS from boto3 to the
+// proxy and from the proxy to versitygw), where botocore sends its uploads
+// as aws-chunked with a trailing checksum
+// (STREAMING-UNSIGNED-PAYLOAD-TRAILER); versitygw verifies them.
+func TestS3Boto3OverTLS(t *testing.T) {
+	certFile, keyFile, pool := servertest.TLSFiles(t)
+	backend := s3backend.StartTLS(t, certFile, keyFile, pool)
+	backend.CreateBucket(t, "jobs")
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+		"FENCEPROXY_UPSTREAM_CA_FILE": certFile, "FENCEPROXY_TLS_CERT_FILE": certFile, "FENCEPROXY_TLS_KEY_FILE": keyFile,
+		"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "127.0.0.1"})
+	out := s3RunBoto3(t, "testdata/boto3_takeover.py", "https://"+in.Proxy, backend, "AWS_CA_BUNDLE="+certFile)
+	for _, want := range []string{"refused StaleFencingToken current=42", "stale batch deleted nothing", "current batch deleted all",
+		"sent as PUT aws-chunked STREAMING-UNSIGNED-PAYLOAD-TRAILER x-amz-checksum-crc32", "sent as POST - hex-sha256 -"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("boto3 output lacks %q", want)
 		}
