@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/smithy-go"
 )
 
 func TestCheckResponse(t *testing.T) {
@@ -177,5 +179,30 @@ func TestCheckResponseS3Error(t *testing.T) {
 	var re *RefusedError
 	if err := CheckResponse(mk(http.StatusPreconditionRequired, "missing")); !errors.As(err, &re) || !strings.Contains(re.Detail, "current maximum is 42") {
 		t.Fatalf("missing: %#v", err)
+	}
+}
+
+// TestRefusalsAreAPIErrors: a refusal is a smithy.APIError with the S3
+// code the proxy sends in S3 mode, so code written for the SDK's own errors
+// (ErrorCode) reads it through StackFencing, in either mode.
+func TestRefusalsAreAPIErrors(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		reason string
+		code   string
+		fault  smithy.ErrorFault
+	}{
+		{409, "stale", "StaleFencingToken", smithy.FaultClient},
+		{428, "missing", "MissingFencingToken", smithy.FaultClient},
+		{400, "malformed", "InvalidFencingToken", smithy.FaultClient},
+		{403, "jump", "FencingTokenTooFarAhead", smithy.FaultClient},
+		{503, "drain_timeout", "FencingDrainTimeout", smithy.FaultServer},
+	} {
+		resp := &http.Response{StatusCode: c.status, Body: io.NopCloser(strings.NewReader("{}")),
+			Header: http.Header{"Fencing-Refused": {c.reason}, "Fencing-Current-Token": {"42"}}}
+		var ae smithy.APIError
+		if err := CheckResponse(resp); !errors.As(err, &ae) || ae.ErrorCode() != c.code || ae.ErrorFault() != c.fault || ae.ErrorMessage() != err.Error() {
+			t.Errorf("%d %s: %#v, want a smithy.APIError with code %s, fault %v", c.status, c.reason, err, c.code, c.fault)
+		}
 	}
 }

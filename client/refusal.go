@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/fenceproxy/fenceproxy/fence"
@@ -70,6 +71,15 @@ func (e *StaleError) Error() string {
 // Is makes errors.Is(err, ErrStale) and errors.Is(err, ErrRefused) hold.
 func (e *StaleError) Is(target error) bool { return target == ErrStale || target == ErrRefused }
 
+// ErrorCode, ErrorMessage and ErrorFault make a StaleError a smithy.APIError
+// with the proxy's S3 code (StaleFencingToken), as an SDK call without
+// StackFencing reports it.
+func (e *StaleError) ErrorCode() string {
+	return wire.S3ErrorCode(wire.Problem{Status: http.StatusConflict, Reason: ReasonStale})
+}
+func (e *StaleError) ErrorMessage() string          { return e.Error() }
+func (e *StaleError) ErrorFault() smithy.ErrorFault { return smithy.FaultClient }
+
 // RefusedError is any other refusal made by the proxy itself (missing or
 // malformed token, bad resource, bad signature, token jump, drain timeout,
 // store error, ...): the request was not forwarded.
@@ -89,6 +99,20 @@ func (e *RefusedError) Error() string {
 
 // Is makes errors.Is(err, ErrRefused) hold.
 func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+// ErrorCode, ErrorMessage and ErrorFault make a RefusedError a
+// smithy.APIError with the proxy's S3 code for its reason and status
+// (MissingFencingToken, FencingDrainTimeout, ...: wire.S3ErrorCode).
+func (e *RefusedError) ErrorCode() string {
+	return wire.S3ErrorCode(wire.Problem{Status: e.Status, Reason: e.Reason})
+}
+func (e *RefusedError) ErrorMessage() string { return e.Error() }
+func (e *RefusedError) ErrorFault() smithy.ErrorFault {
+	if e.Status >= 500 {
+		return smithy.FaultServer
+	}
+	return smithy.FaultClient
+}
 
 // CheckResponse tells a refusal made by the proxy from the backend's own
 // answers. It returns nil when resp carries no Fencing-Refused header (a

@@ -39,7 +39,10 @@ func S3Fencing(token func(context.Context) (uint64, error)) func(*s3.Options) {
 //     refusal made by the proxy (CheckResponse) before the SDK's deserializer
 //     sees it, and fails the call with that *StaleError or *RefusedError. The
 //     SDK still wraps it in its *awshttp.ResponseError (status and headers),
-//     so errors.As finds both, and AsStale finds the full StaleError.
+//     so errors.As finds both, and AsStale finds the full StaleError. Both
+//     are smithy.APIErrors whose ErrorCode is the proxy's S3 code
+//     (StaleFencingToken, MissingFencingToken, ...), as the SDK reads it
+//     without this middleware.
 func StackFencing(header string, token func(context.Context) (uint64, error)) func(*middleware.Stack) error {
 	if header == "" {
 		header = DefaultHeader

@@ -10,12 +10,21 @@
 
 The header is added before botocore signs the request, so the worker's own
 SigV4 signature covers it and reaches the store unchanged (FENCEPROXY_S3=pass).
+A presigned URL (generate_presigned_url) carries the token in its query
+instead, covered by the URL's signature, so the uploader that receives the URL
+needs to add no header:
+
+    token.set(42)
+    url = s3.generate_presigned_url("put_object", Params={"Bucket": "reports", "Key": "jobs/a"})
+    # http://s3.internal:8080/reports/jobs/a?X-Fencing-Token=42&X-Amz-Algorithm=...
+
 A refusal is a botocore ClientError whose error Code is the proxy's
 (StaleFencingToken, MissingFencingToken, ...), with the Fencing-Current-Token
 header in its response metadata.
 """
 
 import threading
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 HEADER = "X-Fencing-Token"
 
@@ -45,8 +54,17 @@ def add_fencing_token(client, token=None):
 
     def _before_sign(request, **_):
         value = token.get()
-        if value is not None:
-            request.headers[HEADER] = str(value)
+        if value is None:
+            return
+        if request.context.get("is_presign_request"):
+            # botocore's query signer signs every query parameter of the URL
+            # and every header; a header would bind the uploader to send it.
+            url = urlsplit(request.url)
+            query = [(k, v) for k, v in parse_qsl(url.query, keep_blank_values=True) if k.lower() != HEADER.lower()]
+            query.append((HEADER, str(value)))
+            request.url = urlunsplit(url._replace(query=urlencode(query)))
+            return
+        request.headers[HEADER] = str(value)
 
     client.meta.events.register("before-sign.s3", _before_sign)
     return token

@@ -61,6 +61,7 @@ type Server struct {
 	cmd       *exec.Cmd
 	certFile  string // with keyFile: TLS (StartTLS)
 	keyFile   string
+	flags     []string // more command-line flags (StartVirtualHosts)
 	out       *syncBuffer
 	exited    chan struct{} // closed when the process has exited
 	waitErr   error         // its Wait error, set before exited is closed
@@ -77,6 +78,14 @@ func Start(t testing.TB) *Server {
 	return start(t, "", "", nil)
 }
 
+// StartVirtualHosts is Start with virtual-hosted-style addressing on:
+// versitygw serves Host {bucket}.{domain} (any port) as bucket {bucket},
+// and every other Host in path style.
+func StartVirtualHosts(t testing.TB, domain string) *Server {
+	t.Helper()
+	return start(t, "", "", nil, "--virtual-domain", domain)
+}
+
 // StartTLS is Start with versitygw serving HTTPS with the certificate and
 // key in certFile and keyFile; pool (trusting the certificate) is what the
 // Server's own clients use. URL is https://.
@@ -85,7 +94,7 @@ func StartTLS(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *Serv
 	return start(t, certFile, keyFile, pool)
 }
 
-func start(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *Server {
+func start(t testing.TB, certFile, keyFile string, pool *x509.CertPool, flags ...string) *Server {
 	t.Helper()
 	bin := lookPath(t)
 	s := &Server{
@@ -95,6 +104,7 @@ func start(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *Server 
 		transport: &http.Transport{Proxy: nil, DisableCompression: true, TLSClientConfig: &tls.Config{RootCAs: pool}},
 		certFile:  certFile,
 		keyFile:   keyFile,
+		flags:     flags,
 	}
 	t.Cleanup(s.transport.CloseIdleConnections)
 	// A free port is found by listening on port 0 and closing: another
@@ -122,6 +132,7 @@ func (s *Server) run(t testing.TB, bin string) error {
 		s.URL = "https://" + addr
 		args = append(args, "--cert", s.certFile, "--key", s.keyFile)
 	}
+	args = append(args, s.flags...)
 	s.out = &syncBuffer{}
 	s.exited = make(chan struct{})
 	s.cmd = exec.Command(bin, append(args, "posix", s.Dir)...)

@@ -1,12 +1,13 @@
 """The takeover and a stale DeleteObjects through fenceproxy with boto3.
 
-Run by TestS3Boto3 with ENDPOINT (the proxy), AWS_ACCESS_KEY_ID and
-AWS_SECRET_ACCESS_KEY (the backend's) and PYTHONPATH holding
-examples/boto3. Prints one line per step; exits non-zero on the first
-surprise.
+Run by TestS3Boto3 (and over TLS by TestS3Boto3OverTLS) with ENDPOINT (the
+proxy), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (the backend's) and
+PYTHONPATH holding examples/boto3. Prints one line per step, then the payload
+forms botocore sent; exits non-zero on the first surprise.
 """
 
 import os
+import re
 import sys
 
 import boto3
@@ -23,6 +24,20 @@ s3 = boto3.client(
 )
 token = add_fencing_token(s3)
 bucket = os.environ["BUCKET"]
+forms = set()  # how botocore sent each write's payload
+
+
+def _record_form(request, **_):
+    if request.method not in ("PUT", "POST"):
+        return
+    values = [request.headers.get(k, "-") for k in ("Content-Encoding", "X-Amz-Content-SHA256", "X-Amz-Trailer")]
+    values = [v.decode() if isinstance(v, bytes) else v for v in values]
+    if re.fullmatch("[0-9a-f]{64}", values[1]):
+        values[1] = "hex-sha256"
+    forms.add(f"{request.method} {' '.join(values)}")
+
+
+s3.meta.events.register("before-send.s3", _record_form)
 
 
 def refused(call, code):
@@ -69,3 +84,5 @@ left = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents"
 if left:
     sys.exit(f"after the current batch: {left}")
 print("current batch deleted all")
+for form in sorted(forms):
+    print(f"sent as {form}")
