@@ -7,9 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -158,12 +155,11 @@ func TestS3PassCutUploadNeverApplied(t *testing.T) {
 // applied, 41 refused on 42's upload, and no upload left
 // (testdata/boto3_multipart.py).
 func TestS3Boto3Multipart(t *testing.T) {
-	s3NeedBoto3(t)
 	backend := s3backend.Start(t)
 	backend.CreateBucket(t, "jobs")
 	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
 		"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "127.0.0.1"})
-	out := s3RunBoto3(t, "testdata/boto3_multipart.py", in.ProxyURL(), "jobs", backend)
+	out := s3RunBoto3(t, "testdata/boto3_multipart.py", in.ProxyURL(), backend)
 	for _, want := range []string{"refused StaleFencingToken current=42", "41 aborted its own upload", "no upload left", "object holds 42's"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("boto3 output lacks %q", want)
@@ -172,41 +168,6 @@ func TestS3Boto3Multipart(t *testing.T) {
 	if n := strings.Count(out, "refused StaleFencingToken"); n != 3 {
 		t.Errorf("boto3 output has %d refusals, want 3 (part, Complete, abort of 42's upload)", n)
 	}
-}
-
-// s3NeedBoto3 skips without python3 and boto3, or fails when CI is set
-// (.ci/run installs python3-boto3).
-func s3NeedBoto3(t *testing.T) {
-	t.Helper()
-	if err := exec.Command("python3", "-c", "import boto3").Run(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("python3 with boto3 is needed (apt-get install python3-boto3): %v", err)
-		}
-		t.Skipf("python3 with boto3 not found: %v", err)
-	}
-}
-
-// s3RunBoto3 runs a boto3 script of testdata against the proxy at endpoint
-// with the backend's credentials and examples/boto3 on PYTHONPATH, bounded
-// to 60s; it fails the test when the script fails and returns its output.
-func s3RunBoto3(t *testing.T, script, endpoint, bucket string, backend *s3backend.Server) string {
-	t.Helper()
-	examples, err := filepath.Abs("../examples/boto3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "python3", script)
-	cmd.Env = append(os.Environ(), "ENDPOINT="+endpoint, "BUCKET="+bucket, "PYTHONPATH="+examples,
-		"AWS_ACCESS_KEY_ID="+backend.AccessKey, "AWS_SECRET_ACCESS_KEY="+backend.SecretKey,
-		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
-	out, err := cmd.CombinedOutput()
-	t.Logf("%s:\n%s", script, out)
-	if err != nil {
-		t.Fatalf("%s: %v", script, err)
-	}
-	return string(out)
 }
 
 // s3StalledPart sends an UploadPart of size bytes with token through the
