@@ -61,6 +61,7 @@ type Server struct {
 	cmd       *exec.Cmd
 	certFile  string // with keyFile: TLS (StartTLS)
 	keyFile   string
+	domain    string // --virtual-domain (StartVirtualHosted)
 	out       *syncBuffer
 	exited    chan struct{} // closed when the process has exited
 	waitErr   error         // its Wait error, set before exited is closed
@@ -74,7 +75,15 @@ type Server struct {
 // SIGKILL after 10s).
 func Start(t testing.TB) *Server {
 	t.Helper()
-	return start(t, "", "", nil)
+	return start(t, "", "", nil, "")
+}
+
+// StartVirtualHosted is Start with versitygw also reading virtual-hosted
+// style (--virtual-domain): a request whose Host is {bucket}.{domain}, any
+// port, is for that bucket; any other Host is path style.
+func StartVirtualHosted(t testing.TB, domain string) *Server {
+	t.Helper()
+	return start(t, "", "", nil, domain)
 }
 
 // StartTLS is Start with versitygw serving HTTPS with the certificate and
@@ -82,10 +91,10 @@ func Start(t testing.TB) *Server {
 // Server's own clients use. URL is https://.
 func StartTLS(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *Server {
 	t.Helper()
-	return start(t, certFile, keyFile, pool)
+	return start(t, certFile, keyFile, pool, "")
 }
 
-func start(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *Server {
+func start(t testing.TB, certFile, keyFile string, pool *x509.CertPool, virtualDomain string) *Server {
 	t.Helper()
 	bin := lookPath(t)
 	s := &Server{
@@ -95,6 +104,7 @@ func start(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *Server 
 		transport: &http.Transport{Proxy: nil, DisableCompression: true, TLSClientConfig: &tls.Config{RootCAs: pool}},
 		certFile:  certFile,
 		keyFile:   keyFile,
+		domain:    virtualDomain,
 	}
 	t.Cleanup(s.transport.CloseIdleConnections)
 	// A free port is found by listening on port 0 and closing: another
@@ -121,6 +131,9 @@ func (s *Server) run(t testing.TB, bin string) error {
 	if s.certFile != "" {
 		s.URL = "https://" + addr
 		args = append(args, "--cert", s.certFile, "--key", s.keyFile)
+	}
+	if s.domain != "" {
+		args = append(args, "--virtual-domain", s.domain)
 	}
 	s.out = &syncBuffer{}
 	s.exited = make(chan struct{})
