@@ -40,7 +40,7 @@ type s3Pass struct {
 // S3_DOMAINS=localhost, with extra settings) in front of it.
 func startS3Pass(t *testing.T, extra map[string]string, buckets ...string) *s3Pass {
 	t.Helper()
-	backend := s3backend.StartVirtualHosts(t, "localhost")
+	backend := s3backend.StartVirtualHosted(t, "localhost")
 	for _, b := range buckets {
 		backend.CreateBucket(t, b)
 	}

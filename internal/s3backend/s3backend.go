@@ -61,7 +61,7 @@ type Server struct {
 	cmd       *exec.Cmd
 	certFile  string // with keyFile: TLS (StartTLS)
 	keyFile   string
-	flags     []string // more command-line flags (StartVirtualHosts)
+	domain    string // --virtual-domain (StartVirtualHosted)
 	out       *syncBuffer
 	exited    chan struct{} // closed when the process has exited
 	waitErr   error         // its Wait error, set before exited is closed
@@ -75,15 +75,15 @@ type Server struct {
 // SIGKILL after 10s).
 func Start(t testing.TB) *Server {
 	t.Helper()
-	return start(t, "", "", nil)
+	return start(t, "", "", nil, "")
 }
 
-// StartVirtualHosts is Start with virtual-hosted-style addressing on:
-// versitygw serves Host {bucket}.{domain} (any port) as bucket {bucket},
-// and every other Host in path style.
-func StartVirtualHosts(t testing.TB, domain string) *Server {
+// StartVirtualHosted is Start with versitygw also reading virtual-hosted
+// style (--virtual-domain): a request whose Host is {bucket}.{domain}, any
+// port, is for that bucket; any other Host is path style.
+func StartVirtualHosted(t testing.TB, domain string) *Server {
 	t.Helper()
-	return start(t, "", "", nil, "--virtual-domain", domain)
+	return start(t, "", "", nil, domain)
 }
 
 // StartTLS is Start with versitygw serving HTTPS with the certificate and
@@ -91,10 +91,10 @@ func StartVirtualHosts(t testing.TB, domain string) *Server {
 // Server's own clients use. URL is https://.
 func StartTLS(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *Server {
 	t.Helper()
-	return start(t, certFile, keyFile, pool)
+	return start(t, certFile, keyFile, pool, "")
 }
 
-func start(t testing.TB, certFile, keyFile string, pool *x509.CertPool, flags ...string) *Server {
+func start(t testing.TB, certFile, keyFile string, pool *x509.CertPool, virtualDomain string) *Server {
 	t.Helper()
 	bin := lookPath(t)
 	s := &Server{
@@ -104,7 +104,7 @@ func start(t testing.TB, certFile, keyFile string, pool *x509.CertPool, flags ..
 		transport: &http.Transport{Proxy: nil, DisableCompression: true, TLSClientConfig: &tls.Config{RootCAs: pool}},
 		certFile:  certFile,
 		keyFile:   keyFile,
-		flags:     flags,
+		domain:    virtualDomain,
 	}
 	t.Cleanup(s.transport.CloseIdleConnections)
 	// A free port is found by listening on port 0 and closing: another
@@ -132,7 +132,9 @@ func (s *Server) run(t testing.TB, bin string) error {
 		s.URL = "https://" + addr
 		args = append(args, "--cert", s.certFile, "--key", s.keyFile)
 	}
-	args = append(args, s.flags...)
+	if s.domain != "" {
+		args = append(args, "--virtual-domain", s.domain)
+	}
 	s.out = &syncBuffer{}
 	s.exited = make(chan struct{})
 	s.cmd = exec.Command(bin, append(args, "posix", s.Dir)...)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -57,6 +59,45 @@ func TestServerVerifiesSignatures(t *testing.T) {
 	var ae smithy.APIError
 	if !errors.As(err, &re) || re.HTTPStatusCode() != http.StatusForbidden || !errors.As(err, &ae) || ae.ErrorCode() != "SignatureDoesNotMatch" {
 		t.Fatalf("PutObject signed with a wrong secret: %v; want 403 SignatureDoesNotMatch", err)
+	}
+}
+
+// StartVirtualHosted: a request to {bucket}.localhost is for the bucket, and
+// path style still works; the signature over the virtual host verifies.
+func TestServerVirtualHosted(t *testing.T) {
+	srv := s3backend.StartVirtualHosted(t, "localhost")
+	srv.CreateBucket(t, "bkt")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []string
+	vhost := srv.Client(func(o *s3.Options) {
+		o.UsePathStyle = false
+		o.BaseEndpoint = aws.String("http://localhost:" + u.Port())
+		o.HTTPClient = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			hosts = append(hosts, addr) // bkt.localhost needs no DNS: dial the server
+			return (&net.Dialer{}).DialContext(ctx, network, u.Host)
+		}}}
+	})
+	if _, err := vhost.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String("bkt"), Key: aws.String("a.txt"), Body: strings.NewReader("virtual"),
+	}); err != nil {
+		t.Fatalf("virtual-hosted PutObject: %v", err)
+	}
+	if want := "bkt.localhost:" + u.Port(); len(hosts) != 1 || hosts[0] != want {
+		t.Errorf("dialled %q, want %s", hosts, want)
+	}
+	out, err := srv.Client().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("bkt"), Key: aws.String("a.txt")})
+	if err != nil {
+		t.Fatalf("path-style GetObject: %v", err)
+	}
+	data, err := io.ReadAll(out.Body)
+	out.Body.Close()
+	if err != nil || string(data) != "virtual" {
+		t.Fatalf("path-style GetObject body %q, %v; want \"virtual\"", data, err)
 	}
 }
 
