@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -463,9 +464,41 @@ func testS3AWSCLI(t *testing.T, cli awscliBinary) {
 		}
 	})
 
-	// The multipart upload cut by a takeover, whose stale holder's abort
-	// succeeds and leaves no upload, comes with the proxy's multipart
-	// upload records: its flow belongs here, as "multipart-abort".
+	// A multipart upload interrupted by a takeover: the stale holder's next
+	// part and its complete are refused, its abort of its own upload goes
+	// through, it cannot abort the new holder's upload, and no upload is left.
+	flow("multipart-abort", func(t *testing.T, e *awscliEnv) {
+		const key = "mp/out.bin"
+		uploadID := func(r awscliResult) string {
+			t.Helper()
+			var out struct{ UploadId string }
+			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.UploadId == "" {
+				t.Fatalf("create-multipart-upload printed %q: %v", r.stdout, err)
+			}
+			return out.UploadId
+		}
+		id41 := uploadID(e.ok(e.run("41", "s3api", "create-multipart-upload", "--bucket", bucket, "--key", key)))
+		part := e.file("part1.bin", strings.Repeat("1", 5<<20))
+		e.ok(e.run("41", "s3api", "upload-part", "--bucket", bucket, "--key", key, "--upload-id", id41, "--part-number", "1", "--body", part))
+		e.ok(e.run("42", "s3api", "put-object", "--bucket", bucket, "--key", key, "--body", e.file("mp42.txt", "object of 42")))
+		e.refused(e.run("41", "s3api", "upload-part", "--bucket", bucket, "--key", key, "--upload-id", id41, "--part-number", "2",
+			"--body", e.file("tail41.txt", "tail of 41")), e.s3apiExit(), "StaleFencingToken", "UploadPart", "42")
+		e.refused(e.run("41", "s3api", "complete-multipart-upload", "--bucket", bucket, "--key", key, "--upload-id", id41,
+			"--multipart-upload", `{"Parts":[{"PartNumber":1,"ETag":"x"}]}`), e.s3apiExit(), "StaleFencingToken", "CompleteMultipartUpload", "42")
+		e.ok(e.run("41", "s3api", "abort-multipart-upload", "--bucket", bucket, "--key", key, "--upload-id", id41))
+		id42 := uploadID(e.ok(e.run("42", "s3api", "create-multipart-upload", "--bucket", bucket, "--key", key)))
+		e.refused(e.run("41", "s3api", "abort-multipart-upload", "--bucket", bucket, "--key", key, "--upload-id", id42),
+			e.s3apiExit(), "StaleFencingToken", "AbortMultipartUpload", "42")
+		e.ok(e.run("42", "s3api", "abort-multipart-upload", "--bucket", bucket, "--key", key, "--upload-id", id42))
+		left, err := backend.Client().ListMultipartUploads(context.Background(), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)})
+		if err != nil {
+			t.Fatalf("ListMultipartUploads at versitygw: %v", err)
+		}
+		if len(left.Uploads) != 0 {
+			t.Errorf("versitygw still lists %d multipart uploads, want none", len(left.Uploads))
+		}
+		awscliWantObjects(t, backend, bucket, "mp/", map[string]string{key: "object of 42"})
+	})
 
 	// A sync with deletions: the holder's uploads and deletes go through; a
 	// stale holder's sync of its older copy is refused and changes nothing.
