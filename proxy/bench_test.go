@@ -27,11 +27,12 @@ func (okTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // BenchmarkProxyPut compares a fenced 1 KiB PUT (same token, 1,000
-// resources) with the same request on the unfenced path, in one run: the
-// ratio of their ns/op is what fencing costs in the proxy itself.
+// resources) with the same request on the unfenced path, and with the
+// fenced PUT in S3 pass mode (path style), in one run: the ratios of their
+// ns/op are what fencing, and S3 mode on top of it, cost in the proxy itself.
 func BenchmarkProxyPut(b *testing.B) {
 	body := strings.Repeat("x", 1024)
-	for _, mode := range []string{"unfenced", "fenced"} {
+	for _, mode := range []string{"unfenced", "fenced", "fenced-s3"} {
 		b.Run(mode, func(b *testing.B) {
 			s, err := tokenstore.Open(b.TempDir(), tokenstore.Options{})
 			if err != nil {
@@ -45,8 +46,11 @@ func BenchmarkProxyPut(b *testing.B) {
 			}
 			opts := testOptions(b, "http://backend.invalid")
 			opts.Transport = okTransport{}
-			if mode == "unfenced" {
+			switch mode {
+			case "unfenced":
 				opts.UnfencedMethods = []string{"GET", "HEAD", "OPTIONS", "PUT"}
+			case "fenced-s3":
+				opts.S3, opts.S3Domains = "pass", []string{"example.com"} // httptest.NewRequest's Host
 			}
 			p, _ := newProxy(b, s, opts, fence.Options{DrainTimeout: time.Second})
 			var n atomic.Uint64

@@ -70,8 +70,10 @@ func CheckDomain(d string) error {
 // a valid S3 bucket name.
 func (a Addressing) Path(host, rawPath string) (string, error) {
 	h := strings.ToLower(host)
-	if hp, _, err := net.SplitHostPort(h); err == nil {
-		h = hp
+	if strings.IndexByte(h, ':') >= 0 { // a Host without a port would cost SplitHostPort's error, per request
+		if hp, _, err := net.SplitHostPort(h); err == nil {
+			h = hp
+		}
 	}
 	h = strings.TrimSuffix(strings.Trim(h, "[]"), ".") // an IPv6 literal; a fully qualified name
 	for _, d := range a.domains {

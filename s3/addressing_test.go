@@ -86,3 +86,21 @@ func TestCatalogueLookup(t *testing.T) {
 		}
 	}
 }
+
+// TestPathAllocs: mapping a path-style request, the common case, allocates
+// nothing per request, with or without a port in Host (a client on port 80
+// or 443 sends none), nor does looking up a PutObject in the catalogue.
+func TestPathAllocs(t *testing.T) {
+	a, err := NewAddressing([]string{"s3.internal", "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"localhost:8080", "localhost", "s3.internal."} { // capitals cost one (ToLower)
+		if n := testing.AllocsPerRun(100, func() { _, _ = a.Path(host, "/bkt/obj-1") }); n != 0 {
+			t.Errorf("Path(%q, /bkt/obj-1): %v allocations, want 0", host, n)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { Lookup(http.MethodPut, "/bkt/obj-1", "", nil) }); n != 0 {
+		t.Errorf("Lookup of a PutObject: %v allocations, want 0", n)
+	}
+}

@@ -5,8 +5,9 @@
 //
 // Per workload and proxy the table gives the median over runs of req/s (2xx
 // answers only), p50 and p99 latency and upload MiB/s, and the largest peak
-// RSS. A ratio compares fenceproxy with a baseline run back to back with it in
-// the same repeat (a pair); the ratio reported is the median over the pairs.
+// RSS. A ratio compares fenceproxy (or fenceproxy in S3 pass mode) with a
+// baseline run back to back with it in the same repeat (a pair); the ratio
+// reported is the median over the pairs.
 package main
 
 import (
@@ -37,10 +38,10 @@ type run struct {
 
 var (
 	workloads = []string{"a", "b", "c", "d-fill", "d-first-get", "d-first-new", "d-first-old", "d-restart"}
-	proxies   = []string{"direct", "reverseproxy", "nginx", "haproxy", "fenceproxy-off", "fenceproxy"}
+	proxies   = []string{"direct", "reverseproxy", "nginx", "haproxy", "fenceproxy-off", "fenceproxy", "fenceproxy-s3"}
 	colors    = map[string]string{
 		"direct": "#9e9e9e", "reverseproxy": "#1f77b4", "nginx": "#2ca02c", "haproxy": "#9467bd",
-		"fenceproxy-off": "#ffbb78", "fenceproxy": "#ff7f0e",
+		"fenceproxy-off": "#ffbb78", "fenceproxy": "#ff7f0e", "fenceproxy-s3": "#d62728",
 	}
 )
 
@@ -220,9 +221,9 @@ func (r ratio) met() string {
 	}
 }
 
-// pairRatio is the median over repeats of f(fenceproxy's run) / f(baseline's
+// pairRatio is the median over repeats of f(subject's run) / f(baseline's
 // run) in the pairs named pair.
-func pairRatio(runs []run, pair string, f func(run) float64) (med, low, high float64, n int) {
+func pairRatio(runs []run, pair, subject string, f func(run) float64) (med, low, high float64, n int) {
 	byRepeat := map[string]map[string]run{}
 	for _, r := range runs {
 		if r.pair != pair {
@@ -235,12 +236,12 @@ func pairRatio(runs []run, pair string, f func(run) float64) (med, low, high flo
 	}
 	var vs []float64
 	for _, m := range byRepeat {
-		fp, okF := m["fenceproxy"]
+		fp, okF := m[subject]
 		if !okF || len(m) != 2 {
 			continue
 		}
 		for p, b := range m {
-			if p != "fenceproxy" && f(b) > 0 {
+			if p != subject && f(b) > 0 {
 				vs = append(vs, f(fp)/f(b))
 			}
 		}
@@ -265,7 +266,11 @@ func computeRatios(runs []run, rows []row) []ratio {
 		}
 	}
 	pr := func(name, pair string, f func(run) float64, target float64, atMost bool, stretch float64) ratio {
-		med, lo, hi, n := pairRatio(runs, pair, f)
+		subject := "fenceproxy"
+		if pair == "a/fenceproxy" {
+			subject = "fenceproxy-s3" // S3 pass mode against off mode
+		}
+		med, lo, hi, n := pairRatio(runs, pair, subject, f)
 		r := ratio{name: name, unit: "x", value: med, low: lo, high: hi, pairs: n, target: target, atMost: atMost, stretch: stretch, isRatio: true}
 		_, baseline, _ := strings.Cut(pair, "/")
 		for _, row := range rows {
@@ -277,6 +282,7 @@ func computeRatios(runs []run, rows []row) []ratio {
 	}
 	out := []ratio{
 		pr("(a) req/s fenceproxy / fenceproxy-off (cost of fencing)", "a/fenceproxy-off", rps, 0.95, false, nan),
+		pr("(a) req/s fenceproxy S3 pass / S3 off (cost of S3 mode)", "a/fenceproxy", rps, 0.95, false, nan),
 		pr("(a) req/s fenceproxy / stock ReverseProxy", "a/reverseproxy", rps, 2.0, false, nan),
 		pr("(a) req/s fenceproxy / nginx", "a/nginx", rps, 0.6, false, 0.8),
 		pr("(a) req/s fenceproxy / HAProxy", "a/haproxy", rps, nan, false, nan),
