@@ -372,29 +372,49 @@ func (p *Proxy) classify(ex *exchange) error {
 		return err
 	}
 	ex.fenced = !p.unfencedRequest(r) && !(errors.Is(ex.tokenErr, fence.ErrTokenMissing) && !p.opts.RequireToken)
-	if p.s3 != nil && ex.fenced && !hasMethodOverride(r) {
-		ex.multipart, ex.uploadID = s3.MultipartOf(r.Method, ex.path, r.URL.RawQuery, p.tokenParam)
+	if p.s3 == nil {
+		return nil
+	}
+	if !strings.Contains(strings.TrimPrefix(ex.path, "/"), "/") {
 		return p.bucketWrite(ex)
+	}
+	if ex.fenced && !hasMethodOverride(r) {
+		ex.multipart, ex.uploadID = s3.MultipartOf(r.Method, ex.path, r.URL.RawQuery, p.tokenParam)
 	}
 	return nil
 }
 
-// bucketWrite applies S3BucketWrites to a fenced write that the S3
-// catalogue finds is a bucket's: CreateBucket writes no object and passes
-// unfenced (a job that creates its bucket first must not raise the
-// bucket's fence for the next job); a configuration write is refused
-// (errBucketWrite), passed unfenced or fenced on the bucket's name.
+// bucketWrite applies S3BucketWrites to a request to a bucket, by the S3
+// catalogue's operation for each method it may run as (its own and any
+// override header's): a configuration write under refuse is refused
+// (errBucketWrite), with a token or without, whatever UnfencedMethods say.
+// A fenced write stays fenced (on the bucket's name) unless every operation
+// is a read, a CreateBucket (it writes no object: a job that creates its
+// bucket first must not raise the bucket's fence for the next job; fenced
+// under fence) or a configuration write under pass.
 func (p *Proxy) bucketWrite(ex *exchange) error {
 	r := ex.r
-	op := s3.Lookup(r.Method, ex.path, r.URL.RawQuery, r.Header)
-	switch {
-	case op.Writes == s3.NewBucket && p.opts.S3BucketWrites != "fence",
-		op.Writes == s3.BucketConfig && p.opts.S3BucketWrites == "pass":
+	ms := []string{r.Method}
+	if hasMethodOverride(r) {
+		ms = methods(r)
+	}
+	unfenced := true
+	for _, m := range ms {
+		op := s3.Lookup(m, ex.path, r.URL.RawQuery, r.Header)
+		switch {
+		case op.Writes == s3.BucketConfig && p.opts.S3BucketWrites != "fence" && p.opts.S3BucketWrites != "pass":
+			return fmt.Errorf("%w: %s %s is %s (lifecycle rules, policies and ACLs can delete or expose every object in the bucket), "+
+				"refused by FENCEPROXY_S3_BUCKET_WRITES=refuse; set it to pass (unfenced) or fence (fenced on the bucket)",
+				errBucketWrite, m, op.Name, op.Writes)
+		case op.Writes == s3.Nothing,
+			op.Writes == s3.NewBucket && p.opts.S3BucketWrites != "fence",
+			op.Writes == s3.BucketConfig && p.opts.S3BucketWrites == "pass":
+		default:
+			unfenced = false
+		}
+	}
+	if unfenced {
 		ex.fenced = false
-	case op.Writes == s3.BucketConfig && p.opts.S3BucketWrites != "fence":
-		return fmt.Errorf("%w: %s %s is %s (lifecycle rules, policies and ACLs can delete or expose every object in the bucket), "+
-			"refused by FENCEPROXY_S3_BUCKET_WRITES=refuse; set it to pass (unfenced) or fence (fenced on the bucket)",
-			errBucketWrite, r.Method, op.Name, op.Writes)
 	}
 	return nil
 }

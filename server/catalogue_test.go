@@ -814,9 +814,6 @@ func catS3Rows() []catRow {
 
 	// Method-override headers: fenced by every method the request may run
 	// as, and a bucket's configuration is refused under any of them.
-	overrideDefect := "in S3 mode the proxy's classify step skips the bucket-write policy (s3.Lookup, " +
-		"FENCEPROXY_S3_BUCKET_WRITES) for a request with a method-override header, so such a write to a bucket's " +
-		"configuration is fenced on the bucket and forwarded instead of refused"
 	rows = append(rows,
 		catRow{name: "s3 override/GET as DELETE, no token", s3: dflt, raw: req("GET", false, "", "", "X-HTTP-Method-Override: DELETE"),
 			status: 428, reason: "missing", code: "MissingFencingToken", fences: objAt("")},
@@ -827,13 +824,13 @@ func catS3Rows() []catRow {
 		catRow{name: "s3 override/GET as DELETE, current token, fenced on the object", s3: dflt, raw: req("GET", false, "", "", "X-HTTP-Method-Override: DELETE", catTok),
 			status: 200, forwarded: 1, sent: true, fences: objAt("7")},
 		catRow{name: "s3 override/PUT ?policy overriding to PUT, refused by default", s3: dflt, raw: req("PUT", true, "?policy", config, "X-HTTP-Method-Override: PUT", catTok),
-			status: 400, reason: "unsupported", code: "NotImplemented", fences: bucketAt(""), defect: overrideDefect},
+			status: 400, reason: "unsupported", code: "NotImplemented", fences: bucketAt("")},
 		catRow{name: "s3 override/PUT ?lifecycle overriding to GET, virtual-hosted, refused by default", s3: dflt, vh: true,
-			raw: req("PUT", true, "?lifecycle", config, "X-HTTP-Method-Override: GET", catTok), status: 400, reason: "unsupported", code: "NotImplemented", fences: bucketAt(""), defect: overrideDefect},
+			raw: req("PUT", true, "?lifecycle", config, "X-HTTP-Method-Override: GET", catTok), status: 400, reason: "unsupported", code: "NotImplemented", fences: bucketAt("")},
 		catRow{name: "s3 override/GET ?policy as PUT, refused by default", s3: dflt, raw: req("GET", true, "?policy", "", "X-HTTP-Method-Override: PUT", catTok),
-			status: 400, reason: "unsupported", code: "NotImplemented", fences: bucketAt(""), defect: overrideDefect},
+			status: 400, reason: "unsupported", code: "NotImplemented", fences: bucketAt("")},
 		catRow{name: "s3 override/GET as DELETE on a bucket, refused by default", s3: dflt, vh: true, raw: req("GET", true, "", "", "X-Http-Method: DELETE", catTok),
-			status: 400, reason: "unsupported", code: "NotImplemented", fences: bucketAt(""), defect: overrideDefect},
+			status: 400, reason: "unsupported", code: "NotImplemented", fences: bucketAt("")},
 		catRow{name: "s3 override/PUT ?policy overriding to PUT, fenced on the bucket with fence", s3: "fence",
 			raw: req("PUT", true, "?policy", config, "X-HTTP-Method-Override: PUT", catTok), status: 200, forwarded: 1, sent: true, fences: bucketAt("7")},
 		catRow{name: "s3 override/GET ?delete as POST, fenced on each key", s3: dflt,

@@ -101,3 +101,44 @@ func TestS3BucketWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestS3BucketWritesRefusedWithoutToken: BUCKET_WRITES=refuse refuses a
+// bucket's configuration writes that carry no token too, when
+// FENCEPROXY_REQUIRE_TOKEN=false forwards other tokenless writes unchecked:
+// nothing is forwarded. CreateBucket and reads still pass.
+func TestS3BucketWritesRefusedWithoutToken(t *testing.T) {
+	fake := gofakes3.New(s3mem.New()).Server()
+	var mu sync.Mutex
+	var forwarded []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		forwarded = append(forwarded, r.Method+" "+r.URL.RequestURI())
+		mu.Unlock()
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+		"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "localhost", "FENCEPROXY_REQUIRE_TOKEN": "false"})
+	_, port, _ := net.SplitHostPort(in.Proxy)
+	client := s3HostClient("http://localhost:"+port, in.Proxy, true)
+	ctx := context.Background()
+	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("jobs")}); err != nil {
+		t.Fatalf("tokenless CreateBucket: %v", err)
+	}
+	mu.Lock()
+	forwarded = nil
+	mu.Unlock()
+	_, err := client.PutBucketPolicy(ctx, &s3.PutBucketPolicyInput{Bucket: aws.String("jobs"), Policy: aws.String(`{"Statement":[]}`)})
+	if reason, status := s3Refusal(err); reason != "unsupported" || status != http.StatusBadRequest {
+		t.Errorf("tokenless PutBucketPolicy: %v; want 400 unsupported", err)
+	}
+	_, err = client.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("jobs")})
+	if reason, status := s3Refusal(err); reason != "unsupported" || status != http.StatusBadRequest {
+		t.Errorf("tokenless DeleteBucket: %v; want 400 unsupported", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(forwarded) != 0 {
+		t.Errorf("forwarded %q, want nothing", forwarded)
+	}
+}
