@@ -141,7 +141,7 @@ type Config struct {
 	S3 string `env:"S3" envDefault:"off" help:"off: a generic HTTP backend, the resource is the request path; pass: the backend speaks S3, the resource is {bucket}/{key} in path or virtual-hosted style (FENCEPROXY_S3_DOMAINS), and the worker's signature reaches the backend unchanged"`
 
 	// S3Domains are the host names workers use for the proxy in S3 mode.
-	S3Domains []string `env:"S3_DOMAINS" envSeparator:"," help:"with S3=pass, the host names workers use for the proxy (comma-separated, no port): a Host equal to one is path style (/bucket/key), {bucket}.{name} is virtual-hosted style; any other Host is refused with 400"`
+	S3Domains []string `env:"S3_DOMAINS" envSeparator:"," help:"with S3=pass, the host names workers use for the proxy (comma-separated, no port): a Host equal to one is path style (/bucket/key), {bucket}.{name} is virtual-hosted style (not below an IP address); any other Host is refused with 400"`
 
 	// S3BucketWrites is what S3 mode does with a bucket's configuration writes.
 	S3BucketWrites string `env:"S3_BUCKET_WRITES" envDefault:"refuse" help:"with S3=pass, writes to a bucket's configuration (policy, lifecycle, ACL, versioning..., DeleteBucket): refuse (400), pass (forwarded unfenced) or fence (fenced on the bucket's name); CreateBucket passes unfenced unless fence"`

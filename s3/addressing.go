@@ -19,6 +19,10 @@ var ErrHost = errors.New("host names no S3 endpoint of this proxy")
 // one resource key whichever style reaches it.
 type Addressing struct {
 	domains []string // lower case, longest first
+	// The domains that are host names. An IP address has no virtual-hosted
+	// buckets: no store reads {bucket}.{address} so, and one that reads it as
+	// path style would write another object than the one fenced.
+	names []string
 }
 
 // NewAddressing returns the addressing of domains (FENCEPROXY_S3_DOMAINS:
@@ -30,10 +34,15 @@ func NewAddressing(domains []string) (Addressing, error) {
 			return Addressing{}, fmt.Errorf("%q: %w", d, err)
 		}
 		a.domains = append(a.domains, strings.ToLower(d))
+		if net.ParseIP(d) == nil {
+			a.names = append(a.names, strings.ToLower(d))
+		}
 	}
 	// The longest domain first: with localhost and s3.localhost,
 	// demo.s3.localhost is bucket demo below s3.localhost.
-	slices.SortStableFunc(a.domains, func(x, y string) int { return len(y) - len(x) })
+	longestFirst := func(x, y string) int { return len(y) - len(x) }
+	slices.SortStableFunc(a.domains, longestFirst)
+	slices.SortStableFunc(a.names, longestFirst)
 	return a, nil
 }
 
@@ -66,8 +75,8 @@ func CheckDomain(d string) error {
 // style, /{bucket}{rawPath} in virtual-hosted style. A bucket alone is
 // /{bucket} in both (path style's /{bucket}/ and virtual-hosted style's /
 // included). host is the request's Host, with or without a port, in any
-// case. ErrHost for any other host, or a virtual-hosted bucket that is not
-// a valid S3 bucket name.
+// case. ErrHost for any other host ({bucket}.{address} below an IP address
+// included), or a virtual-hosted bucket that is not a valid S3 bucket name.
 func (a Addressing) Path(host, rawPath string) (string, error) {
 	h := strings.ToLower(host)
 	if strings.IndexByte(h, ':') >= 0 { // a Host without a port would cost SplitHostPort's error, per request
@@ -83,6 +92,8 @@ func (a Addressing) Path(host, rawPath string) (string, error) {
 			}
 			return rawPath, nil
 		}
+	}
+	for _, d := range a.names {
 		if bucket, ok := strings.CutSuffix(h, "."+d); ok {
 			if err := checkBucket(bucket); err != nil {
 				return "", fmt.Errorf("%w: virtual-hosted bucket %q: %v", ErrHost, bucket, err)

@@ -26,6 +26,8 @@ func TestAddressingPath(t *testing.T) {
 		{"demo.s3.localhost", "/k", "/demo/k"}, // the longest domain wins
 		{"s3.localhost", "/demo/k", "/demo/k"},
 		{"127.0.0.1:9000", "/demo/k", "/demo/k"},
+		{"demo.127.0.0.1:9000", "/k", ""},  // an IP address has no virtual-hosted buckets
+		{"demo.127.0.0.1", "/other/k", ""}, // (a store reads this as bucket other)
 		{"localhost", "/", "/"},
 		{"other.example", "/demo/k", ""},
 		{"", "/demo/k", ""},

@@ -132,6 +132,10 @@ func TestDemoVirtualHostedIsOneResource(t *testing.T) {
 		{"demo.localhost:" + port, "/report.txt", "43", 200},
 		{"127.0.0.1:" + port, "/demo/report.txt", "42", 409},
 		{"elsewhere.example", "/demo/report.txt", "44", 400},
+		// 127.0.0.1 is a domain of the demo, but an IP address has no
+		// virtual-hosted buckets: gofakes3 reads this as path style (bucket
+		// demo), so fencing it on reports/demo/report.txt would let 41 through.
+		{"reports.127.0.0.1:" + port, "/demo/report.txt", "41", 400},
 	} {
 		if got := put(tc.host, tc.path, tc.token); got != tc.want {
 			t.Errorf("PUT %s%s with %s: %d, want %d", tc.host, tc.path, tc.token, got, tc.want)
