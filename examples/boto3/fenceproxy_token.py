@@ -1,9 +1,11 @@
 """Send a fencing token with every boto3/botocore S3 call, for fenceproxy.
 
     import boto3
+    from botocore.config import Config
     from fenceproxy_token import add_fencing_token
 
-    s3 = boto3.client("s3", endpoint_url="http://s3.internal:8080")
+    s3 = boto3.client("s3", endpoint_url="http://s3.internal:8080",
+                      config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
     token = add_fencing_token(s3)   # a holder of the token, changed as leases change
     token.set(42)
     s3.put_object(Bucket="reports", Key="jobs/a", Body=b"...")
@@ -17,6 +19,10 @@ needs to add no header:
     token.set(42)
     url = s3.generate_presigned_url("put_object", Params={"Bucket": "reports", "Key": "jobs/a"})
     # http://s3.internal:8080/reports/jobs/a?X-Fencing-Token=42&X-Amz-Algorithm=...
+
+signature_version="s3v4" matters there: with an endpoint_url botocore presigns
+with SigV2 by default, whose signature does not cover the token in the query,
+and stores such as versitygw refuse SigV2.
 
 A refusal is a botocore ClientError whose error Code is the proxy's
 (StaleFencingToken, MissingFencingToken, ...), with the Fencing-Current-Token
