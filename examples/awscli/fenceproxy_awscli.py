@@ -8,19 +8,30 @@ with an error before anything is sent.
 
 awscli v2 (~/.aws/config, with the directory holding this file):
 
+    [default]
+    s3 =
+        addressing_style = path
     [plugins]
     cli_legacy_plugin_path = /opt/fenceproxy/awscli
     fenceproxy = fenceproxy_awscli
 
 awscli v1 has no cli_legacy_plugin_path (it would import that line's value
-as a plugin and fail): put the directory on PYTHONPATH instead and keep only
+as a plugin and fail): put the directory on PYTHONPATH instead, leave that
+line out, and sign with SigV4 (v1 presigns with SigV2 otherwise):
 
+    [default]
+    s3 =
+        addressing_style = path
+        signature_version = s3v4
     [plugins]
     fenceproxy = fenceproxy_awscli
 
 Then, with the endpoint of the proxy:
 
     FENCING_TOKEN=42 aws --endpoint-url http://s3.internal:8080 s3 cp out.txt s3://reports/jobs/a
+
+awscli v2 given the v1 block loads no plugin and says nothing: its writes
+are then refused with MissingFencingToken although FENCING_TOKEN is set.
 
 The header is added before botocore signs the request, so the worker's own
 SigV4 signature covers it and reaches the store unchanged (FENCEPROXY_S3=pass).
