@@ -79,6 +79,9 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		level = slog.LevelWarn
 	case errors.Is(err, fence.ErrBadResource):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonBadResource, "No fenceable resource"
+		if errors.Is(err, s3.ErrHost) { // the Host is at fault, not the path
+			pb.Detail = strings.TrimPrefix(pb.Detail, fence.ErrBadResource.Error()+": ")
+		}
 	case errors.Is(err, s3.ErrMalformedDelete):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonMalformedXML, "Malformed DeleteObjects body"
 	case errors.Is(err, errUnsupported):

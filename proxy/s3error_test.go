@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,4 +224,41 @@ func TestS3ErrorUpstreamAndBarrier(t *testing.T) {
 		}
 		s3CheckXML(t, resp.Header, string(body), "GatewayTimeout", "/bkt/slow")
 	})
+}
+
+// TestS3HostErrorNamesTheHost: a Host that is no S3 domain of the proxy is
+// refused (400 bad_resource, InvalidURI, nothing forwarded) with a message
+// that names the Host as the problem, not the request path, which is fine.
+func TestS3HostErrorNamesTheHost(t *testing.T) {
+	var forwarded atomic.Int32
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { forwarded.Add(1) }))
+	t.Cleanup(backend.Close)
+	srv := newTestProxy(t, newMemStore(), backend.URL, func(o *Options, _ *fence.Options) {
+		o.S3, o.S3Domains = "pass", []string{"localhost", "127.0.0.1"}
+	})
+	for _, tc := range []struct{ host, path, want string }{
+		{"other.example", "/bkt/obj", `the Host names no S3 endpoint of this proxy: "other.example" is neither one of FENCEPROXY_S3_DOMAINS`},
+		{"bkt.127.0.0.1", "/obj", `the Host names no S3 endpoint of this proxy: "bkt.127.0.0.1" is neither`},
+		{"ab.localhost:8080", "/obj", `the Host names no S3 endpoint of this proxy: "ab.localhost:8080": virtual-hosted bucket "ab": `},
+	} {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+tc.path, strings.NewReader("x"))
+		req.Host = tc.host
+		req.Header.Set("X-Fencing-Token", "5")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || resp.Header.Get(wire.HeaderRefused) != wire.ReasonBadResource {
+			t.Fatalf("Host %s: %d %q %s; want 400 bad_resource", tc.host, resp.StatusCode, resp.Header.Get(wire.HeaderRefused), body)
+		}
+		e := s3CheckXML(t, resp.Header, string(body), "InvalidURI", tc.path)
+		if !strings.HasPrefix(e.Message, tc.want) || strings.Contains(e.Message, "request path") {
+			t.Errorf("Host %s: message %q; want it to start with %q and not blame the request path", tc.host, e.Message, tc.want)
+		}
+	}
+	if n := forwarded.Load(); n != 0 {
+		t.Errorf("%d requests forwarded; want none", n)
+	}
 }

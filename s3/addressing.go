@@ -11,7 +11,7 @@ import (
 // ErrHost: in S3 mode, a request whose Host is neither one of the proxy's
 // S3 domains (path style) nor a bucket below one (virtual-hosted style). The
 // proxy does not guess which object such a request names (400).
-var ErrHost = errors.New("host names no S3 endpoint of this proxy")
+var ErrHost = errors.New("the Host names no S3 endpoint of this proxy")
 
 // Addressing maps S3 requests in path style (Host is a domain, the bucket
 // is the path's first segment) and virtual-hosted style (Host is
@@ -96,7 +96,7 @@ func (a Addressing) Path(host, rawPath string) (string, error) {
 	for _, d := range a.names {
 		if bucket, ok := strings.CutSuffix(h, "."+d); ok {
 			if err := checkBucket(bucket); err != nil {
-				return "", fmt.Errorf("%w: virtual-hosted bucket %q: %v", ErrHost, bucket, err)
+				return "", fmt.Errorf("%w: %q: virtual-hosted bucket %q: %v", ErrHost, host, bucket, err)
 			}
 			if rawPath == "/" {
 				return "/" + bucket, nil
@@ -104,7 +104,7 @@ func (a Addressing) Path(host, rawPath string) (string, error) {
 			return "/" + bucket + rawPath, nil
 		}
 	}
-	return "", fmt.Errorf("%w: Host %q is not one of FENCEPROXY_S3_DOMAINS %q, nor {bucket}.{domain} below one", ErrHost, host, a.domains)
+	return "", fmt.Errorf("%w: %q is neither one of FENCEPROXY_S3_DOMAINS %q nor {bucket}.{domain} below a host name among them", ErrHost, host, a.domains)
 }
 
 // checkBucket checks an S3 bucket name as virtual-hosted style spells it:
