@@ -143,6 +143,9 @@ type Config struct {
 	// S3Domains are the host names workers use for the proxy in S3 mode.
 	S3Domains []string `env:"S3_DOMAINS" envSeparator:"," help:"with S3=pass, the host names workers use for the proxy (comma-separated, no port): a Host equal to one is path style (/bucket/key), {bucket}.{name} is virtual-hosted style (not below an IP address); any other Host is refused with 400"`
 
+	// S3VirtualHosted is whether S3 mode reads {bucket}.{domain} as virtual-hosted style.
+	S3VirtualHosted bool `env:"S3_VIRTUAL_HOSTED" envDefault:"true" help:"with S3=pass, whether a Host {bucket}.{name} (a name in FENCEPROXY_S3_DOMAINS) is read as virtual-hosted style, bucket {bucket}; set false when the store does not read those names so (it would write another object than the one fenced): such a Host is then refused with 400, and workers use path style"`
+
 	// S3BucketWrites is what S3 mode does with a bucket's configuration writes.
 	S3BucketWrites string `env:"S3_BUCKET_WRITES" envDefault:"refuse" help:"with S3=pass, writes to a bucket's configuration (policy, lifecycle, ACL, versioning..., DeleteBucket): refuse (400), pass (forwarded unfenced) or fence (fenced on the bucket's name); CreateBucket passes unfenced unless fence"`
 

@@ -50,6 +50,9 @@ type Options struct {
 	// with 400). "" is off.
 	S3        string
 	S3Domains []string // the host names workers use for the proxy (S3_DOMAINS)
+	// S3VirtualHosted maps a Host {bucket}.{domain} to the bucket
+	// (S3_VIRTUAL_HOSTED); false: path style only, such a Host is refused.
+	S3VirtualHosted bool
 	// S3BucketWrites is what S3 mode does with a write to a bucket's
 	// configuration (s3.BucketConfig): "refuse" (400 unsupported; "" too),
 	// "pass" (forwarded unfenced) or "fence" (fenced on the bucket's name).
@@ -108,6 +111,7 @@ func OptionsFrom(cfg config.Config) Options {
 		AllowPathParams:   cfg.AllowPathParams,
 		S3:                cfg.S3,
 		S3Domains:         cfg.S3Domains,
+		S3VirtualHosted:   cfg.S3VirtualHosted,
 		S3BucketWrites:    cfg.S3BucketWrites,
 		S3UploadRecordTTL: cfg.S3UploadRecordTTL,
 		RequireToken:      cfg.RequireToken,
@@ -161,7 +165,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	switch opts.S3 {
 	case "", "off":
 	case "pass":
-		a, err := s3.NewAddressing(opts.S3Domains)
+		a, err := s3.NewAddressing(opts.S3Domains, opts.S3VirtualHosted)
 		switch {
 		case err != nil:
 			bad = append(bad, "S3Domains: "+err.Error())

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -260,5 +261,52 @@ func TestS3HostErrorNamesTheHost(t *testing.T) {
 	}
 	if n := forwarded.Load(); n != 0 {
 		t.Errorf("%d requests forwarded; want none", n)
+	}
+}
+
+// TestS3PathStyleOnly: with S3VirtualHosted off (S3_VIRTUAL_HOSTED=false),
+// for a store that does not read {bucket}.{domain} as a bucket, a
+// virtual-hosted Host is refused (400 bad_resource, nothing forwarded) with
+// a message that says so; path style is forwarded and fenced on the same
+// resource as before.
+func TestS3PathStyleOnly(t *testing.T) {
+	var mu sync.Mutex
+	var forwarded []string
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		forwarded = append(forwarded, r.Host+r.URL.Path)
+		mu.Unlock()
+	}))
+	t.Cleanup(backend.Close)
+	store := newMemStore()
+	srv := newTestProxy(t, store, backend.URL, func(o *Options, _ *fence.Options) {
+		o.S3, o.S3Domains, o.S3VirtualHosted = "pass", []string{"localhost"}, false
+	})
+	send := func(host, path string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+path, strings.NewReader("x"))
+		req.Host = host
+		req.Header.Set("X-Fencing-Token", "5")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	status, body := send("reports.localhost:8080", "/jobs/a")
+	if status != 400 || !strings.Contains(body, "FENCEPROXY_S3_VIRTUAL_HOSTED=false") {
+		t.Errorf("virtual-hosted PUT: %d %s; want 400 naming FENCEPROXY_S3_VIRTUAL_HOSTED=false", status, body)
+	}
+	if status, body := send("localhost:8080", "/reports/jobs/a"); status != 200 {
+		t.Errorf("path-style PUT: %d %s; want 200", status, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(forwarded) != 1 || forwarded[0] != "localhost:8080/reports/jobs/a" {
+		t.Errorf("forwarded %q; want the path-style PUT only", forwarded)
+	}
+	if m, _ := store.Max("reports/jobs/a"); m != 5 {
+		t.Errorf("fence of reports/jobs/a: %d, want 5", m)
 	}
 }

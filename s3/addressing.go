@@ -19,22 +19,26 @@ var ErrHost = errors.New("the Host names no S3 endpoint of this proxy")
 // one resource key whichever style reaches it.
 type Addressing struct {
 	domains []string // lower case, longest first
-	// The domains that are host names. An IP address has no virtual-hosted
-	// buckets: no store reads {bucket}.{address} so, and one that reads it as
-	// path style would write another object than the one fenced.
-	names []string
+	// The domains that are host names, when virtual-hosted style is on. An
+	// IP address has no virtual-hosted buckets: no store reads
+	// {bucket}.{address} so, and one that reads it as path style would write
+	// another object than the one fenced.
+	names         []string
+	virtualHosted bool
 }
 
 // NewAddressing returns the addressing of domains (FENCEPROXY_S3_DOMAINS:
-// host names or IP addresses, no port). Errors name the first bad domain.
-func NewAddressing(domains []string) (Addressing, error) {
-	var a Addressing
+// host names or IP addresses, no port), with virtual-hosted style
+// ({bucket}.{domain}) when virtualHosted is set (S3_VIRTUAL_HOSTED), else
+// path style only. Errors name the first bad domain.
+func NewAddressing(domains []string, virtualHosted bool) (Addressing, error) {
+	a := Addressing{virtualHosted: virtualHosted}
 	for _, d := range domains {
 		if err := CheckDomain(d); err != nil {
 			return Addressing{}, fmt.Errorf("%q: %w", d, err)
 		}
 		a.domains = append(a.domains, strings.ToLower(d))
-		if net.ParseIP(d) == nil {
+		if net.ParseIP(d) == nil && virtualHosted {
 			a.names = append(a.names, strings.ToLower(d))
 		}
 	}
@@ -103,6 +107,9 @@ func (a Addressing) Path(host, rawPath string) (string, error) {
 			}
 			return "/" + bucket + rawPath, nil
 		}
+	}
+	if !a.virtualHosted {
+		return "", fmt.Errorf("%w: %q is not one of FENCEPROXY_S3_DOMAINS %q (virtual-hosted style {bucket}.{domain} is off: FENCEPROXY_S3_VIRTUAL_HOSTED=false)", ErrHost, host, a.domains)
 	}
 	return "", fmt.Errorf("%w: %q is neither one of FENCEPROXY_S3_DOMAINS %q nor {bucket}.{domain} below a host name among them", ErrHost, host, a.domains)
 }

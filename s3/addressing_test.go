@@ -7,7 +7,7 @@ import (
 )
 
 func TestAddressingPath(t *testing.T) {
-	a, err := NewAddressing([]string{"localhost", "s3.Internal", "127.0.0.1", "s3.localhost"})
+	a, err := NewAddressing([]string{"localhost", "s3.Internal", "127.0.0.1", "s3.localhost"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestAddressingPath(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "http://localhost", "localhost:8080", "a..b", "-a.b", "a b"} {
-		if _, err := NewAddressing([]string{bad}); err == nil {
+		if _, err := NewAddressing([]string{bad}, true); err == nil {
 			t.Errorf("NewAddressing(%q): no error", bad)
 		}
 	}
@@ -89,11 +89,28 @@ func TestCatalogueLookup(t *testing.T) {
 	}
 }
 
+// TestAddressingPathStyleOnly: with virtual-hosted style off, a domain is
+// path style as before and {bucket}.{domain} is ErrHost.
+func TestAddressingPathStyleOnly(t *testing.T) {
+	a, err := NewAddressing([]string{"localhost", "s3.internal"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := a.Path("s3.internal:9000", "/bkt/k"); err != nil || p != "/bkt/k" {
+		t.Errorf("path style: %q, %v; want /bkt/k", p, err)
+	}
+	for _, host := range []string{"bkt.localhost", "bkt.s3.internal:9000", "s3.internal.localhost"} {
+		if p, err := a.Path(host, "/k"); !errors.Is(err, ErrHost) {
+			t.Errorf("Path(%q, /k) = %q, %v; want ErrHost", host, p, err)
+		}
+	}
+}
+
 // TestPathAllocs: mapping a path-style request, the common case, allocates
 // nothing per request, with or without a port in Host (a client on port 80
 // or 443 sends none), nor does looking up a PutObject in the catalogue.
 func TestPathAllocs(t *testing.T) {
-	a, err := NewAddressing([]string{"s3.internal", "localhost"})
+	a, err := NewAddressing([]string{"s3.internal", "localhost"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

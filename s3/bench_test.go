@@ -9,7 +9,7 @@ import (
 // without a port in Host (a client on port 80 or 443 sends none), and
 // virtual-hosted style.
 func BenchmarkPath(b *testing.B) {
-	a, err := NewAddressing([]string{"s3.internal", "localhost"})
+	a, err := NewAddressing([]string{"s3.internal", "localhost"}, true)
 	if err != nil {
 		b.Fatal(err)
 	}
