@@ -372,6 +372,11 @@ func (p *Proxy) classify(ex *exchange) error {
 		return err
 	}
 	ex.fenced = !p.unfencedRequest(r) && !(errors.Is(ex.tokenErr, fence.ErrTokenMissing) && !p.opts.RequireToken)
+	if ex.fenced {
+		if err := checkQuery(r.URL.RawQuery); err != nil {
+			return err
+		}
+	}
 	if p.s3 != nil && ex.fenced && !hasMethodOverride(r) {
 		ex.multipart, ex.uploadID = s3.MultipartOf(r.Method, ex.path, r.URL.RawQuery, p.tokenParam)
 		return p.bucketWrite(ex)
