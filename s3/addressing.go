@@ -66,8 +66,8 @@ func CheckDomain(d string) error {
 // style, /{bucket}{rawPath} in virtual-hosted style. A bucket alone is
 // /{bucket} in both (path style's /{bucket}/ and virtual-hosted style's /
 // included). host is the request's Host, with or without a port, in any
-// case. ErrHost for any other host, or a virtual-hosted bucket that is not
-// a valid S3 bucket name.
+// case. ErrHost for any other host, a virtual-hosted bucket that is not
+// a valid S3 bucket name, or one holding ".{domain}" for any of the domains.
 func (a Addressing) Path(host, rawPath string) (string, error) {
 	h := strings.ToLower(host)
 	if hp, _, err := net.SplitHostPort(h); err == nil {
@@ -84,6 +84,14 @@ func (a Addressing) Path(host, rawPath string) (string, error) {
 		if bucket, ok := strings.CutSuffix(h, "."+d); ok {
 			if err := checkBucket(bucket); err != nil {
 				return "", fmt.Errorf("%w: virtual-hosted bucket %q: %v", ErrHost, bucket, err)
+			}
+			// A store that takes the bucket up to the first ".{domain}"
+			// (versitygw --virtual-domain) would read another bucket.
+			for _, other := range a.domains {
+				if strings.Contains(bucket, "."+other) {
+					return "", fmt.Errorf("%w: virtual-hosted bucket %q holds %q, so a store could read the bucket as the part before it; use path style",
+						ErrHost, bucket, "."+other)
+				}
 			}
 			if rawPath == "/" {
 				return "/" + bucket, nil
