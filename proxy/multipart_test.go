@@ -353,3 +353,23 @@ func TestS3FragmentInQuery(t *testing.T) {
 	status, _ = r.do(http.MethodDelete, "/bkt/obj?uploadId=u-1", 41, "")
 	r.want("stale holder's abort of its own upload", status, 204, "DELETE /bkt/obj?uploadId=u-1")
 }
+
+// TestS3EmptySegments: in S3 mode a run of slashes in a write's key is one
+// slash for the fence, as for versitygw (fasthttp merges them, and a
+// DeleteObjects key "/obj" deletes bkt/obj): a stale PUT /bkt//obj and a
+// stale DeleteObjects of "/obj" are refused after 42's write of bkt/obj.
+func TestS3EmptySegments(t *testing.T) {
+	r := newMPRig(t, time.Hour, nil)
+	status, _ := r.do(http.MethodPut, "/bkt/obj", 42, "data of 42")
+	r.want("42 writes", status, 200, "PUT /bkt/obj")
+	for _, target := range []string{"/bkt//obj", "/bkt/%2Fobj", "//bkt/obj"} {
+		line := r.rawExchange(http.MethodPut, target, 41, "stale")
+		if got := r.backend.take(); !strings.Contains(line, " 409 ") || len(got) != 0 {
+			t.Errorf("stale PUT %s: %q, backend got %q; want 409, nothing forwarded", target, line, got)
+		}
+	}
+	for _, key := range []string{"/obj", "//obj"} {
+		status, _ = r.do(http.MethodPost, "/bkt?delete", 41, "<Delete><Object><Key>"+key+"</Key></Object></Delete>")
+		r.want("stale DeleteObjects of "+key, status, 409)
+	}
+}

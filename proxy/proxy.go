@@ -190,7 +190,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		opts:        opts,
 		tokenHeader: http.CanonicalHeaderKey(opts.TokenHeader),
 		barrier:     barrier,
-		resolver:    fence.Resolver{Depth: opts.ResourceDepth, PathParams: opts.AllowPathParams},
+		resolver:    fence.Resolver{Depth: opts.ResourceDepth, PathParams: opts.AllowPathParams, MergeSlashes: addressing != nil},
 		unfenced:    make(map[string]bool),
 		observe:     opts.Mode == "observe",
 		s3:          addressing,
