@@ -372,7 +372,7 @@ func (p *Proxy) classify(ex *exchange) error {
 		return err
 	}
 	ex.fenced = !p.unfencedRequest(r) && !(errors.Is(ex.tokenErr, fence.ErrTokenMissing) && !p.opts.RequireToken)
-	if ex.fenced {
+	if ex.fenced && p.s3 != nil {
 		if err := checkQuery(r.URL.RawQuery); err != nil {
 			return err
 		}

@@ -57,8 +57,8 @@ func checkTarget(r *http.Request) error {
 	}
 }
 
-// checkQuery refuses a write's raw query holding "#" (fence.ErrBadResource).
-// No client sends one (it starts a fragment, which stays with the client),
+// checkQuery refuses, in S3 mode, a write's raw query holding "#"
+// (fence.ErrBadResource); off mode forwards every query as sent. No client sends one (it starts a fragment, which stays with the client),
 // and a store may cut the query there while the proxy reads on: versitygw
 // runs DELETE ?X-Amz-Foo=1#&uploadId=ID, which the proxy reads as an abort,
 // as DeleteObject, and PUT /bkt?policy#, which it reads as CreateBucket, as
