@@ -32,6 +32,13 @@ type Resolver struct {
 	// byte like any other, for backends that do not strip path parameters.
 	// Encoded "%3B" is a key byte either way (S3 SDKs encode ";").
 	PathParams bool
+	// MergeSlashes (S3 mode): a run of slashes in the decoded path is one
+	// slash, so /bkt//obj and /bkt/%2Fobj are the resource of /bkt/obj.
+	// S3 stores on a file system or on fasthttp (versitygw) merge them, and
+	// a DeleteObjects key "/obj" deletes bkt/obj. Two keys that a strict
+	// store keeps apart then share one fence, which refuses more, never less.
+	// False: an empty segment counts (/bkt//x is bkt/ with Depth 2).
+	MergeSlashes bool
 }
 
 // Target returns the resource key of a request target's path as received
@@ -75,6 +82,15 @@ func (r Resolver) CheckTarget(raw string) error {
 // and /u/%FE would be one object under two keys; and a key that is not
 // UTF-8 could not be listed or named in the control API's JSON.
 func (r Resolver) Key(path string) (string, error) {
+	if r.MergeSlashes && strings.Contains(path, "//") {
+		var b strings.Builder
+		for i := 0; i < len(path); i++ {
+			if path[i] != '/' || i == 0 || path[i-1] != '/' {
+				b.WriteByte(path[i])
+			}
+		}
+		path = b.String()
+	}
 	key := strings.TrimPrefix(path, "/")
 	if key == "" {
 		return "", fmt.Errorf("%w: the path is empty", ErrBadResource)

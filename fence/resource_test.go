@@ -167,3 +167,32 @@ func TestTargetPathParamsAndUTF8(t *testing.T) {
 		t.Errorf(`Name("u/%%FF1") = %v, want ErrBadResource`, err)
 	}
 }
+
+// TestResourceKeyMergeSlashes: with MergeSlashes (S3 mode) a run of slashes
+// in the decoded path is one slash, so /bkt//obj and /bkt/%2Fobj are the
+// resource of /bkt/obj: versitygw (fasthttp) merges them and a DeleteObjects
+// key "/obj" deletes bkt/obj. Without it an empty segment still counts.
+func TestResourceKeyMergeSlashes(t *testing.T) {
+	for _, tc := range []struct {
+		path  string
+		depth int
+		want  string
+	}{
+		{"/bkt//obj", 0, "bkt/obj"},
+		{"//bkt///obj", 0, "bkt/obj"},
+		{"/bkt//obj/", 0, "bkt/obj/"},
+		{"/bkt//x", 2, "bkt/x"},
+		{"/bkt/obj", 0, "bkt/obj"},
+	} {
+		got, err := Resolver{Depth: tc.depth, MergeSlashes: true}.Key(tc.path)
+		if err != nil || got != tc.want {
+			t.Errorf("MergeSlashes Key(%q, depth %d) = %q, %v; want %q", tc.path, tc.depth, got, err, tc.want)
+		}
+	}
+	if got, _ := (Resolver{MergeSlashes: true}).Target("/bkt/%2Fobj"); got != "bkt/obj" {
+		t.Errorf("MergeSlashes Target(/bkt/%%2Fobj) = %q, want bkt/obj", got)
+	}
+	if got, _ := (Resolver{}).Key("/bkt//obj"); got != "bkt//obj" {
+		t.Errorf("Key(/bkt//obj) without MergeSlashes = %q, want bkt//obj", got)
+	}
+}

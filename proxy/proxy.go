@@ -194,7 +194,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		opts:        opts,
 		tokenHeader: http.CanonicalHeaderKey(opts.TokenHeader),
 		barrier:     barrier,
-		resolver:    fence.Resolver{Depth: opts.ResourceDepth, PathParams: opts.AllowPathParams},
+		resolver:    fence.Resolver{Depth: opts.ResourceDepth, PathParams: opts.AllowPathParams, MergeSlashes: addressing != nil},
 		unfenced:    make(map[string]bool),
 		observe:     opts.Mode == "observe",
 		s3:          addressing,
@@ -378,6 +378,11 @@ func (p *Proxy) classify(ex *exchange) error {
 	ex.fenced = !p.unfencedRequest(r) && !(errors.Is(ex.tokenErr, fence.ErrTokenMissing) && !p.opts.RequireToken)
 	if p.s3 == nil {
 		return nil
+	}
+	if ex.fenced {
+		if err := checkQuery(r.URL.RawQuery); err != nil {
+			return err
+		}
 	}
 	if !strings.Contains(strings.TrimPrefix(ex.path, "/"), "/") {
 		return p.bucketWrite(ex)

@@ -80,7 +80,8 @@ func CheckDomain(d string) error {
 // /{bucket} in both (path style's /{bucket}/ and virtual-hosted style's /
 // included). host is the request's Host, with or without a port, in any
 // case. ErrHost for any other host ({bucket}.{address} below an IP address
-// included), or a virtual-hosted bucket that is not a valid S3 bucket name.
+// included), a virtual-hosted bucket that is not a valid S3 bucket name, or
+// one holding ".{domain}" for any of the domains.
 func (a Addressing) Path(host, rawPath string) (string, error) {
 	h := strings.ToLower(host)
 	if strings.IndexByte(h, ':') >= 0 { // a Host without a port would cost SplitHostPort's error, per request
@@ -101,6 +102,14 @@ func (a Addressing) Path(host, rawPath string) (string, error) {
 		if bucket, ok := strings.CutSuffix(h, "."+d); ok {
 			if err := checkBucket(bucket); err != nil {
 				return "", fmt.Errorf("%w: %q: virtual-hosted bucket %q: %v", ErrHost, host, bucket, err)
+			}
+			// A store that takes the bucket up to the first ".{domain}"
+			// (versitygw --virtual-domain) would read another bucket.
+			for _, other := range a.domains {
+				if strings.Contains(bucket, "."+other) {
+					return "", fmt.Errorf("%w: virtual-hosted bucket %q holds %q, so a store could read the bucket as the part before it; use path style",
+						ErrHost, bucket, "."+other)
+				}
 			}
 			if rawPath == "/" {
 				return "/" + bucket, nil

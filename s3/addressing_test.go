@@ -36,6 +36,12 @@ func TestAddressingPath(t *testing.T) {
 		{"-ab.localhost", "/k", ""},         // and starts with a letter or digit
 		{"a_b.localhost", "/k", ""},         // no underscore
 		{"x.demo.localhost.evil", "/k", ""}, // a suffix of the host is not a domain
+		// A bucket holding ".{domain}": a store that cuts the host at the
+		// first ".{domain}" (versitygw --virtual-domain) reads another bucket.
+		{"aaa.localhost.localhost", "/k", ""},
+		{"aaa.localhostx.localhost", "/k", ""},
+		{"aaa.s3.internal.localhost", "/k", ""},
+		{"localhost.aaa.localhost", "/k", "/localhost.aaa/k"},
 	} {
 		got, err := a.Path(tc.host, tc.raw)
 		if tc.want == "" {
