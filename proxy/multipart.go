@@ -73,8 +73,9 @@ func (p *Proxy) forwardAbort(ex *exchange) {
 // a CreateMultipartUpload's 200 records its token under the ID in the
 // answer's body (read here, before the client gets the answer, and passed on
 // byte for byte); a CompleteMultipartUpload's success (a 200 whose body is a
-// CompleteMultipartUploadResult, not an Error) and an abort's 204 or 404
-// remove the record. A record that cannot be written leaves the upload to
+// CompleteMultipartUploadResult, not an Error) and an abort's 204 remove
+// the record (not a 404: with RESOURCE_DEPTH an abort sent to another key
+// of the resource finds no upload, and must not wipe the record). A record that cannot be written leaves the upload to
 // current tokens only; it is logged and counted, and the answer goes through.
 func (p *Proxy) recordUpload(ex *exchange, res *http.Response) {
 	if p.opts.Uploads == nil {
@@ -102,7 +103,7 @@ func (p *Proxy) recordUpload(ex *exchange, res *http.Response) {
 			return
 		}
 		p.opts.Metrics.uploadRecord("recorded")
-	case ex.multipart == s3.AbortUpload && (res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotFound):
+	case ex.multipart == s3.AbortUpload && res.StatusCode == http.StatusNoContent:
 		p.forgetUpload(ex)
 	case ex.multipart == s3.CompleteUpload && res.StatusCode == http.StatusOK:
 		res.Body = &completeWatch{ReadCloser: res.Body, done: func() { p.forgetUpload(ex) }}
