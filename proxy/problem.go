@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/s3"
@@ -37,6 +39,35 @@ func (p *Proxy) refuse(ex *exchange, err error) {
 	p.opts.Metrics.decision(pb.Reason)
 	p.logRefusal(ex.r, level, pb, err)
 	p.writeProblem(ex.w, ex.r, pb)
+	lingerDrain(ex.w, ex.r)
+}
+
+// Bounds of lingerDrain: enough for an SDK's usual part or object, short
+// enough that a refused client holds a handler only briefly.
+const (
+	lingerBytes = 16 << 20
+	lingerTime  = 2 * time.Second
+)
+
+// lingerDrain reads and discards what an HTTP/1 client still sends of the
+// body of a request refused without reading it, after the answer is flushed,
+// up to lingerBytes or lingerTime. A client that sends its body whatever
+// the answer (one without Expect: 100-continue, or aws-sdk-go-v2, whose
+// requests carry Expect but which net/http's Transport does not wait on)
+// then gets to read the refusal; closing on its unread bytes would reset the
+// connection under its write, and it would see a reset instead of the
+// answer. A client that honours Expect sends nothing and closes on the
+// answer's "Connection: close". Nothing read is forwarded.
+func lingerDrain(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor != 1 || !hasBody(r) {
+		return
+	}
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil || rc.SetReadDeadline(time.Now().Add(lingerTime)) != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, r.Body, lingerBytes)
+	_ = rc.SetReadDeadline(time.Time{})
 }
 
 // writeProblem writes one of the proxy's own answers as the whole response:
