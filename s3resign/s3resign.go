@@ -1,0 +1,207 @@
+// Package s3resign makes a worker's verified S3 request the store's: it
+// addresses the store's endpoint, keeps only what the worker signed (and the
+// framing), and signs the result with the proxy's own credentials
+// (aws-sdk-go-v2's v4 signer). It is the outbound half of gateway mode
+// (FENCEPROXY_S3=resign), where the proxy is the only holder of the store's
+// credentials; the inbound half verifies the worker's signature first.
+package s3resign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+)
+
+// presignParams are the query parameters of presigned-URL authentication:
+// the worker's, which the store must never see.
+var presignParams = []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+	"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"}
+
+// neverForwarded are header names (lower case) that no outbound request
+// carries from the worker, signed or not: its credentials, what the signer
+// sets, and what the proxy itself reads.
+var neverForwarded = map[string]bool{
+	"authorization": true, "x-amz-security-token": true, "x-amz-date": true, "x-amz-content-sha256": true,
+	"host": true, "forwarded": true, "x-forwarded-for": true, "x-forwarded-host": true, "x-forwarded-proto": true,
+	"connection": true, "keep-alive": true, "proxy-authorization": true, "te": true, "upgrade": true,
+}
+
+// framing are header names (lower case) forwarded whether signed or not:
+// how the body is framed, which the store needs to read it.
+var framing = []string{"content-encoding", "x-amz-decoded-content-length", "x-amz-trailer", "expect"}
+
+// unsignedOutbound are headers sent to the store without being signed:
+// Google Cloud Storage's XML API rewrites Accept-Encoding on the way in, so a
+// signature over it fails there.
+var unsignedOutbound = []string{"Accept-Encoding"}
+
+// Signer re-signs requests for one store. Safe for concurrent use.
+type Signer struct {
+	// Endpoint is the store's base URL (FENCEPROXY_UPSTREAM): scheme and
+	// host; a path in it is joined in front of every request's.
+	Endpoint *url.URL
+	// Region is the store's signing region (FENCEPROXY_S3_REGION): us-east-1
+	// or the bucket's region for AWS, "auto" for Cloudflare R2.
+	Region string
+	// VirtualHosted addresses the store as {bucket}.{endpoint host}; false:
+	// path style, {endpoint}/{bucket}/{key}.
+	VirtualHosted bool
+	// Credentials are the store's (the AWS default chain, refreshed by its
+	// cache). Required.
+	Credentials aws.CredentialsProvider
+	// Dropped reports further header names (lower case) never forwarded:
+	// the fencing token and its signature. nil: none.
+	Dropped func(name string) bool
+	// Now is the signing time; nil: time.Now.
+	Now func() time.Time
+
+	once   sync.Once
+	signer *v4.Signer
+}
+
+// Request is what the inbound verification found out about a request.
+type Request struct {
+	Bucket, Key   string   // decoded; Key "" for a request to the bucket
+	SignedHeaders []string // the worker's signed header names, lower case
+	PayloadHash   string   // the worker's x-amz-content-sha256, re-signed as is
+	// Header holds headers the proxy adds itself (signed): the audit
+	// metadata x-amz-meta-fencing-token. nil: none.
+	Header http.Header
+}
+
+// ErrQuery: a query that does not parse (the store would read it otherwise
+// than it was verified).
+var ErrQuery = errors.New("s3resign: query does not parse")
+
+// Rewrite makes out, a copy of the worker's request (as
+// httputil.ProxyRequest.Out), the store's request for in: the store's URL in
+// the configured style with the key escaped as S3 canonicalises it, the
+// query without presigned-URL authentication or dropped parameters, only the
+// headers the worker signed plus the framing (never its credentials, the
+// fencing headers or X-Forwarded-*), then signed for the store with the
+// payload hash the worker signed. The body is left as it is. Errors:
+// ErrQuery; the credentials provider's; the signer's.
+func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) error {
+	query, err := s.query(out.URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	u := *s.Endpoint
+	base := strings.TrimSuffix(u.EscapedPath(), "/")
+	path := base + "/" + escapePath(in.Bucket)
+	if s.VirtualHosted {
+		u.Host = in.Bucket + "." + u.Host
+		path = base
+	}
+	if in.Key != "" || !s.VirtualHosted {
+		if in.Key != "" {
+			path += "/" + escapePath(in.Key)
+		}
+	} else {
+		path += "/"
+	}
+	// escapePath's output always unescapes, and is what EscapedPath then sends.
+	p, _ := url.PathUnescape(path)
+	u.Opaque, u.Path, u.RawPath, u.RawQuery = "", p, path, query
+	out.URL, out.Host = &u, u.Host
+
+	h := make(http.Header, len(in.SignedHeaders)+4)
+	keep := func(name string) {
+		lower := strings.ToLower(name)
+		if neverForwarded[lower] || (s.Dropped != nil && s.Dropped(lower)) {
+			return
+		}
+		if v, ok := out.Header[http.CanonicalHeaderKey(lower)]; ok {
+			h[http.CanonicalHeaderKey(lower)] = v
+		}
+	}
+	for _, name := range in.SignedHeaders {
+		keep(name)
+	}
+	for _, name := range framing {
+		keep(name)
+	}
+	for k, v := range in.Header {
+		h[k] = v
+	}
+	var unsigned http.Header
+	for _, k := range unsignedOutbound {
+		if v, ok := out.Header[k]; ok {
+			if unsigned == nil {
+				unsigned = http.Header{}
+			}
+			unsigned[k] = v
+		}
+	}
+	h.Set("X-Amz-Content-Sha256", in.PayloadHash)
+	out.Header = h
+
+	creds, err := s.Credentials.Retrieve(ctx)
+	if err != nil {
+		return fmt.Errorf("s3resign: the store's credentials: %w", err)
+	}
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	// S3 signs the path as sent, escaped once (escapePath), not twice.
+	s.once.Do(func() { s.signer = v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }) })
+	if err := s.signer.SignHTTP(ctx, creds, out, in.PayloadHash, "s3", s.Region, now()); err != nil {
+		return fmt.Errorf("s3resign: signing: %w", err)
+	}
+	for k, v := range unsigned {
+		out.Header[k] = v
+	}
+	return nil
+}
+
+// query returns rawQuery without presigned-URL authentication and the
+// dropped parameters, encoded as SigV4 canonicalises queries.
+func (s *Signer) query(rawQuery string) (string, error) {
+	if rawQuery == "" {
+		return "", nil
+	}
+	if strings.Contains(rawQuery, ";") {
+		return "", ErrQuery
+	}
+	values, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrQuery, err)
+	}
+	for k := range values {
+		for _, p := range presignParams {
+			if strings.EqualFold(k, p) {
+				delete(values, k)
+			}
+		}
+		if s.Dropped != nil && s.Dropped(strings.ToLower(k)) {
+			delete(values, k)
+		}
+	}
+	// url.Values.Encode writes a space as "+", which S3 reads as a space in a
+	// query but SigV4's canonical form spells %20.
+	return strings.ReplaceAll(values.Encode(), "+", "%20"), nil
+}
+
+// escapePath escapes a bucket or key as S3's canonical URI does: every byte
+// but the unreserved ones (A-Z a-z 0-9 - . _ ~) and "/" as %XX.
+func escapePath(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' || c == '/' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
