@@ -31,7 +31,7 @@ func TestParseValid(t *testing.T) {
 		ids    []string
 		grants map[string][]s3keys.Grant
 	}{
-		{"the issue's example", `
+		{"the example of the docs", `
 keys:
   - access_key_id: worker1
     secret_access_key: "` + sec + `"
