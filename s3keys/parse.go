@@ -64,11 +64,16 @@ func (e *ValidationError) Error() string {
 // Parse reads a credentials file (YAML or JSON) and checks all of it:
 // unknown and repeated fields, types, access key ids (unique; MinIDLen to
 // MaxIDLen of [A-Za-z0-9-._~]), secrets (MinSecretLen to MaxSecretLen of
-// printable ASCII without space), at least one grant per key, buckets (see
-// checkBucket; no wildcard: each bucket is granted by name), prefixes
+// printable ASCII without space), at least one grant per key, buckets (3
+// to 63 bytes of a-z 0-9 . - _, up to 222 in dot-separated parts of at most
+// 63 as GCS allows, a letter or digit first and last, no ".."; no wildcard:
+// each bucket is granted by name), prefixes
 // (MaxPrefixLen, UTF-8; absent or "" is the whole bucket, null is refused
 // so that a forgotten value does not grant the whole bucket), access (read,
-// write or readwrite). An explicit empty list (keys: []) is valid and denies
+// write or readwrite). YAML is decoded with sigs.k8s.io/yaml's strict
+// conversion (a repeated field is an error); unknown fields are found by
+// walking the whole document, so that all of them are reported, each with
+// its position. An explicit empty list (keys: []) is valid and denies
 // everyone; an empty file or a missing keys field is an error, so that a
 // file caught half-written never revokes every key. The error is a
 // *ValidationError with every problem; no error holds a secret.
