@@ -43,10 +43,10 @@ const (
 const (
 	// DefaultMaxChunkSize bounds a signed chunk, in bytes: a signed chunk is
 	// held whole until its signature verified, so this is the Reader's memory
-	// per request. Signers use 64 KiB chunks (the AWS examples, minio-go);
-	// 16 MiB leaves room for larger ones while 4 concurrent uploads stay
-	// within the 64 MiB the gateway's benchmark allows. An unsigned chunk
-	// streams through and is bounded only by the decoded length.
+	// per request. The AWS examples sign 64 KiB chunks; 16 MiB leaves room
+	// for much larger ones and still keeps one upload's buffer well under
+	// the gateway's 64 MiB peak-RSS target. An unsigned chunk streams
+	// through and is bounded only by the decoded length.
 	DefaultMaxChunkSize = 16 << 20
 	// MaxChunkLine bounds a chunk's size line in bytes, CRLF included: 15
 	// hex digits, ";chunk-signature=", 64 hex digits and CRLF are 98.
