@@ -48,7 +48,7 @@ func TestCheckResponse(t *testing.T) {
 	// Other refusals.
 	r = mk(503, map[string]string{HeaderRefused: "drain_timeout"}, `{"title":"t","detail":"d"}`)
 	var re *RefusedError
-	if err := CheckResponse(r); !errors.As(err, &re) || *re != (RefusedError{503, "drain_timeout", "d"}) || errors.Is(err, ErrStale) {
+	if err := CheckResponse(r); !errors.As(err, &re) || *re != (RefusedError{Status: 503, Reason: "drain_timeout", Detail: "d"}) || errors.Is(err, ErrStale) {
 		t.Fatalf("drain timeout: %v", err)
 	}
 	if CheckResponse(nil) != nil || CheckResponse(mk(200, nil, "")) != nil {

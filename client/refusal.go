@@ -87,6 +87,10 @@ type RefusedError struct {
 	Status int    // HTTP status (400, 403, 428, 503, ...)
 	Reason string // the Fencing-Refused value, e.g. "missing", "signature", "drain_timeout"
 	Detail string // the problem's detail, or its title when it has none
+	// Code is the S3 error code of an S3-mode answer's <Error> body ("" for
+	// problem+json): in gateway mode a refused signature or grant has its
+	// own (SignatureDoesNotMatch, InvalidAccessKeyId, AccessDenied, ...).
+	Code string
 }
 
 func (e *RefusedError) Error() string {
@@ -101,9 +105,13 @@ func (e *RefusedError) Error() string {
 func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
 // ErrorCode, ErrorMessage and ErrorFault make a RefusedError a
-// smithy.APIError with the proxy's S3 code for its reason and status
-// (MissingFencingToken, FencingDrainTimeout, ...: wire.S3ErrorCode).
+// smithy.APIError with the proxy's S3 code: the <Error> body's, else the
+// one for its reason and status (MissingFencingToken, FencingDrainTimeout,
+// ...: wire.S3ErrorCode).
 func (e *RefusedError) ErrorCode() string {
+	if e.Code != "" {
+		return e.Code
+	}
 	return wire.S3ErrorCode(wire.Problem{Status: e.Status, Reason: e.Reason})
 }
 func (e *RefusedError) ErrorMessage() string { return e.Error() }
@@ -134,7 +142,7 @@ func CheckResponse(resp *http.Response) error {
 			// token is the request's own.
 			var e struct{ Code, Message string }
 			if xml.Unmarshal(data, &e) == nil {
-				pb.Detail = e.Message
+				pb.Detail, pb.S3Code = e.Message, e.Code
 				if resp.Request != nil {
 					pb.Token = resp.Request.Header.Get(wire.DefaultTokenHeader)
 				}
@@ -164,7 +172,7 @@ func refusal(resp *http.Response, pb wire.Problem) error {
 	if detail == "" {
 		detail = pb.Title
 	}
-	return &RefusedError{Status: resp.StatusCode, Reason: reason, Detail: detail}
+	return &RefusedError{Status: resp.StatusCode, Reason: reason, Detail: detail, Code: pb.S3Code}
 }
 
 // AsStale reports whether err is, or wraps, a stale-token refusal. It finds a

@@ -117,7 +117,7 @@ func TestCheckResponseForbidden(t *testing.T) {
 				Body: io.NopCloser(strings.NewReader(`{"title":"t","status":403,"reason":"` + reason + `","detail":"why"}`))}
 			err := CheckResponse(resp)
 			var re *RefusedError
-			if !errors.As(err, &re) || *re != (RefusedError{http.StatusForbidden, reason, "why"}) {
+			if !errors.As(err, &re) || *re != (RefusedError{Status: http.StatusForbidden, Reason: reason, Detail: "why"}) {
 				t.Fatalf("CheckResponse: %v", err)
 			}
 			if !errors.Is(err, ErrRefused) || errors.Is(err, ErrStale) {

@@ -25,6 +25,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/fenceproxy/fenceproxy/s3"
+	"github.com/fenceproxy/fenceproxy/s3keys"
 	"github.com/fenceproxy/fenceproxy/tokensig"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
@@ -138,7 +139,19 @@ type Config struct {
 
 	// S3 is how the proxy reads requests: "off" (a generic HTTP backend) or
 	// "pass" (the backend speaks S3; requests reach it as the worker signed them).
-	S3 string `env:"S3" envDefault:"off" help:"off: a generic HTTP backend, the resource is the request path; pass: the backend speaks S3, the resource is {bucket}/{key} in path or virtual-hosted style (FENCEPROXY_S3_DOMAINS), and the worker's signature reaches the backend unchanged"`
+	S3 string `env:"S3" envDefault:"off" help:"off: a generic HTTP backend, the resource is the request path; pass: the backend speaks S3, the resource is {bucket}/{key} in path or virtual-hosted style (FENCEPROXY_S3_DOMAINS), and the worker's signature reaches the backend unchanged; resign: gateway mode, as pass but workers sign with keys of the proxy (FENCEPROXY_S3_CREDENTIALS_FILE), every request is verified, and the proxy signs what it forwards with the store's credentials (the AWS default chain)"`
+
+	// S3CredentialsFile holds the workers' keys and grants in gateway mode.
+	S3CredentialsFile string `env:"S3_CREDENTIALS_FILE" help:"with S3=resign, required: the YAML (or JSON) file of the workers' access keys, secrets and grants (bucket, key prefix, read/write/readwrite); re-read every 5s, so a key removed from it is refused within 5s"`
+
+	// S3Region is the signing region of gateway mode, both sides.
+	S3Region string `env:"S3_REGION" envDefault:"us-east-1" help:"with S3=resign, the region workers sign for and the proxy signs for the store: the bucket's region for AWS S3, auto for Cloudflare R2"`
+
+	// S3StoreStyle is how gateway mode addresses the store.
+	S3StoreStyle string `env:"S3_STORE_STYLE" envDefault:"path" help:"with S3=resign, how the proxy addresses the store (FENCEPROXY_UPSTREAM): path ({upstream}/{bucket}/{key}) or virtual ({bucket}.{upstream host}/{key}, as AWS S3 prefers)"`
+
+	// S3TokenMetadata writes the fencing token into the objects' metadata.
+	S3TokenMetadata bool `env:"S3_TOKEN_METADATA" envDefault:"false" help:"with S3=resign, PutObject, CopyObject (with x-amz-metadata-directive REPLACE) and CreateMultipartUpload get x-amz-meta-fencing-token: <token>, so every object shows which holder wrote it"`
 
 	// S3Domains are the host names workers use for the proxy in S3 mode.
 	S3Domains []string `env:"S3_DOMAINS" envSeparator:"," help:"with S3=pass, the host names workers use for the proxy (comma-separated, no port): a Host equal to one is path style (/bucket/key), {bucket}.{name} is virtual-hosted style (not below an IP address); any other Host is refused with 400"`
@@ -376,9 +389,9 @@ func (c Config) Validate() error {
 		if len(c.S3Domains) > 0 {
 			bad("S3_DOMAINS", "is set but FENCEPROXY_S3 is off; set FENCEPROXY_S3=pass or unset it")
 		}
-	case "pass":
+	case "pass", "resign":
 		if len(c.S3Domains) == 0 {
-			bad("S3_DOMAINS", "is required with FENCEPROXY_S3=pass: the host names workers use for the proxy (e.g. s3.internal,localhost)")
+			bad("S3_DOMAINS", "is required with FENCEPROXY_S3=%s: the host names workers use for the proxy (e.g. s3.internal,localhost)", c.S3)
 		}
 		for _, d := range c.S3Domains {
 			if err := s3.CheckDomain(d); err != nil {
@@ -386,7 +399,24 @@ func (c Config) Validate() error {
 			}
 		}
 	default:
-		bad("S3", "%q must be off or pass", c.S3)
+		bad("S3", "%q must be off, pass or resign", c.S3)
+	}
+	if c.S3 == "resign" {
+		if c.S3CredentialsFile == "" {
+			bad("S3_CREDENTIALS_FILE", "is required with FENCEPROXY_S3=resign: the workers' keys and grants")
+		} else if b, err := os.ReadFile(c.S3CredentialsFile); err != nil {
+			bad("S3_CREDENTIALS_FILE", "%v", err)
+		} else if _, err := s3keys.Parse(b); err != nil {
+			bad("S3_CREDENTIALS_FILE", "%v", err)
+		}
+		if c.S3Region == "" {
+			bad("S3_REGION", "is required with FENCEPROXY_S3=resign")
+		}
+		if c.S3StoreStyle != "path" && c.S3StoreStyle != "virtual" {
+			bad("S3_STORE_STYLE", "%q must be path or virtual", c.S3StoreStyle)
+		}
+	} else if c.S3CredentialsFile != "" {
+		bad("S3_CREDENTIALS_FILE", "is set but FENCEPROXY_S3 is %s; set FENCEPROXY_S3=resign or unset it", c.S3)
 	}
 	if c.S3UploadRecordTTL < time.Minute {
 		bad("S3_UPLOAD_RECORD_TTL", "%s is below the minimum of 1m: a record must outlive the upload it protects", c.S3UploadRecordTTL)

@@ -3,6 +3,8 @@ package config
 import (
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -118,7 +120,17 @@ func TestParse(t *testing.T) {
 		{name: "S3 pass with a domain with a port", env: with("FENCEPROXY_S3", "pass", "FENCEPROXY_S3_DOMAINS", "localhost:8080"),
 			wantErr: []string{"FENCEPROXY_S3_DOMAINS", "localhost:8080"}},
 		{name: "S3 pass with a URL", env: with("FENCEPROXY_S3", "pass", "FENCEPROXY_S3_DOMAINS", "http://s3.internal"), wantErr: []string{"FENCEPROXY_S3_DOMAINS"}},
-		{name: "S3 unknown", env: with("FENCEPROXY_S3", "resign"), wantErr: []string{"FENCEPROXY_S3", "off or pass"}},
+		{name: "S3 unknown", env: with("FENCEPROXY_S3", "gateway"), wantErr: []string{"FENCEPROXY_S3", "off, pass or resign"}},
+		{name: "S3 resign without keys", env: with("FENCEPROXY_S3", "resign", "FENCEPROXY_S3_DOMAINS", "localhost"),
+			wantErr: []string{"FENCEPROXY_S3_CREDENTIALS_FILE", "required"}},
+		{name: "S3 resign with a bad keys file", env: with("FENCEPROXY_S3", "resign", "FENCEPROXY_S3_DOMAINS", "localhost",
+			"FENCEPROXY_S3_CREDENTIALS_FILE", writeTemp(t, "keys:\n  - access_key_id: w1\n    secret_access_key: short\n")),
+			wantErr: []string{"FENCEPROXY_S3_CREDENTIALS_FILE", "keys[0]"}},
+		{name: "S3 resign store style", env: with("FENCEPROXY_S3", "resign", "FENCEPROXY_S3_DOMAINS", "localhost",
+			"FENCEPROXY_S3_CREDENTIALS_FILE", writeTemp(t, "keys:\n  - access_key_id: w1\n    secret_access_key: 0123456789abcdef0123\n    grants: [{bucket: jobs, access: read}]\n"),
+			"FENCEPROXY_S3_STORE_STYLE", "dns"), wantErr: []string{"FENCEPROXY_S3_STORE_STYLE", "path or virtual"}},
+		{name: "S3 keys file while pass", env: with("FENCEPROXY_S3", "pass", "FENCEPROXY_S3_DOMAINS", "localhost", "FENCEPROXY_S3_CREDENTIALS_FILE", "/k.yaml"),
+			wantErr: []string{"FENCEPROXY_S3_CREDENTIALS_FILE", "resign"}},
 		{name: "S3_BUCKET_WRITES unknown", env: with("FENCEPROXY_S3_BUCKET_WRITES", "allow"), wantErr: []string{"FENCEPROXY_S3_BUCKET_WRITES", "refuse, pass or fence"}},
 		{name: "S3 domains while off", env: with("FENCEPROXY_S3_DOMAINS", "localhost"), wantErr: []string{"FENCEPROXY_S3_DOMAINS", "off"}},
 		{name: "S3 pass", env: with("FENCEPROXY_S3", "pass", "FENCEPROXY_S3_DOMAINS", "s3.internal,localhost,127.0.0.1"),
@@ -583,4 +595,14 @@ func TestParseErrorsArePlain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeTemp writes content to a new file and returns its name.
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -105,6 +105,10 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 	case errors.Is(err, ErrForbidden):
 		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonForbidden, "Forbidden"
 		level = slog.LevelWarn
+		var coded interface{ S3Code() string }
+		if errors.As(err, &coded) { // S3 gateway mode: the signature's or the grant's own code
+			pb.S3Code = coded.S3Code()
+		}
 	case errors.Is(err, fence.ErrJump):
 		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonJump, "Fencing token jumps too far"
 		level = slog.LevelWarn

@@ -63,6 +63,10 @@ type Options struct {
 	// a takeover (an abort applies no data). nil: an abort is fenced as any
 	// object write, and a holder that lost its resource leaves its upload.
 	Uploads UploadRecords
+	// Gateway, required with S3 "resign" (gateway mode), verifies every
+	// request's SigV4 signature and its key's grants before anything else,
+	// and signs every forwarded request with the store's credentials.
+	Gateway S3Gateway
 	// S3UploadRecordTTL is how long an upload's record is kept when no
 	// Complete or Abort through the proxy removes it (S3_UPLOAD_RECORD_TTL);
 	// above 0 when Uploads is set.
@@ -164,7 +168,10 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	var addressing *s3.Addressing
 	switch opts.S3 {
 	case "", "off":
-	case "pass":
+	case "pass", "resign":
+		if opts.S3 == "resign" && opts.Gateway == nil {
+			bad = append(bad, "S3 resign (gateway mode) needs a Gateway")
+		}
 		a, err := s3.NewAddressing(opts.S3Domains, opts.S3VirtualHosted)
 		switch {
 		case err != nil:
@@ -174,7 +181,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		}
 		addressing = &a
 	default:
-		bad = append(bad, fmt.Sprintf("S3 %q is neither off nor pass", opts.S3))
+		bad = append(bad, fmt.Sprintf("S3 %q is none of off, pass, resign", opts.S3))
 	}
 	switch opts.S3BucketWrites {
 	case "", "refuse", "pass", "fence":
@@ -207,6 +214,9 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	if transport == nil {
 		transport = upstream.New(opts.Upstream, upstream.Options{FastPath: opts.UpstreamFastPath,
 			DialTimeout: opts.DialTimeout, ResponseTimeout: opts.ResponseTimeout, RootCAs: opts.UpstreamCAs})
+	}
+	if opts.S3 == "resign" {
+		transport = gatewayTransport{transport}
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:    p.rewrite,
@@ -245,6 +255,10 @@ type exchange struct {
 	resources []string     // the resources a fenced write touches; [0] is its path's
 	multipart s3.Multipart // S3 mode: the write's part in a multipart upload
 	uploadID  string       // the upload's ID, for Complete and Abort
+
+	deleteKeys  []string // S3 mode: a DeleteObjects's keys, as its body names them
+	caller      S3Caller // S3 gateway mode: the verified request's key
+	bucket, key string   // S3 gateway mode: the bucket and decoded key the request names
 
 	admitted bool         // the barrier admitted the write: finish and the release run after forwarding
 	up       fence.Upload // the body as the barrier sees it
@@ -295,6 +309,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := p.classify(ex); err != nil {
 		p.refuse(ex, err)
 		return
+	}
+	// S3 gateway mode: who signed it, and may its key do this? Reads too.
+	if p.opts.S3 == "resign" {
+		if err := p.gatewayCheck(ex); err != nil {
+			p.refuse(ex, err)
+			return
+		}
 	}
 	if !ex.fenced {
 		if err := p.authenticate(ex); err != nil {
@@ -555,7 +576,7 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 // in ex.in. A bodyless request that went through no barrier goes as it came.
 func (p *Proxy) forward(ex *exchange) {
 	r := ex.r
-	if !ex.admitted && !hasBody(r) && ex.multipart == s3.NotMultipart {
+	if !ex.admitted && !hasBody(r) && ex.multipart == s3.NotMultipart && ex.caller == nil {
 		// Nothing to watch: upstreamError answers from the request alone,
 		// and the common read keeps its allocations.
 		p.rp.ServeHTTP(ex.w, r)

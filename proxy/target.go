@@ -205,6 +205,7 @@ func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	ex.deleteKeys = keys
 	resources := make([]string, 0, len(keys))
 	for _, k := range keys {
 		res, err := p.resolver.Target(s3.KeyPath(bucket, k))

@@ -199,6 +199,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if cfg.S3 != "off" {
 		popts.Uploads = store
 	}
+	s.watchCtx, s.stopWatch = context.WithCancel(context.Background())
+	undo = append(undo, s.stopWatch)
+	if cfg.S3 == "resign" {
+		if popts.Gateway, err = newGateway(s.watchCtx, cfg, log); err != nil {
+			return nil, err
+		}
+	}
 	p, err := proxy.New(s.barrier, popts)
 	if err != nil {
 		return nil, err
@@ -215,7 +222,6 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	lopts := leaseOptionsFrom(cfg)
 	lopts.Logger = log
 	s.leases = lease.NewManager(store, s.barrier, lopts)
-	s.watchCtx, s.stopWatch = context.WithCancel(context.Background())
 	metrics.MustRegister(s.leases.Collector())
 	build := buildinfo.Read()
 	metrics.MustRegister(buildInfoGauge(build))

@@ -60,6 +60,9 @@ var s3StatusCodes = map[int]string{
 // answer without a reason its status's; InvalidRequest for any other 4xx and
 // InternalError for any other status.
 func S3ErrorCode(p Problem) string {
+	if p.S3Code != "" {
+		return p.S3Code
+	}
 	if code, ok := s3Codes[p.Reason]; ok {
 		return code
 	}

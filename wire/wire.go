@@ -92,6 +92,12 @@ type Problem struct {
 	Holder    string     `json:"holder,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	GraceEnds *time.Time `json:"grace_ends,omitempty"`
+
+	// S3Code, when set, is the S3 error code of the answer in S3 modes in
+	// place of the reason's (S3ErrorCode): S3 gateway mode's refusals of a
+	// signature or a grant (SignatureDoesNotMatch, AccessDenied, ...). Not
+	// part of the problem+json body.
+	S3Code string `json:"-"`
 }
 
 // WriteProblem writes p as the whole response, with Content-Type
