@@ -109,12 +109,14 @@ func (k *Keys) Secret(id string) (string, bool) {
 // Allowed reports whether the key id may read (write false) or write (write
 // true) the object key of bucket: a grant on bucket with that access whose
 // prefix starts key. key is the object key decoded from the request path
-// (no leading "/"), taken as a plain string: "jobs/../x" is inside "jobs/".
-// A bucket-level request has key "" and is allowed only by a grant on the
-// whole bucket (prefix ""). Unknown ids, an empty bucket (ListBuckets) and
-// everything not granted: false.
+// (no leading "/"). A key with a "." or ".." segment ("jobs/../x", "a/./b",
+// "..") is refused under every grant: a posix store (versitygw) resolves it
+// as a path, so "jobs/../x" writes "x", outside "jobs/". A bucket-level
+// request has key "" and is allowed only by a grant on the whole bucket
+// (prefix ""). Unknown ids, an empty bucket (ListBuckets) and everything not
+// granted: false.
 func (k *Keys) Allowed(id, bucket, key string, write bool) bool {
-	if k == nil || bucket == "" {
+	if k == nil || bucket == "" || hasDotSegment(key) {
 		return false
 	}
 	need := Read
@@ -141,6 +143,17 @@ func (k *Keys) AllowedList(id, bucket, listPrefix string) bool {
 	}
 	for _, g := range k.byID[id].grants {
 		if g.Bucket == bucket && g.Access&Read != 0 && strings.HasPrefix(listPrefix, g.Prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasDotSegment reports whether a "/"-separated segment of key is "." or
+// "..".
+func hasDotSegment(key string) bool {
+	for seg := range strings.SplitSeq(key, "/") {
+		if seg == "." || seg == ".." {
 			return true
 		}
 	}

@@ -259,31 +259,36 @@ func TestAllowed(t *testing.T) {
 		{"w1", "reports", "jobs/a", true, true},
 		{"w1", "reports", "jobs/", true, true}, // the prefix itself is a key under it
 		{"w1", "reports", "jobs/2024/x.csv", true, true},
-		{"w1", "reports", "jobs", false, false},       // "jobs/" does not cover "jobs"
-		{"w1", "reports", "jobsX/a", false, false},    //
-		{"w1", "reports", "jobs/../x", true, true},    // a key is a string, not a path
-		{"w1", "reports", "../jobs/x", false, false},  //
-		{"w1", "reports", "/jobs/a", false, false},    // keys have no leading slash
-		{"w1", "reports", "Jobs/a", false, false},     // keys are case-sensitive
-		{"w1", "reports", "other/a", false, false},    //
-		{"w1", "reports", "", false, false},           // bucket-level: only a whole-bucket grant
-		{"w1", "reportsx", "jobs/a", false, false},    //
-		{"w1", "Reports", "jobs/a", false, false},     //
-		{"w1", "", "jobs/a", false, false},            // no bucket (ListBuckets)
-		{"w1", "", "", false, false},                  //
-		{"w1", "logs", "any/key", true, false},        // read only
-		{"w1", "logs", "", true, false},               // bucket-level read of a whole-bucket grant
-		{"w1", "drop", "in/x", false, true},           // write only
-		{"w1", "drop", "out/x", false, false},         //
-		{"w2", "reports", "jobs/a", true, false},      // "jobs" covers "jobs/a" and "jobsX"
-		{"w2", "reports", "jobsX", true, false},       //
-		{"w2", "reports", "job", false, false},        //
-		{"w2", "scratch", "", true, true},             // prefix "" is the whole bucket, bucket-level too
-		{"w2", "scratch", "a/b", true, true},          //
-		{"w2", "logs", "any/key", false, false},       // w1's grant is not w2's
-		{"nobody", "reports", "jobs/a", false, false}, //
-		{"", "reports", "jobs/a", false, false},       //
-		{"W1", "reports", "jobs/a", false, false},     // ids are case-sensitive
+		{"w1", "reports", "jobs", false, false},         // "jobs/" does not cover "jobs"
+		{"w1", "reports", "jobsX/a", false, false},      //
+		{"w1", "reports", "jobs/../x", false, false},    // a posix store writes "x"
+		{"w1", "reports", "jobs/..", false, false},      //
+		{"w1", "reports", "jobs/./x", false, false},     // "." and ".." segments: refused
+		{"w1", "reports", "jobs/a/.", false, false},     //
+		{"w1", "reports", "jobs/..x/.y", true, true},    // dots inside a segment are fine
+		{"w2", "scratch", "../scratch/a", false, false}, // under a whole-bucket grant too
+		{"w1", "reports", "../jobs/x", false, false},    //
+		{"w1", "reports", "/jobs/a", false, false},      // keys have no leading slash
+		{"w1", "reports", "Jobs/a", false, false},       // keys are case-sensitive
+		{"w1", "reports", "other/a", false, false},      //
+		{"w1", "reports", "", false, false},             // bucket-level: only a whole-bucket grant
+		{"w1", "reportsx", "jobs/a", false, false},      //
+		{"w1", "Reports", "jobs/a", false, false},       //
+		{"w1", "", "jobs/a", false, false},              // no bucket (ListBuckets)
+		{"w1", "", "", false, false},                    //
+		{"w1", "logs", "any/key", true, false},          // read only
+		{"w1", "logs", "", true, false},                 // bucket-level read of a whole-bucket grant
+		{"w1", "drop", "in/x", false, true},             // write only
+		{"w1", "drop", "out/x", false, false},           //
+		{"w2", "reports", "jobs/a", true, false},        // "jobs" covers "jobs/a" and "jobsX"
+		{"w2", "reports", "jobsX", true, false},         //
+		{"w2", "reports", "job", false, false},          //
+		{"w2", "scratch", "", true, true},               // prefix "" is the whole bucket, bucket-level too
+		{"w2", "scratch", "a/b", true, true},            //
+		{"w2", "logs", "any/key", false, false},         // w1's grant is not w2's
+		{"nobody", "reports", "jobs/a", false, false},   //
+		{"", "reports", "jobs/a", false, false},         //
+		{"W1", "reports", "jobs/a", false, false},       // ids are case-sensitive
 	} {
 		if got := k.Allowed(tc.id, tc.bucket, tc.key, false); got != tc.read {
 			t.Errorf("Allowed(%q, %q, %q, read) = %v, want %v", tc.id, tc.bucket, tc.key, got, tc.read)

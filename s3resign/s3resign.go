@@ -35,8 +35,13 @@ var neverForwarded = map[string]bool{
 }
 
 // framing are header names (lower case) forwarded whether signed or not:
-// how the body is framed, which the store needs to read it.
+// how the body is framed, which the store needs to read it. Of an unsigned
+// Content-Encoding only the aws-chunked coding is framing; any other (gzip)
+// would be stored as the object's metadata, so it is dropped.
 var framing = []string{"content-encoding", "x-amz-decoded-content-length", "x-amz-trailer", "expect"}
+
+// awsChunked is the Content-Encoding of an aws-chunked (streaming) body.
+const awsChunked = "aws-chunked"
 
 // unsignedOutbound are headers sent to the store without being signed:
 // Google Cloud Storage's XML API rewrites Accept-Encoding on the way in, so a
@@ -77,18 +82,20 @@ type Request struct {
 	Header http.Header
 }
 
-// ErrQuery: a query that does not parse (the store would read it otherwise
-// than it was verified).
-var ErrQuery = errors.New("s3resign: query does not parse")
+// ErrQuery: a query that does not parse or repeats a parameter (the store
+// would read it otherwise than it was verified and checked).
+var ErrQuery = errors.New("s3resign: query does not parse or repeats a parameter")
 
 // Rewrite makes out, a copy of the worker's request (as
 // httputil.ProxyRequest.Out), the store's request for in: the store's URL in
 // the configured style with the key escaped as S3 canonicalises it, the
 // query without presigned-URL authentication or dropped parameters, only the
 // headers the worker signed plus the framing (never its credentials, the
-// fencing headers or X-Forwarded-*), then signed for the store with the
+// fencing headers, X-Forwarded-*, an unsigned Content-Encoding other than
+// aws-chunked, or HTTP trailers), then signed for the store with the
 // payload hash the worker signed. The body is left as it is. Errors:
-// ErrQuery; the credentials provider's; the signer's.
+// ErrQuery (also for a repeated parameter); the credentials provider's; the
+// signer's.
 func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) error {
 	query, err := s.query(out.URL.RawQuery)
 	if err != nil {
@@ -126,8 +133,24 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	for _, name := range in.SignedHeaders {
 		keep(name)
 	}
+	signed := make(map[string]bool, len(in.SignedHeaders))
+	for _, name := range in.SignedHeaders {
+		signed[strings.ToLower(name)] = true
+	}
 	for _, name := range framing {
-		keep(name)
+		if !signed[name] {
+			keep(name)
+		}
+	}
+	if ce, ok := h["Content-Encoding"]; ok && !signed["content-encoding"] {
+		delete(h, "Content-Encoding")
+		for _, v := range ce {
+			for c := range strings.SplitSeq(v, ",") {
+				if strings.EqualFold(strings.TrimSpace(c), awsChunked) {
+					h.Set("Content-Encoding", awsChunked)
+				}
+			}
+		}
 	}
 	for k, v := range in.Header {
 		h[k] = v
@@ -143,6 +166,9 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	}
 	h.Set("X-Amz-Content-Sha256", in.PayloadHash)
 	out.Header = h
+	// HTTP trailers are never signed (S3's trailers travel inside an
+	// aws-chunked body).
+	out.Trailer = nil
 
 	creds, err := s.Credentials.Retrieve(ctx)
 	if err != nil {
@@ -176,7 +202,13 @@ func (s *Signer) query(rawQuery string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrQuery, err)
 	}
-	for k := range values {
+	for k, v := range values {
+		// The signer sorts a repeated parameter's values, and stores differ
+		// in which one they read: prefix=jobs/&prefix= was checked as
+		// "jobs/" and listed by versitygw as "" (the whole bucket).
+		if len(v) > 1 {
+			return "", fmt.Errorf("%w: parameter %.60q repeated", ErrQuery, k)
+		}
 		for _, p := range presignParams {
 			if strings.EqualFold(k, p) {
 				delete(values, k)

@@ -286,22 +286,22 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 	// The credential: <key>/<yyyymmdd>/<region>/<service>/aws4_request.
 	parts := strings.Split(p.credential, "/")
 	if len(parts) != 5 || parts[0] == "" {
-		return nil, fmt.Errorf("%w: credential %q is not <key>/<date>/<region>/%s/aws4_request", bad, p.credential, service)
+		return nil, fmt.Errorf("%w: credential %.80q is not <key>/<date>/<region>/%s/aws4_request", bad, p.credential, service)
 	}
 	key, scopeDate, region, svc, term := parts[0], parts[1], parts[2], parts[3], parts[4]
 	date, err := time.Parse(timeFormat, p.date)
 	if err != nil || len(p.date) != len(timeFormat) {
-		return nil, fmt.Errorf("%w: X-Amz-Date %q is not yyyymmddThhmmssZ", bad, p.date)
+		return nil, fmt.Errorf("%w: X-Amz-Date %.80q is not yyyymmddThhmmssZ", bad, p.date)
 	}
 	switch {
 	case scopeDate != p.date[:8]:
-		return nil, fmt.Errorf("%w: the credential's date %q is not X-Amz-Date's %q", bad, scopeDate, p.date[:8])
+		return nil, fmt.Errorf("%w: the credential's date %.80q is not X-Amz-Date's %.80q", bad, scopeDate, p.date[:8])
 	case region != v.Region:
-		return nil, fmt.Errorf("%w: the region %q is wrong; expecting %q", bad, region, v.Region)
+		return nil, fmt.Errorf("%w: the region %.80q is wrong; expecting %.80q", bad, region, v.Region)
 	case svc != service:
-		return nil, fmt.Errorf("%w: the service %q is wrong; expecting %q", bad, svc, service)
+		return nil, fmt.Errorf("%w: the service %.80q is wrong; expecting %.80q", bad, svc, service)
 	case term != terminator:
-		return nil, fmt.Errorf("%w: the credential must end with %q", bad, terminator)
+		return nil, fmt.Errorf("%w: the credential must end with %.80q", bad, terminator)
 	}
 	signedHeaders, err := parseSignedHeaders(p.signedHeaders)
 	if err != nil {
@@ -322,7 +322,7 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 		}
 		secs, ok := seconds(p.expires)
 		if !ok || secs < 1 || time.Duration(secs)*time.Second > maxExpiry {
-			return nil, fmt.Errorf("%w: X-Amz-Expires %q must be a number of seconds from 1 to %d", ErrMalformedQuery, p.expires, int64(maxExpiry/time.Second))
+			return nil, fmt.Errorf("%w: X-Amz-Expires %.80q must be a number of seconds from 1 to %d", ErrMalformedQuery, p.expires, int64(maxExpiry/time.Second))
 		}
 		auth.Expires = time.Duration(secs) * time.Second
 		if date.Sub(t) > maxSkew {
@@ -375,7 +375,7 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 	// The key, then the signature.
 	secret, ok := v.Secrets.Secret(key)
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownKey, key)
+		return nil, fmt.Errorf("%w: %.80q", ErrUnknownKey, key)
 	}
 	auth.SigningKey = signingKey(secret, scopeDate, region, svc)
 	canonical := canonicalRequest(r, path, query, p.presigned, p.signedHeaders, signedHeaders, auth.PayloadHash)
@@ -418,7 +418,7 @@ func parseQuery(raw string) ([]pair, error) {
 		dk, err1 := url.QueryUnescape(k)
 		dv, err2 := url.QueryUnescape(val)
 		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("%w: query parameter %q: %v", ErrMalformedQuery, s, err)
+			return nil, fmt.Errorf("%w: query parameter %.80q: %v", ErrMalformedQuery, s, err)
 		}
 		out = append(out, pair{dk, dv})
 	}
@@ -515,7 +515,7 @@ func parseSignedHeaders(s string) ([]string, error) {
 	names := strings.Split(s, ";")
 	for i, n := range names {
 		if n == "" || strings.ToLower(n) != n || strings.IndexFunc(n, func(c rune) bool { return !isTokenChar(c) }) >= 0 {
-			return nil, fmt.Errorf("SignedHeaders %.80q: %q is no lowercase header name", s, n)
+			return nil, fmt.Errorf("SignedHeaders %.80q: %.80q is no lowercase header name", s, n)
 		}
 		if i > 0 && names[i-1] >= n {
 			return nil, fmt.Errorf("SignedHeaders %.80q is not sorted or repeats a name", s)
