@@ -20,10 +20,11 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
-// presignParams are the query parameters of presigned-URL authentication:
-// the worker's, which the store must never see.
-var presignParams = []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
-	"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"}
+// presignPrefix starts the query parameters of presigned-URL authentication
+// (X-Amz-Algorithm, -Credential, -Signature, -Content-Sha256, ...): the
+// worker's, which the store must never see; no S3 operation has another
+// parameter so named.
+const presignPrefix = "x-amz-"
 
 // neverForwarded are header names (lower case) that no outbound request
 // carries from the worker, signed or not: its credentials, what the signer
@@ -82,6 +83,25 @@ type Request struct {
 	Header http.Header
 }
 
+// ErrBucket: a bucket name the store's address cannot carry.
+var ErrBucket = errors.New("s3resign: bad bucket name")
+
+// hostLabel reports a bucket name that is a valid part of a host name:
+// lower-case letters, digits, '-' and '.', starting and ending with a letter
+// or digit, 3 to 63 bytes (S3's bucket naming rules).
+func hostLabel(b string) bool {
+	if len(b) < 3 || len(b) > 63 {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return b[0] != '-' && b[0] != '.' && b[len(b)-1] != '-' && b[len(b)-1] != '.'
+}
+
 // ErrQuery: a query that does not parse or repeats a parameter (the store
 // would read it otherwise than it was verified and checked).
 var ErrQuery = errors.New("s3resign: query does not parse or repeats a parameter")
@@ -105,6 +125,9 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	base := strings.TrimSuffix(u.EscapedPath(), "/")
 	path := base + "/" + escapePath(in.Bucket)
 	if s.VirtualHosted {
+		if !hostLabel(in.Bucket) {
+			return fmt.Errorf("%w: bucket %q cannot be a host name label (virtual-hosted style)", ErrBucket, in.Bucket)
+		}
 		u.Host = in.Bucket + "." + u.Host
 		path = base
 	}
@@ -209,10 +232,8 @@ func (s *Signer) query(rawQuery string) (string, error) {
 		if len(v) > 1 {
 			return "", fmt.Errorf("%w: parameter %.60q repeated", ErrQuery, k)
 		}
-		for _, p := range presignParams {
-			if strings.EqualFold(k, p) {
-				delete(values, k)
-			}
+		if len(k) >= len(presignPrefix) && strings.EqualFold(k[:len(presignPrefix)], presignPrefix) {
+			delete(values, k)
 		}
 		if s.Dropped != nil && s.Dropped(strings.ToLower(k)) {
 			delete(values, k)

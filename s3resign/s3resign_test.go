@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -145,5 +146,28 @@ func TestRewriteToVersitygw(t *testing.T) {
 	status, body = sendTo(t, addr, in)
 	if status != http.StatusForbidden {
 		t.Errorf("the worker's request straight to the store: %d %s, want 403", status, body)
+	}
+}
+
+// TestRewriteVirtualHostedBucketName: in virtual-hosted style a bucket that
+// cannot be a host name label is refused, nothing addressed; every
+// X-Amz-* query parameter (a presigned URL's, X-Amz-Content-Sha256
+// included) is the worker's and never reaches the store.
+func TestRewriteVirtualHostedBucketName(t *testing.T) {
+	endpoint, _ := url.Parse("https://s3.example.com")
+	s := &s3resign.Signer{Endpoint: endpoint, Region: "us-east-1", VirtualHosted: true,
+		Credentials: credentials.NewStaticCredentialsProvider("STORE", "store-secret", "")}
+	for _, b := range []string{"evil.com:443/", "Caps", "a", "-x-", "x/y", "x@y"} {
+		out, _ := http.NewRequest(http.MethodGet, "http://proxy/x", nil)
+		if err := s.Rewrite(context.Background(), out, s3resign.Request{Bucket: b, Key: "k", SignedHeaders: []string{"host"}, PayloadHash: "UNSIGNED-PAYLOAD"}); !errors.Is(err, s3resign.ErrBucket) {
+			t.Errorf("bucket %q: %v (URL %s); want ErrBucket", b, err, out.URL)
+		}
+	}
+	out, _ := http.NewRequest(http.MethodGet, "http://proxy/jobs/k?X-Amz-Content-Sha256=x&x-amz-foo=1&versionId=v", nil)
+	if err := s.Rewrite(context.Background(), out, s3resign.Request{Bucket: "jobs", Key: "k", SignedHeaders: []string{"host"}, PayloadHash: "UNSIGNED-PAYLOAD"}); err != nil {
+		t.Fatal(err)
+	}
+	if out.URL.Host != "jobs.s3.example.com" || out.URL.RawQuery != "versionId=v" {
+		t.Errorf("outbound %s: want host jobs.s3.example.com and only versionId in the query", out.URL)
 	}
 }
