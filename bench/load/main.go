@@ -9,6 +9,12 @@
 //	    PUTs 1 KiB with token T to URL/bkt/obj-0, obj-S, obj-2S, ... (N
 //	    requests) from C concurrent keep-alive connections. Prints requests,
 //	    non2xx, errors, seconds and req/s (2xx only).
+//	load upload -url URL -bytes N -token T -key K -secret S [-region R]
+//	    As above, sent as a signed stream (STREAMING-AWS4-HMAC-SHA256-PAYLOAD,
+//	    64 KiB chunks) with the SigV4 key K: the S3 gateway mode's upload.
+//	load sign -host H -n N -token T -key K -secret S [-region R] -out FILE
+//	    Writes N SigV4-signed raw PUTs of 1 KiB (/bkt/obj-0 ...) for wrk
+//	    (bench/wrk/put-signed.lua).
 //	load first -url URL -method M -path P -token T -since UNIXNANO [-timeout D]
 //	    Repeats one request (a PUT sends 1 KiB with token T, a GET nothing)
 //	    every 2 ms until it is answered 2xx; prints first_ms, the time from
@@ -42,8 +48,24 @@ func main() {
 	switch os.Args[1] {
 	case "upload":
 		n := fs.Int64("bytes", 1<<30, "upload size in bytes")
+		key := fs.String("key", "", "SigV4 access key id: send a signed stream")
+		secret := fs.String("secret", "", "SigV4 secret access key")
+		region := fs.String("region", "us-east-1", "SigV4 region")
 		_ = fs.Parse(os.Args[2:])
-		err = upload(*url+"/bkt/upload", *token, *n)
+		if *key != "" {
+			err = signedUpload(*url+"/bkt/upload", *token, *key, *secret, *region, *n)
+		} else {
+			err = upload(*url+"/bkt/upload", *token, *n)
+		}
+	case "sign":
+		host := fs.String("host", "127.0.0.1:18081", "Host of the requests")
+		n := fs.Int("n", 1000, "requests (distinct resources)")
+		key := fs.String("key", "", "SigV4 access key id")
+		secret := fs.String("secret", "", "SigV4 secret access key")
+		region := fs.String("region", "us-east-1", "SigV4 region")
+		out := fs.String("out", "signed.txt", "output file")
+		_ = fs.Parse(os.Args[2:])
+		err = signPuts(*out, *host, *token, *key, *secret, *region, *n)
 	case "fill":
 		n := fs.Int("n", 1_000_000, "requests (distinct resources)")
 		c := fs.Int("c", 64, "concurrent connections")
@@ -81,6 +103,11 @@ func upload(url, token string, n int64) error {
 	}
 	req.ContentLength = n
 	req.Header.Set("X-Fencing-Token", token)
+	return send(req, n)
+}
+
+// send sends an upload of n payload bytes and prints its figures.
+func send(req *http.Request, n int64) error {
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
