@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,8 @@ const awsChunked = "aws-chunked"
 // Google Cloud Storage's XML API rewrites Accept-Encoding on the way in, so a
 // signature over it fails there.
 var unsignedOutbound = []string{"Accept-Encoding"}
+
+var unsignedOutboundLower = []string{"accept-encoding"}
 
 // Signer re-signs requests for one store. Safe for concurrent use.
 type Signer struct {
@@ -146,8 +149,8 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	h := make(http.Header, len(in.SignedHeaders)+4)
 	keep := func(name string) {
 		lower := strings.ToLower(name)
-		if neverForwarded[lower] || (s.Dropped != nil && s.Dropped(lower)) {
-			return
+		if neverForwarded[lower] || (s.Dropped != nil && s.Dropped(lower)) || slices.Contains(unsignedOutboundLower, lower) {
+			return // an unsigned outbound header goes back on after signing
 		}
 		if v, ok := out.Header[http.CanonicalHeaderKey(lower)]; ok {
 			h[http.CanonicalHeaderKey(lower)] = v
