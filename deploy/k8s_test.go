@@ -39,6 +39,7 @@ type manifests struct {
 	services     []*corev1.Service
 	pvcs         []*corev1.PersistentVolumeClaim
 	policies     []*networkingv1.NetworkPolicy
+	accounts     []*corev1.ServiceAccount
 }
 
 // build runs kustomize in-process on dir (relative to this package) and decodes
@@ -78,6 +79,9 @@ func build(t *testing.T, dir string) *manifests {
 		case "NetworkPolicy":
 			p := &networkingv1.NetworkPolicy{}
 			m.policies, obj, apiVersion = append(m.policies, p), p, "networking.k8s.io/v1"
+		case "ServiceAccount":
+			a := &corev1.ServiceAccount{}
+			m.accounts, obj, apiVersion = append(m.accounts, a), a, "v1"
 		default:
 			t.Fatalf("%s: kind %s is not checked by this test; add it here", r.CurId(), r.GetKind())
 		}
@@ -200,7 +204,15 @@ type proxyConfig struct {
 	allContainers          []*corev1.Container
 	configurationProblems  []string
 	containerLookupProblem string
+	// credentialsFile is FENCEPROXY_S3_CREDENTIALS_FILE as the pod sees it
+	// (parsing reads credentialsStandIn in its place).
+	credentialsFile string
 }
+
+// credentialsStandIn is a valid credentials file that config.Parse reads in
+// place of the pod's FENCEPROXY_S3_CREDENTIALS_FILE, which exists only in the
+// pod (a Secret volume).
+const credentialsStandIn = "testdata/s3-credentials.yaml"
 
 func proxyOf(w workload, known map[string]bool) proxyConfig {
 	var pc proxyConfig
@@ -240,6 +252,10 @@ func proxyOf(w workload, known map[string]bool) proxyConfig {
 		if e.ValueFrom == nil {
 			environ[e.Name] = e.Value
 		}
+	}
+	if f, ok := environ[config.Prefix+"S3_CREDENTIALS_FILE"]; ok && f != "" {
+		pc.credentialsFile = f
+		environ[config.Prefix+"S3_CREDENTIALS_FILE"] = credentialsStandIn
 	}
 	cfg, warnings, err := config.Parse(environ)
 	if err != nil {
@@ -397,6 +413,12 @@ func (m *manifests) problems(known map[string]bool) []string {
 			}
 		}
 
+		if pc.cfg.S3 == "resign" {
+			for _, p := range m.resignProblems(spec, pc) {
+				add(w.id, "%s", p)
+			}
+		}
+
 		// Security context, effective per container.
 		psc := spec.SecurityContext
 		if psc == nil {
@@ -535,6 +557,53 @@ func (m *manifests) problems(known map[string]bool) []string {
 	}
 	out = append(out, m.policyProblems(ws, proxies)...)
 	slices.Sort(out)
+	return out
+}
+
+// resignProblems checks S3 gateway mode (FENCEPROXY_S3=resign): the store is
+// reached over HTTPS (the proxy sends the store's signatures and every body);
+// the workers' credentials file is on a read-only Secret volume mounted as a
+// directory (a subPath mount never sees the Secret's updates, so a revoked key
+// would stay valid until a restart); the pod runs as a ServiceAccount of the
+// build (the store's credentials: IRSA, Pod Identity).
+func (m *manifests) resignProblems(spec *corev1.PodSpec, pc proxyConfig) []string {
+	var out []string
+	if pc.cfg.Upstream.Scheme != "https" {
+		out = append(out, fmt.Sprintf("S3 resign mode: FENCEPROXY_UPSTREAM %s is not https (the store's signatures and bodies would cross the network in clear)", pc.cfg.Upstream))
+	}
+	file := filepath.Clean(pc.credentialsFile)
+	var mount *corev1.VolumeMount
+	for i, vm := range pc.c.VolumeMounts {
+		rel, err := filepath.Rel(filepath.Clean(vm.MountPath), file)
+		inside := err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
+		fileMount := err == nil && rel == "." && (vm.SubPath != "" || vm.SubPathExpr != "")
+		if inside || fileMount {
+			mount = &pc.c.VolumeMounts[i]
+		}
+	}
+	var secret *corev1.SecretVolumeSource
+	if mount != nil {
+		for _, v := range spec.Volumes {
+			if v.Name == mount.Name {
+				secret = v.Secret
+			}
+		}
+	}
+	switch {
+	case mount == nil:
+		out = append(out, fmt.Sprintf("FENCEPROXY_S3_CREDENTIALS_FILE %s is not inside a mounted volume", file))
+	case secret == nil:
+		out = append(out, fmt.Sprintf("FENCEPROXY_S3_CREDENTIALS_FILE's volume %s is not a Secret", mount.Name))
+	case mount.SubPath != "" || mount.SubPathExpr != "":
+		out = append(out, fmt.Sprintf("FENCEPROXY_S3_CREDENTIALS_FILE's volume %s is mounted with a subPath, which never sees the Secret's updates (a removed key would stay valid)", mount.Name))
+	case !mount.ReadOnly:
+		out = append(out, fmt.Sprintf("FENCEPROXY_S3_CREDENTIALS_FILE's volume %s must be mounted readOnly", mount.Name))
+	case secret.Optional != nil && *secret.Optional:
+		out = append(out, fmt.Sprintf("the Secret %s of FENCEPROXY_S3_CREDENTIALS_FILE must not be optional (the pod would start without worker keys)", secret.SecretName))
+	}
+	if spec.ServiceAccountName == "" || !slices.ContainsFunc(m.accounts, func(a *corev1.ServiceAccount) bool { return a.Name == spec.ServiceAccountName }) {
+		out = append(out, fmt.Sprintf("S3 resign mode: serviceAccountName %q must name a ServiceAccount of this build (the store's credentials: IRSA, Pod Identity)", spec.ServiceAccountName))
+	}
 	return out
 }
 
@@ -713,6 +782,7 @@ func TestKustomizationsBuildAndPass(t *testing.T) {
 		{"k8s", 1, 1, 2},
 		{"k8s/sidecar", 1, 0, 1},
 		{"k8s/gateway", 0, 1, 1},
+		{"k8s/gateway-resign", 0, 1, 1},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			m := build(t, tc.dir)
@@ -903,6 +973,98 @@ func TestChecksCatchMistakes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := build(t, "k8s")
+			tc.breakIt(m)
+			problems := m.problems(known)
+			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.want) }) {
+				t.Errorf("no problem mentioning %q; got %q", tc.want, problems)
+			}
+		})
+	}
+}
+
+// TestResignBase checks what the resign base adds to the gateway: resign mode
+// over HTTPS, the credentials Secret mounted as a directory, a ServiceAccount
+// with an IRSA annotation; and that resignProblems names each way of breaking
+// it.
+func TestResignBase(t *testing.T) {
+	known := knownVariables(t)
+	m := build(t, "k8s/gateway-resign")
+	if len(m.statefulSets) != 1 || len(m.accounts) != 1 {
+		t.Fatalf("%d StatefulSets and %d ServiceAccounts, want 1 and 1", len(m.statefulSets), len(m.accounts))
+	}
+	pc := proxyOf(m.workloads()[0], known)
+	if pc.cfg.S3 != "resign" || pc.credentialsFile == "" || pc.cfg.S3Region == "" || len(pc.cfg.S3Domains) == 0 {
+		t.Errorf("the resign base runs S3=%q with credentials file %q, region %q, domains %v", pc.cfg.S3, pc.credentialsFile, pc.cfg.S3Region, pc.cfg.S3Domains)
+	}
+	if a := m.accounts[0]; !strings.HasPrefix(a.Annotations["eks.amazonaws.com/role-arn"], "arn:aws:iam::") {
+		t.Errorf("ServiceAccount %s has no IRSA role annotation example: %v", a.Name, a.Annotations)
+	}
+
+	proxy := func(m *manifests) *corev1.Container { return &m.statefulSets[0].Spec.Template.Spec.Containers[0] }
+	mount := func(m *manifests) *corev1.VolumeMount {
+		for i, vm := range proxy(m).VolumeMounts {
+			if vm.Name == "s3-credentials" {
+				return &proxy(m).VolumeMounts[i]
+			}
+		}
+		t.Fatal("no s3-credentials mount")
+		return nil
+	}
+	volume := func(m *manifests) *corev1.Volume {
+		for i, v := range m.statefulSets[0].Spec.Template.Spec.Volumes {
+			if v.Name == "s3-credentials" {
+				return &m.statefulSets[0].Spec.Template.Spec.Volumes[i]
+			}
+		}
+		t.Fatal("no s3-credentials volume")
+		return nil
+	}
+	setEnv := func(m *manifests, name, value string) {
+		c := proxy(m)
+		for i := range c.Env {
+			if c.Env[i].Name == name {
+				c.Env[i].Value = value
+				return
+			}
+		}
+		t.Fatalf("no variable %s", name)
+	}
+	for _, tc := range []struct {
+		name, want string
+		breakIt    func(m *manifests)
+	}{
+		{"plain HTTP to the store", "is not https", func(m *manifests) {
+			setEnv(m, "FENCEPROXY_UPSTREAM", "http://s3.us-east-1.amazonaws.com")
+		}},
+		{"credentials file off the mount", "is not inside a mounted volume", func(m *manifests) {
+			setEnv(m, "FENCEPROXY_S3_CREDENTIALS_FILE", "/etc/credentials.yaml")
+		}},
+		{"credentials file is the mount point", "is not inside a mounted volume", func(m *manifests) {
+			setEnv(m, "FENCEPROXY_S3_CREDENTIALS_FILE", "/etc/fenceproxy/s3")
+		}},
+		{"credentials on an emptyDir", "is not a Secret", func(m *manifests) {
+			volume(m).VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+		}},
+		{"subPath mount", "never sees the Secret's updates", func(m *manifests) {
+			vm := mount(m)
+			vm.MountPath, vm.SubPath = "/etc/fenceproxy/s3/credentials.yaml", "credentials.yaml"
+		}},
+		{"writable mount", "must be mounted readOnly", func(m *manifests) {
+			mount(m).ReadOnly = false
+		}},
+		{"optional Secret", "must not be optional", func(m *manifests) {
+			yes := true
+			volume(m).Secret.Optional = &yes
+		}},
+		{"no ServiceAccount", "must name a ServiceAccount of this build", func(m *manifests) {
+			m.statefulSets[0].Spec.Template.Spec.ServiceAccountName = ""
+		}},
+		{"unknown ServiceAccount", "must name a ServiceAccount of this build", func(m *manifests) {
+			m.accounts = nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := build(t, "k8s/gateway-resign")
 			tc.breakIt(m)
 			problems := m.problems(known)
 			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.want) }) {
