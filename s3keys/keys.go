@@ -96,8 +96,8 @@ func (k *Keys) Grants(id string) []Grant {
 }
 
 // Secret is the secret access key of the key id, for the SigV4 verifier;
-// false for an unknown id. A caller answers an unknown id exactly as it
-// answers a bad signature, so that a client cannot learn which ids exist.
+// false for an unknown id. The gateway answers an unknown id with
+// InvalidAccessKeyId, as S3 does: key ids are names, not secrets.
 func (k *Keys) Secret(id string) (string, bool) {
 	if k == nil {
 		return "", false
