@@ -28,6 +28,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -613,11 +614,36 @@ func collapseSpaces(s string) string {
 }
 
 func signingKey(secret, date, region, service string) []byte {
-	k := hmacSHA256([]byte("AWS4"+secret), date)
+	id := secret + "\x00" + date + "\x00" + region + "\x00" + service
+	keyCache.Lock()
+	k, ok := keyCache.m[id]
+	keyCache.Unlock()
+	if ok {
+		return k
+	}
+	k = hmacSHA256([]byte("AWS4"+secret), date)
 	k = hmacSHA256(k, region)
 	k = hmacSHA256(k, service)
-	return hmacSHA256(k, terminator)
+	k = hmacSHA256(k, terminator)
+	keyCache.Lock()
+	if len(keyCache.m) >= maxCachedKeys {
+		clear(keyCache.m) // a new day, or keys rotated: start over
+	}
+	keyCache.m[id] = k
+	keyCache.Unlock()
+	return k
 }
+
+// keyCache holds derived signing keys by secret, date, region and service:
+// one key serves a worker for a day, and deriving it is four HMACs, a third
+// of a verification. The keys returned are shared: never modified.
+var keyCache = struct {
+	sync.Mutex
+	m map[string][]byte
+}{m: map[string][]byte{}}
+
+// maxCachedKeys bounds keyCache (a few per worker key and day).
+const maxCachedKeys = 4096
 
 func hmacSHA256(key []byte, data string) []byte {
 	h := hmac.New(sha256.New, key)

@@ -635,3 +635,30 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// TestRotatedSecret: a key whose secret changed (same id) no longer
+// verifies a request signed with the old secret, nor does the old one with
+// the new: the cached signing keys are the secret's, not the id's.
+func TestRotatedSecret(t *testing.T) {
+	now := time.Now().UTC()
+	sign := func(secret string) *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, "http://bkt.example.com/key", nil)
+		r.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+		if err := v4.NewSigner().SignHTTP(t.Context(), aws.Credentials{AccessKeyID: "rot", SecretAccessKey: secret}, r, "UNSIGNED-PAYLOAD", "s3", testRegion, now); err != nil {
+			t.Fatal(err)
+		}
+		r.RequestURI = "/key"
+		return r
+	}
+	for _, c := range []struct {
+		current, signedWith string
+		ok                  bool
+	}{{"old-secret-0123456789", "old-secret-0123456789", true}, {"new-secret-0123456789", "old-secret-0123456789", false},
+		{"new-secret-0123456789", "new-secret-0123456789", true}, {"old-secret-0123456789", "new-secret-0123456789", false}} {
+		v := &Verifier{Secrets: keys{"rot": c.current}, Region: testRegion, Now: func() time.Time { return now }}
+		_, err := v.Verify(sign(c.signedWith))
+		if (err == nil) != c.ok {
+			t.Errorf("secret now %q, signed with %q: %v; want ok=%v", c.current, c.signedWith, err, c.ok)
+		}
+	}
+}
