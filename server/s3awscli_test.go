@@ -42,7 +42,22 @@ func TestS3AWSCLI(t *testing.T) {
 	for _, cli := range awscliBinaries(t) {
 		t.Run("awscli-"+cli.version, func(t *testing.T) {
 			t.Parallel() // each aws command spends a second or two starting Python
-			testS3AWSCLI(t, cli)
+			testS3AWSCLI(t, cli, false)
+		})
+	}
+}
+
+// TestS3AWSCLIResign: TestS3AWSCLI's flows through fenceproxy in gateway
+// mode (FENCEPROXY_S3=resign) to versitygw over HTTPS: each aws command has
+// only the worker's proxy key and AWS_CA_BUNDLE trusting the proxy, the
+// virtual-hosted style goes through the forwarder as a CONNECT tunnel, and a
+// further flow shows the key refused outside its grant with AccessDenied.
+// The installed CLIs run one after the other: the store's keys reach each
+// proxy through the process environment.
+func TestS3AWSCLIResign(t *testing.T) {
+	for _, cli := range awscliBinaries(t) {
+		t.Run("awscli-"+cli.version, func(t *testing.T) {
+			testS3AWSCLI(t, cli, true)
 		})
 	}
 }
@@ -116,9 +131,10 @@ type awscliEnv struct {
 	cli      awscliBinary
 	home     string // HOME, the config files and the files to upload
 	plugins  string // the directory of fenceproxy_awscli.py
-	endpoint string // http://localhost:{port} of the proxy
-	access   string // the backend's credentials
+	endpoint string // http://localhost:{port} of the proxy (https:// in gateway mode)
+	access   string // the backend's credentials (the worker's proxy key in gateway mode)
 	secret   string
+	caBundle string // AWS_CA_BUNDLE in gateway mode: the proxy's test CA
 	// forwarder is an HTTP proxy for the aws process that reaches the
 	// fenceproxy whatever the host name: jobs.localhost needs no DNS.
 	forwarder *awscliForwarder
@@ -184,8 +200,11 @@ func (e *awscliEnv) runWith(c awscliConfig, endpoint, token string, args ...stri
 	if token != "" {
 		cmd.Env = append(cmd.Env, "FENCING_TOKEN="+token)
 	}
+	if e.caBundle != "" {
+		cmd.Env = append(cmd.Env, "AWS_CA_BUNDLE="+e.caBundle)
+	}
 	if c.style == "virtual" {
-		cmd.Env = append(cmd.Env, "HTTP_PROXY="+e.forwarder.URL)
+		cmd.Env = append(cmd.Env, "HTTP_PROXY="+e.forwarder.URL, "HTTPS_PROXY="+e.forwarder.URL)
 	}
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -260,10 +279,11 @@ func (e *awscliEnv) file(name, content string) string {
 	return name
 }
 
-// awscliForwarder is an HTTP proxy (the HTTP_PROXY of an aws process) that
-// sends every request to the fenceproxy at one address with its Host
-// unchanged, so that {bucket}.localhost reaches the proxy without DNS; it
-// records the Hosts it saw.
+// awscliForwarder is an HTTP proxy (the HTTP_PROXY and HTTPS_PROXY of an
+// aws process) that sends every request to the fenceproxy at one address
+// with its Host unchanged, and tunnels every CONNECT there, so that
+// {bucket}.localhost reaches the proxy without DNS; it records the Hosts it
+// saw (a CONNECT's host:port).
 type awscliForwarder struct {
 	*httptest.Server
 	mu    sync.Mutex
@@ -283,10 +303,39 @@ func newAWSCLIForwarder(t *testing.T, addr string) *awscliForwarder {
 		f.mu.Lock()
 		f.hosts = append(f.hosts, r.Host)
 		f.mu.Unlock()
+		if r.Method == http.MethodConnect {
+			awscliTunnel(w, addr)
+			return
+		}
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(func() { f.Close(); transport.CloseIdleConnections() })
 	return f
+}
+
+// awscliTunnel answers a CONNECT with 200 and then copies bytes both ways
+// between the client and addr until either side closes.
+func awscliTunnel(w http.ResponseWriter, addr string) {
+	up, err := net.Dial("tcp", addr)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer up.Close()
+	w.WriteHeader(http.StatusOK)
+	down, rw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer down.Close()
+	if n := rw.Reader.Buffered(); n > 0 { // bytes the client sent after its CONNECT
+		b, _ := rw.Reader.Peek(n)
+		up.Write(b)
+	}
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(up, down); done <- struct{}{} }()
+	go func() { io.Copy(down, up); done <- struct{}{} }()
+	<-done
 }
 
 func (f *awscliForwarder) saw(host string) bool {
@@ -322,23 +371,40 @@ func awscliWantObjects(t *testing.T, backend *s3backend.Server, bucket, prefix s
 	}
 }
 
-func testS3AWSCLI(t *testing.T, cli awscliBinary) {
+// testS3AWSCLI runs the flows with cli through fenceproxy in pass mode, or
+// in gateway mode (resign) with the worker's proxy key, which is granted the
+// buckets jobs, nightly and nightly-fenced and is refused gwDenied.
+func testS3AWSCLI(t *testing.T, cli awscliBinary, resign bool) {
 	const bucket = "jobs"
-	backend := s3backend.StartVirtualHosted(t, "localhost")
-	backend.CreateBucket(t, bucket)
-	proxyEnv := map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
-		"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "localhost"}
-	in := servertest.Start(t, proxyEnv)
+	var (
+		backend  *s3backend.Server
+		in       *servertest.Instance
+		proxyEnv map[string]string
+		scheme   = "http"
+		e        = &awscliEnv{t: t, cli: cli, home: t.TempDir()}
+		client   = &http.Client{Transport: &http.Transport{Proxy: nil}}
+	)
+	if resign {
+		g := startGatewaySuite(t, []string{bucket, "nightly", "nightly-fenced"}, nil, bucket)
+		backend, in, proxyEnv, scheme = g.backend, g.in, g.env, "https"
+		e.access, e.secret, e.caBundle = gwSuiteKey, gwSuiteSecret, g.certFile
+		client = &http.Client{Transport: &http.Transport{Proxy: nil, TLSClientConfig: g.pool}}
+	} else {
+		backend = s3backend.StartVirtualHosted(t, "localhost")
+		backend.CreateBucket(t, bucket)
+		proxyEnv = map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+			"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "localhost"}
+		in = servertest.Start(t, proxyEnv)
+		e.access, e.secret = backend.AccessKey, backend.SecretKey
+	}
 	_, port, err := net.SplitHostPort(in.Proxy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugins, err := filepath.Abs("../examples/awscli")
-	if err != nil {
+	if e.plugins, err = filepath.Abs("../examples/awscli"); err != nil {
 		t.Fatal(err)
 	}
-	e := &awscliEnv{t: t, cli: cli, home: t.TempDir(), plugins: plugins, endpoint: "http://localhost:" + port,
-		access: backend.AccessKey, secret: backend.SecretKey, forwarder: newAWSCLIForwarder(t, in.Proxy)}
+	e.endpoint, e.forwarder = scheme+"://localhost:"+port, newAWSCLIForwarder(t, in.Proxy)
 	flow := func(name string, f func(t *testing.T, e *awscliEnv)) {
 		t.Run(name, func(t *testing.T) {
 			fe := *e
@@ -438,7 +504,7 @@ func testS3AWSCLI(t *testing.T, cli awscliBinary) {
 		e.ok(e.run("90", "s3", "cp", e.file("presign.txt", "presigned read"), "s3://"+bucket+"/presign/obj"))
 		get := func(u string) (int, string) {
 			t.Helper()
-			resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Get(u)
+			resp, err := client.Get(u)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -574,9 +640,23 @@ func testS3AWSCLI(t *testing.T, cli awscliBinary) {
 
 		fenced := servertest.Start(t, servertest.Env(proxyEnv, map[string]string{"FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_S3_BUCKET_WRITES": "fence"}))
 		_, fport, _ := net.SplitHostPort(fenced.Proxy)
-		fendpoint := "http://localhost:" + fport
+		fendpoint := scheme + "://localhost:" + fport
 		e.ok(job(fendpoint, "nightly-fenced", "900"))
 		removeBucket("nightly-fenced")
 		e.refused(job(fendpoint, "nightly-fenced", "3"), e.s3apiExit(), "StaleFencingToken", "CreateBucket", "900")
+	})
+
+	if !resign {
+		return
+	}
+	// Gateway mode: the worker's key outside its grant gets the proxy's
+	// AccessDenied, for a write and for a read, and the store's object is
+	// untouched.
+	flow("outside-grant", func(t *testing.T, e *awscliEnv) {
+		dst := "s3://" + gwDenied + "/" + gwDeniedKey
+		e.refused(e.run("100", "s3", "cp", e.file("outside.txt", "outside the grant"), dst), 1, "AccessDenied", "PutObject", "")
+		e.refused(e.run("100", "s3api", "get-object", "--bucket", gwDenied, "--key", gwDeniedKey, "out.txt"),
+			e.s3apiExit(), "AccessDenied", "GetObject", "")
+		awscliWantObjects(t, backend, gwDenied, "", map[string]string{gwDeniedKey: "not for the workers"})
 	})
 }

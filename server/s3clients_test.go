@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"crypto/md5"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
@@ -34,6 +36,11 @@ type s3Pass struct {
 	backend  *s3backend.Server
 	in       *servertest.Instance
 	endpoint string // http://localhost:PORT, the proxy
+	// In gateway mode (TestS3GatewayRealSDK): the worker's proxy key the
+	// clients sign with instead of the backend's, and the TLS configuration
+	// trusting the proxy (endpoint is https://localhost:PORT).
+	worker aws.CredentialsProvider
+	tls    *tls.Config
 }
 
 // startS3Pass starts versitygw with buckets and fenceproxy (FENCEPROXY_S3=pass,
@@ -53,17 +60,18 @@ func startS3Pass(t *testing.T, extra map[string]string, buckets ...string) *s3Pa
 }
 
 // client returns an aws-sdk-go-v2 client of the proxy that signs with the
-// backend's credentials for the proxy's host names and sends the token of
-// client.WithToken (client.S3Fencing), in path or virtual-hosted style
+// backend's credentials (the worker's proxy key in gateway mode) for the
+// proxy's host names and sends the token of client.WithToken
+// (client.S3Fencing), in path or virtual-hosted style
 // ({bucket}.localhost:PORT): its connections all go to the proxy, so no name
 // needs DNS.
 func (p *s3Pass) client(pathStyle bool, opts ...func(*s3.Options)) *s3.Client {
-	dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, p.in.Proxy)
-	}
 	o := p.backend.Options(p.endpoint)
 	o.UsePathStyle = pathStyle
-	o.HTTPClient = &http.Client{Transport: &http.Transport{DialContext: dial, DisableCompression: true}}
+	o.HTTPClient = p.dialClient()
+	if p.worker != nil {
+		o.Credentials = p.worker
+	}
 	return s3.New(o, append([]func(*s3.Options){client.S3Fencing(client.ContextToken)}, opts...)...)
 }
 
@@ -130,7 +138,25 @@ func s3DeleteKeys(ctx context.Context, c *s3.Client, token uint64, bucket string
 // presigned PUT with the token in its URL, a sync with deletions, and a
 // bucket created before each of two jobs.
 func TestS3PassRealSDK(t *testing.T) {
-	p := startS3Pass(t, nil, "jobs", "batch", "copies", "styles", "uploads", "site")
+	testS3RealSDK(t, startS3Pass(t, nil, s3RealSDKBuckets...))
+}
+
+// s3RealSDKBuckets are the buckets testS3RealSDK needs at the store; it
+// creates nightly itself.
+var s3RealSDKBuckets = []string{"jobs", "batch", "copies", "styles", "uploads", "site"}
+
+// TestS3GatewayRealSDK: TestS3PassRealSDK's flows through fenceproxy in
+// gateway mode (resign) to versitygw over HTTPS, the SDK signing with the
+// worker's proxy key only (granted every bucket the flows touch) and
+// trusting the proxy's test CA.
+func TestS3GatewayRealSDK(t *testing.T) {
+	g := startGatewaySuite(t, append(slices.Clone(s3RealSDKBuckets), "nightly"), nil, s3RealSDKBuckets...)
+	testS3RealSDK(t, &s3Pass{backend: g.backend, in: g.in, endpoint: g.endpoint,
+		worker: credentials.NewStaticCredentialsProvider(gwSuiteKey, gwSuiteSecret, ""), tls: g.pool})
+}
+
+// testS3RealSDK runs the flows of TestS3PassRealSDK through p.
+func testS3RealSDK(t *testing.T, p *s3Pass) {
 	path, vhost := p.client(true), p.client(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
@@ -338,7 +364,7 @@ func (p *s3Pass) dialClient() *http.Client {
 	dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, network, p.in.Proxy)
 	}
-	return &http.Client{Transport: &http.Transport{DialContext: dial, DisableCompression: true}}
+	return &http.Client{Transport: &http.Transport{DialContext: dial, DisableCompression: true, TLSClientConfig: p.tls}}
 }
 
 // s3QueryToken is an s3.Options function for a presign client: a Build

@@ -20,6 +20,14 @@ import (
 // trusts the certificate.
 func TLSFiles(t testing.TB) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
+	return TLSFilesFor(t)
+}
+
+// TLSFilesFor is TLSFiles with the certificate also valid for the host names
+// dnsNames ("localhost", "jobs.localhost": one name each, since clients
+// such as Python's ssl take no wildcard directly under a top-level name).
+func TLSFilesFor(t testing.TB, dnsNames ...string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +35,7 @@ func TLSFiles(t testing.TB) (certFile, keyFile string, pool *x509.CertPool) {
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fenceproxy test"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dnsNames, KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

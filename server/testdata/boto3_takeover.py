@@ -2,8 +2,12 @@
 
 Run by TestS3Boto3 (and over TLS by TestS3Boto3OverTLS) with ENDPOINT (the
 proxy), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (the backend's) and
-PYTHONPATH holding examples/boto3. Prints one line per step, then the payload
-forms botocore sent; exits non-zero on the first surprise.
+PYTHONPATH holding examples/boto3. In gateway mode (TestS3GatewayBoto3) the
+keys are the worker's proxy key, AWS_CA_BUNDLE trusts the proxy, and
+OUTSIDE_GRANT=bucket/key names an object the key is not granted: a write, a
+read and a listing of it must get the proxy's 403 AccessDenied. Prints one
+line per step, then the payload forms botocore sent; exits non-zero on the
+first surprise.
 """
 
 import os
@@ -84,5 +88,26 @@ left = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents"
 if left:
     sys.exit(f"after the current batch: {left}")
 print("current batch deleted all")
+
+# Gateway mode: a key used outside its grant is refused before any fencing,
+# reads included.
+outside = os.environ.get("OUTSIDE_GRANT")
+if outside:
+    other_bucket, other_key = outside.split("/", 1)
+    token.set(60)
+    for what, call in (
+        ("PutObject", lambda: s3.put_object(Bucket=other_bucket, Key=other_key, Body=b"outside")),
+        ("GetObject", lambda: s3.get_object(Bucket=other_bucket, Key=other_key)),
+        ("ListObjectsV2", lambda: s3.list_objects_v2(Bucket=other_bucket)),
+    ):
+        try:
+            call()
+        except ClientError as e:
+            got, status = e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
+            if got != "AccessDenied" or status != 403:
+                sys.exit(f"{what} outside the grant: want 403 AccessDenied, got {status} {got}: {e}")
+            print(f"{what} of {outside} outside the grant: {status} {got}")
+            continue
+        sys.exit(f"{what} of {outside} outside the grant succeeded")
 for form in sorted(forms):
     print(f"sent as {form}")
