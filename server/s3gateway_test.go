@@ -35,6 +35,10 @@ type gatewayRig struct {
 	backend *s3backend.Server
 	in      *servertest.Instance
 	pool    tlsPool
+	// keys is the workers' credentials file; fwd counts the bytes the
+	// proxy sends to the store (FENCEPROXY_UPSTREAM is fwd's address).
+	keys string
+	fwd  *countingForwarder
 }
 
 type tlsPool = *tls.Config
@@ -62,14 +66,15 @@ func startGateway(t *testing.T, extra map[string]string) *gatewayRig {
 		"AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_EC2_METADATA_DISABLED": "true"} {
 		t.Setenv(k, v)
 	}
-	env := map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+	fwd := newCountingForwarder(t, backend.URL)
+	env := map[string]string{"FENCEPROXY_UPSTREAM": fwd.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
 		"FENCEPROXY_UPSTREAM_CA_FILE": certFile, "FENCEPROXY_TLS_CERT_FILE": certFile, "FENCEPROXY_TLS_KEY_FILE": keyFile,
 		"FENCEPROXY_S3": "resign", "FENCEPROXY_S3_DOMAINS": "127.0.0.1", "FENCEPROXY_S3_CREDENTIALS_FILE": keys,
 		"FENCEPROXY_S3_REGION": s3backend.Region}
 	for k, v := range extra {
 		env[k] = v
 	}
-	return &gatewayRig{backend: backend, in: servertest.Start(t, env), pool: &tls.Config{RootCAs: pool}}
+	return &gatewayRig{backend: backend, in: servertest.Start(t, env), pool: &tls.Config{RootCAs: pool}, keys: keys, fwd: fwd}
 }
 
 // worker returns an SDK client of the proxy (HTTPS, the SDK's default
