@@ -97,7 +97,9 @@ func (s *signedStream) Read(p []byte) (int, error) {
 
 // signedLength is the encoded length of n payload bytes in chunks of size.
 func signedLength(n int64, size int) int64 {
-	frame := func(k int64) int64 { return int64(len(strconv.FormatInt(k, 16))) + int64(len(";chunk-signature=")) + 64 + 2 + k + 2 }
+	frame := func(k int64) int64 {
+		return int64(len(strconv.FormatInt(k, 16))) + int64(len(";chunk-signature=")) + 64 + 2 + k + 2
+	}
 	full := n / int64(size)
 	total := full * frame(int64(size))
 	if r := n % int64(size); r > 0 {
