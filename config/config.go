@@ -154,17 +154,17 @@ type Config struct {
 	S3TokenMetadata bool `env:"S3_TOKEN_METADATA" envDefault:"false" help:"with S3=resign, PutObject, CopyObject (with x-amz-metadata-directive REPLACE) and CreateMultipartUpload get x-amz-meta-fencing-token: <token>, so every object shows which holder wrote it"`
 
 	// S3Domains are the host names workers use for the proxy in S3 mode.
-	S3Domains []string `env:"S3_DOMAINS" envSeparator:"," help:"with S3=pass, the host names workers use for the proxy (comma-separated, no port): a Host equal to one is path style (/bucket/key), {bucket}.{name} is virtual-hosted style (not below an IP address); any other Host is refused with 400"`
+	S3Domains []string `env:"S3_DOMAINS" envSeparator:"," help:"with S3=pass or resign, the host names workers use for the proxy (comma-separated, no port): a Host equal to one is path style (/bucket/key), {bucket}.{name} is virtual-hosted style (not below an IP address); any other Host is refused with 400"`
 
 	// S3VirtualHosted is whether S3 mode reads {bucket}.{domain} as virtual-hosted style.
-	S3VirtualHosted bool `env:"S3_VIRTUAL_HOSTED" envDefault:"true" help:"with S3=pass, whether a Host {bucket}.{name} (a name in FENCEPROXY_S3_DOMAINS) is read as virtual-hosted style, bucket {bucket}; set false when the store does not read those names so (it would write another object than the one fenced): such a Host is then refused with 400, and workers use path style"`
+	S3VirtualHosted bool `env:"S3_VIRTUAL_HOSTED" envDefault:"true" help:"with S3=pass or resign, whether a Host {bucket}.{name} (a name in FENCEPROXY_S3_DOMAINS) is read as virtual-hosted style, bucket {bucket}; set false when the store does not read those names so (it would write another object than the one fenced): such a Host is then refused with 400, and workers use path style"`
 
 	// S3BucketWrites is what S3 mode does with a bucket's configuration writes.
-	S3BucketWrites string `env:"S3_BUCKET_WRITES" envDefault:"refuse" help:"with S3=pass, writes to a bucket's configuration (policy, lifecycle, ACL, versioning..., DeleteBucket): refuse (400), pass (forwarded unfenced) or fence (fenced on the bucket's name); CreateBucket passes unfenced unless fence"`
+	S3BucketWrites string `env:"S3_BUCKET_WRITES" envDefault:"refuse" help:"with S3=pass or resign, writes to a bucket's configuration (policy, lifecycle, ACL, versioning..., DeleteBucket): refuse (400), pass (forwarded unfenced) or fence (fenced on the bucket's name); CreateBucket passes unfenced unless fence"`
 
 	// S3UploadRecordTTL is how long S3 mode remembers which token created a
 	// multipart upload that no Complete or Abort through the proxy ended.
-	S3UploadRecordTTL time.Duration `env:"S3_UPLOAD_RECORD_TTL" envDefault:"168h" help:"with S3=pass, how long the proxy remembers which fencing token created a multipart upload (so that its holder can abort it after a takeover) when no complete or abort through the proxy ends it; match the bucket's AbortIncompleteMultipartUpload lifecycle rule; at least 1m"`
+	S3UploadRecordTTL time.Duration `env:"S3_UPLOAD_RECORD_TTL" envDefault:"168h" help:"with S3=pass or resign, how long the proxy remembers which fencing token created a multipart upload (so that its holder can abort it after a takeover) when no complete or abort through the proxy ends it; match the bucket's AbortIncompleteMultipartUpload lifecycle rule; at least 1m"`
 
 	// LogLevel is the least severe level logged: debug, info, warn or error.
 	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" help:"least severe log level: debug, info, warn or error (logs are JSON on stderr)"`

@@ -34,7 +34,9 @@ awscli v2 given the v1 block loads no plugin and says nothing: its writes
 are then refused with MissingFencingToken although FENCING_TOKEN is set.
 
 The header is added before botocore signs the request, so the worker's own
-SigV4 signature covers it and reaches the store unchanged (FENCEPROXY_S3=pass).
+SigV4 signature covers it: it reaches the store unchanged (FENCEPROXY_S3=pass),
+or the proxy verifies it with the worker's proxy key and signs for the store
+itself (FENCEPROXY_S3=resign, gateway mode).
 A presigned URL (aws s3 presign) carries the token in its query instead, where
 a SigV4 signature covers it too and its user needs to send no header (awscli
 v1 presigns with SigV2 unless the s3 section of the config file sets

@@ -11,7 +11,9 @@
     s3.put_object(Bucket="reports", Key="jobs/a", Body=b"...")
 
 The header is added before botocore signs the request, so the worker's own
-SigV4 signature covers it and reaches the store unchanged (FENCEPROXY_S3=pass).
+SigV4 signature covers it: it reaches the store unchanged (FENCEPROXY_S3=pass),
+or the proxy verifies it with the worker's proxy key and signs for the store
+itself (FENCEPROXY_S3=resign, gateway mode).
 A presigned URL (generate_presigned_url) carries the token in its query
 instead, covered by the URL's signature, so the uploader that receives the URL
 needs to add no header:
