@@ -145,8 +145,8 @@ func (p *Proxy) checkGrants(ex *exchange, caller S3Caller, bucket, key string) e
 	return nil
 }
 
-// deleteKeys returns a DeleteObjects's keys, reading its body as
-// deleteResources does (which then reads the copy it leaves).
+// deleteKeys returns a DeleteObjects's keys, reading its body once
+// (deleteResources, which resolve then answers from the exchange).
 func (p *Proxy) deleteKeys(ex *exchange) ([]string, error) {
 	if _, err := p.deleteResources(ex); err != nil {
 		return nil, err

@@ -256,7 +256,8 @@ type exchange struct {
 	multipart s3.Multipart // S3 mode: the write's part in a multipart upload
 	uploadID  string       // the upload's ID, for Complete and Abort
 
-	deleteKeys  []string // S3 mode: a DeleteObjects's keys, as its body names them
+	deleteKeys  []string // S3 mode: a DeleteObjects's keys, as its body names them; nil until read
+	deleteRes   []string // their resources, sorted, once deleteKeys is set
 	caller      S3Caller // S3 gateway mode: the verified request's key
 	bucket, key string   // S3 gateway mode: the bucket and decoded key the request names
 

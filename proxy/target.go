@@ -181,6 +181,9 @@ func (p *Proxy) resources(r *http.Request, path string) ([]string, error) {
 // the body cannot be read; errUnsupported for a ?delete POST to an object.
 // Nothing is forwarded on an error.
 func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
+	if ex.deleteKeys != nil { // read already (gateway mode checks the keys' grants first)
+		return ex.deleteRes, nil
+	}
 	r := ex.r
 	bucket := strings.TrimSuffix(ex.path, "/")
 	if strings.Count(bucket, "/") != 1 {
@@ -205,7 +208,6 @@ func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	ex.deleteKeys = keys
 	resources := make([]string, 0, len(keys))
 	for _, k := range keys {
 		res, err := p.resolver.Target(s3.KeyPath(bucket, k))
@@ -215,7 +217,8 @@ func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
 		resources = append(resources, res)
 	}
 	slices.Sort(resources)
-	return slices.Compact(resources), nil
+	ex.deleteKeys, ex.deleteRes = keys, slices.Compact(resources)
+	return ex.deleteRes, nil
 }
 
 // idleReader reads r, each read given at most idle (0: no limit) through

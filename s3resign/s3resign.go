@@ -50,8 +50,6 @@ const awsChunked = "aws-chunked"
 // signature over it fails there.
 var unsignedOutbound = []string{"Accept-Encoding"}
 
-var unsignedOutboundLower = []string{"accept-encoding"}
-
 // Signer re-signs requests for one store. Safe for concurrent use.
 type Signer struct {
 	// Endpoint is the store's base URL (FENCEPROXY_UPSTREAM): scheme and
@@ -149,7 +147,7 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	h := make(http.Header, len(in.SignedHeaders)+4)
 	keep := func(name string) {
 		lower := strings.ToLower(name)
-		if neverForwarded[lower] || (s.Dropped != nil && s.Dropped(lower)) || slices.Contains(unsignedOutboundLower, lower) {
+		if neverForwarded[lower] || (s.Dropped != nil && s.Dropped(lower)) || slices.ContainsFunc(unsignedOutbound, func(h string) bool { return strings.EqualFold(h, lower) }) {
 			return // an unsigned outbound header goes back on after signing
 		}
 		if v, ok := out.Header[http.CanonicalHeaderKey(lower)]; ok {

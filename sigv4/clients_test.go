@@ -24,20 +24,7 @@ import (
 func serveTLS(t *testing.T, v *Verifier) (string, *http.Client, <-chan result) {
 	t.Helper()
 	ch := make(chan result, 64)
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a, err := v.Verify(r)
-		_, _ = io.Copy(io.Discard, r.Body)
-		ch <- result{a, err}
-		if err != nil {
-			w.WriteHeader(http.StatusForbidden)
-			_, _ = io.WriteString(w, Code(err))
-			return
-		}
-		if r.URL.Query().Has("list-type") {
-			w.Header().Set("Content-Type", "application/xml")
-			_, _ = io.WriteString(w, `<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>bucket</Name></ListBucketResult>`)
-		}
-	}))
+	srv := httptest.NewTLSServer(verifyHandler(v, ch))
 	t.Cleanup(srv.Close)
 	return srv.URL, srv.Client(), ch
 }

@@ -48,7 +48,15 @@ type result struct {
 func serve(t *testing.T, v *Verifier) (string, <-chan result) {
 	t.Helper()
 	ch := make(chan result, 64)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(verifyHandler(v, ch))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String(), ch
+}
+
+// verifyHandler verifies every request with v and reports the outcome on ch
+// (see serve).
+func verifyHandler(v *Verifier, ch chan<- result) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a, err := v.Verify(r)
 		_, _ = io.Copy(io.Discard, r.Body)
 		ch <- result{a, err}
@@ -61,9 +69,7 @@ func serve(t *testing.T, v *Verifier) (string, <-chan result) {
 			w.Header().Set("Content-Type", "application/xml")
 			_, _ = io.WriteString(w, `<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>bucket</Name></ListBucketResult>`)
 		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().String(), ch
+	})
 }
 
 func verifierAt(now time.Time) *Verifier {
