@@ -44,7 +44,7 @@ const maxProblemBody = 64 << 10
 // refusal (a *StaleError or a *RefusedError).
 var (
 	ErrStale   = errors.New("fenceproxy: stale fencing token")
-	ErrRefused = errors.New("fenceproxy: write refused by the proxy")
+	ErrRefused = errors.New("fenceproxy: request refused by the proxy")
 )
 
 // StaleError is the proxy's 409 for a write whose token is below the
@@ -94,7 +94,7 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	msg := fmt.Sprintf("fenceproxy: write refused (%d %s)", e.Status, e.Reason)
+	msg := fmt.Sprintf("fenceproxy: request refused (%d %s)", e.Status, e.Reason)
 	if e.Detail != "" {
 		msg += ": " + e.Detail
 	}

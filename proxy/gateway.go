@@ -20,7 +20,9 @@ type S3Gateway interface {
 	// Verify checks r's SigV4 signature, in its Authorization header or
 	// its presigned query, with the key's secret. Its errors refuse the
 	// request with 403; one with an S3Code() string method answers with
-	// that code (SignatureDoesNotMatch, InvalidAccessKeyId, ...).
+	// that code (SignatureDoesNotMatch, InvalidAccessKeyId, ...), one with
+	// an HTTPStatus() int method of 400 with 400 (a malformed
+	// Authorization, SigV2: S3's own status for those).
 	Verify(r *http.Request) (S3Caller, error)
 }
 
@@ -45,6 +47,10 @@ type S3Caller interface {
 	Resign(ctx context.Context, out *http.Request, bucket, key, token string) error
 }
 
+// ErrAccessDenied: in S3 gateway mode, the verified key is not granted
+// what the request does (403 AccessDenied).
+var ErrAccessDenied = errors.New("access denied")
+
 // errNoGrant: the key is not granted what the request does.
 type errNoGrant struct{ what string }
 
@@ -64,7 +70,8 @@ var listParams = map[string]bool{
 // before anything else reads its body: the signature (Verify), then the
 // key's grants for what the request reads and writes (a DeleteObjects's
 // keys each, a copy's source), then PrepareBody. It keeps the caller in ex
-// for the signing. Errors wrap ErrForbidden.
+// for the signing. Errors wrap ErrForbidden (the signature) or
+// ErrAccessDenied (a grant).
 func (p *Proxy) gatewayCheck(ex *exchange) error {
 	r := ex.r
 	caller, err := p.opts.Gateway.Verify(r)
@@ -76,12 +83,12 @@ func (p *Proxy) gatewayCheck(ex *exchange) error {
 		return err
 	}
 	if bucket == "" {
-		return fmt.Errorf("%w: %w", ErrForbidden, errNoGrant{"a request to no bucket (ListBuckets)"})
+		return fmt.Errorf("%w: %w", ErrAccessDenied, errNoGrant{"a request to no bucket (ListBuckets)"})
 	}
 	if err := p.checkGrants(ex, caller, bucket, key); err != nil {
 		var ng errNoGrant
 		if errors.As(err, &ng) {
-			return fmt.Errorf("%w: %w", ErrForbidden, err)
+			return fmt.Errorf("%w: %w", ErrAccessDenied, err)
 		}
 		return err // a DeleteObjects body that does not parse, ...
 	}

@@ -106,9 +106,16 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonForbidden, "Forbidden"
 		level = slog.LevelWarn
 		var coded interface{ S3Code() string }
-		if errors.As(err, &coded) { // S3 gateway mode: the signature's or the grant's own code
+		if errors.As(err, &coded) { // S3 gateway mode: the signature's own code
 			pb.S3Code = coded.S3Code()
 		}
+		var status interface{ HTTPStatus() int }
+		if errors.As(err, &status) && status.HTTPStatus() == http.StatusBadRequest {
+			pb.Status = http.StatusBadRequest // S3's answer to a malformed Authorization
+		}
+	case errors.Is(err, ErrAccessDenied):
+		pb.Status, pb.Reason, pb.Title, pb.S3Code = http.StatusForbidden, wire.ReasonForbidden, "Access denied", "AccessDenied"
+		level = slog.LevelWarn
 	case errors.Is(err, fence.ErrJump):
 		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonJump, "Fencing token jumps too far"
 		level = slog.LevelWarn
@@ -168,11 +175,26 @@ func (p *Proxy) priorKnowledge(ex *exchange) {
 }
 
 func (p *Proxy) logRefusal(r *http.Request, level slog.Level, pb wire.Problem, err error) {
-	p.log.LogAttrs(r.Context(), level, "write refused",
+	msg := "write refused"
+	if !mayWrite(r) {
+		msg = "request refused"
+	}
+	p.log.LogAttrs(r.Context(), level, msg,
 		slog.String("reason", pb.Reason), slog.Int("status", pb.Status),
 		slog.String("resource", pb.Resource), slog.String("token", pb.Token), slog.String("current_token", pb.CurrentToken),
 		slog.String("method", r.Method), slog.String("target", logTarget(r)),
 		slog.String("remote", r.RemoteAddr), slog.String("error", err.Error()))
+}
+
+// mayWrite reports a request whose method or method override is not a read
+// (GET, HEAD, OPTIONS).
+func mayWrite(r *http.Request) bool {
+	for _, m := range methods(r) {
+		if m != http.MethodGet && m != http.MethodHead && m != http.MethodOptions {
+			return true
+		}
+	}
+	return false
 }
 
 // secretQueryParams are query parameters that carry credentials: presigned S3

@@ -307,16 +307,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// 1. Classify: a target the proxy forwards at all, no hop-by-hop header
 	// hiding what the fence relies on, and whether the request is a fenced write.
-	if err := p.classify(ex); err != nil {
+	err := p.classify(ex)
+	// S3 gateway mode: who signed it, and may its key do this? Reads too;
+	// and before the bucket policy, so that a key learns nothing of it
+	// that it may not do.
+	if p.opts.S3 == "resign" && (err == nil || errors.Is(err, errBucketWrite)) {
+		if gerr := p.gatewayCheck(ex); gerr != nil {
+			err = gerr
+		}
+	}
+	if err != nil {
 		p.refuse(ex, err)
 		return
-	}
-	// S3 gateway mode: who signed it, and may its key do this? Reads too.
-	if p.opts.S3 == "resign" {
-		if err := p.gatewayCheck(ex); err != nil {
-			p.refuse(ex, err)
-			return
-		}
 	}
 	if !ex.fenced {
 		if err := p.authenticate(ex); err != nil {
@@ -330,7 +332,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// 2. Resolve the write's resources; 3. authenticate it.
-	err := p.resolve(ex)
+	err = p.resolve(ex)
 	if err == nil {
 		err = p.authenticate(ex)
 	}

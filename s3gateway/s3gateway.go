@@ -23,7 +23,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/sigv4"
 )
 
-// Keys are the workers' keys: s3keys.Store (reloaded) or *s3keys.Keys.
+// Keys are the workers' keys: *s3keys.Store (reloaded from its file).
 type Keys interface {
 	Keys() *s3keys.Keys
 }
@@ -61,9 +61,10 @@ func New(opts Options) (*Gateway, error) {
 // answer (proxy.S3Gateway's contract).
 type codedError struct{ err error }
 
-func (e codedError) Error() string  { return e.err.Error() }
-func (e codedError) Unwrap() error  { return e.err }
-func (e codedError) S3Code() string { return sigv4.Code(e.err) }
+func (e codedError) Error() string   { return e.err.Error() }
+func (e codedError) Unwrap() error   { return e.err }
+func (e codedError) S3Code() string  { return sigv4.Code(e.err) }
+func (e codedError) HTTPStatus() int { return sigv4.Status(e.err) }
 
 // Verify checks r's SigV4 signature with the key's secret, from the keys in
 // use now (one version for the whole request).

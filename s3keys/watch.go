@@ -134,7 +134,32 @@ func (s *Store) reload() {
 		s.failure = ""
 	}
 	added, removed := diff(old.IDs(), keys.IDs())
-	s.log.Info("s3 credentials reloaded", "path", s.path, "keys", keys.Len(), "added", added, "removed", removed)
+	s.log.Info("s3 credentials reloaded", "path", s.path, "keys", keys.Len(), "added", orNone(added), "removed", orNone(removed),
+		"changed", orNone(changed(old, keys)))
+}
+
+// changed are the ids in both a and b whose secret or grants differ, sorted
+// (ids only: never a secret).
+func changed(a, b *Keys) []string {
+	if a == nil || b == nil {
+		return nil
+	}
+	var ids []string
+	for _, id := range b.IDs() {
+		ea, ok := a.byID[id]
+		if eb := b.byID[id]; ok && (ea.secret != eb.secret || !slices.Equal(ea.grants, eb.grants)) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// orNone makes an empty list a list in the log ([] rather than null).
+func orNone(ids []string) []string {
+	if ids == nil {
+		return []string{}
+	}
+	return ids
 }
 
 func (s *Store) fail(err error) {

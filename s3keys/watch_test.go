@@ -133,6 +133,18 @@ func TestWatchRotation(t *testing.T) {
 		if s.LastReload() != at || logs.count("reloaded") != 1 {
 			t.Fatalf("an unchanged file was loaded again:\n%s", logs)
 		}
+
+		// A rotated secret adds and removes no id: the log names the key as
+		// changed, never the secret.
+		replace(t, path, strings.Replace(file("worker1", "worker3"), sec+"-worker1", sec+"-worker1-rotated", 1))
+		time.Sleep(s3keys.DefaultEvery)
+		synctest.Wait()
+		if got, _ := s.Secret("worker1"); got != sec+"-worker1-rotated" {
+			t.Fatal("worker1's new secret not in use")
+		}
+		if logs.count(`"added":[],"removed":[],"changed":["worker1"]`) != 1 {
+			t.Fatalf("the rotation is not logged as a change of worker1:\n%s", logs)
+		}
 		checkNoSecret(t, logs)
 	})
 }

@@ -144,29 +144,33 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	u.Opaque, u.Path, u.RawPath, u.RawQuery = "", p, path, query
 	out.URL, out.Host = &u, u.Host
 
-	h := make(http.Header, len(in.SignedHeaders)+4)
-	keep := func(name string) {
-		lower := strings.ToLower(name)
-		if neverForwarded[lower] || (s.Dropped != nil && s.Dropped(lower)) || slices.ContainsFunc(unsignedOutbound, func(h string) bool { return strings.EqualFold(h, lower) }) {
-			return // an unsigned outbound header goes back on after signing
-		}
-		if v, ok := out.Header[http.CanonicalHeaderKey(lower)]; ok {
-			h[http.CanonicalHeaderKey(lower)] = v
-		}
+	// out.Header is the outbound copy: filtered in place.
+	h := out.Header
+	if h == nil {
+		h = http.Header{}
 	}
-	for _, name := range in.SignedHeaders {
-		keep(name)
-	}
-	signed := make(map[string]bool, len(in.SignedHeaders))
-	for _, name := range in.SignedHeaders {
-		signed[strings.ToLower(name)] = true
-	}
-	for _, name := range framing {
-		if !signed[name] {
-			keep(name)
+	var unsigned http.Header
+	for _, k := range unsignedOutbound {
+		if v, ok := h[k]; ok {
+			if unsigned == nil {
+				unsigned = http.Header{}
+			}
+			unsigned[k] = v
 		}
 	}
-	if ce, ok := h["Content-Encoding"]; ok && !signed["content-encoding"] {
+	signedCE := false
+	for k := range h {
+		signed, keep := s.forwarded(k, in.SignedHeaders)
+		switch {
+		case keep && asciiEqualFold(k, "content-encoding") && k != "Content-Encoding":
+			delete(h, k) // not as net/http keys it: checked under one name only
+		case !keep:
+			delete(h, k)
+		case k == "Content-Encoding":
+			signedCE = signed
+		}
+	}
+	if ce, ok := h["Content-Encoding"]; ok && !signedCE {
 		delete(h, "Content-Encoding")
 		for _, v := range ce {
 			for c := range strings.SplitSeq(v, ",") {
@@ -178,15 +182,6 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	}
 	for k, v := range in.Header {
 		h[k] = v
-	}
-	var unsigned http.Header
-	for _, k := range unsignedOutbound {
-		if v, ok := out.Header[k]; ok {
-			if unsigned == nil {
-				unsigned = http.Header{}
-			}
-			unsigned[k] = v
-		}
 	}
 	h.Set("X-Amz-Content-Sha256", in.PayloadHash)
 	out.Header = h
@@ -211,6 +206,55 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 		out.Header[k] = v
 	}
 	return nil
+}
+
+// forwarded reports whether the outbound header name (as the map keys it)
+// goes to the store, and whether because the worker signed it (else it is
+// framing). Names compare in ASCII case only.
+func (s *Signer) forwarded(name string, signedHeaders []string) (signed, keep bool) {
+	lower := ""
+	for _, n := range signedHeaders {
+		if asciiEqualFold(n, name) {
+			lower, signed = n, true
+			break
+		}
+	}
+	if lower == "" {
+		for _, n := range framing {
+			if asciiEqualFold(n, name) {
+				lower = n
+				break
+			}
+		}
+	}
+	switch {
+	case lower == "", neverForwarded[lower], s.Dropped != nil && s.Dropped(lower):
+		return false, false
+	case slices.ContainsFunc(unsignedOutbound, func(h string) bool { return asciiEqualFold(h, lower) }):
+		return false, false // goes back on after signing
+	}
+	return signed, true
+}
+
+// asciiEqualFold is strings.EqualFold for ASCII only: no other letter (the
+// Kelvin sign) folds into a header name.
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // query returns rawQuery without presigned-URL authentication and the
@@ -248,14 +292,22 @@ func (s *Signer) query(rawQuery string) (string, error) {
 // escapePath escapes a bucket or key as S3's canonical URI does: every byte
 // but the unreserved ones (A-Z a-z 0-9 - . _ ~) and "/" as %XX.
 func escapePath(p string) string {
+	if !strings.ContainsFunc(p, func(r rune) bool { return !unreserved(r) }) {
+		return p
+	}
 	var b strings.Builder
 	for i := 0; i < len(p); i++ {
 		c := p[i]
-		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' || c == '/' {
+		if unreserved(rune(c)) {
 			b.WriteByte(c)
 			continue
 		}
 		fmt.Fprintf(&b, "%%%02X", c)
 	}
 	return b.String()
+}
+
+// unreserved reports a byte that S3's canonical URI leaves as it is.
+func unreserved(c rune) bool {
+	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' || c == '/'
 }

@@ -302,7 +302,7 @@ func TestS3GatewayForgedRequests(t *testing.T) {
 			r, _ := http.NewRequest("PUT", u, bytes.NewReader(body))
 			return r
 		}},
-		{name: "a presigned URL valid for 7 days + 1 s", status: 403, code: "AuthorizationQueryParametersError", req: func() *http.Request {
+		{name: "a presigned URL valid for 7 days + 1 s", status: 400, code: "AuthorizationQueryParametersError", req: func() *http.Request {
 			u := g.presigned(t, "worker1", gwSecret1, "PUT", "/jobs/w1/target", 9, 7*24*3600+1, now())
 			r, _ := http.NewRequest("PUT", u, bytes.NewReader(body))
 			return r
@@ -312,13 +312,13 @@ func TestS3GatewayForgedRequests(t *testing.T) {
 			r.Header.Set("X-Amz-Acl", "public-read")
 			return r
 		}},
-		{name: "credentials in both the header and the query", status: 403, code: "AuthorizationHeaderMalformed", req: func() *http.Request {
+		{name: "credentials in both the header and the query", status: 403, code: "AccessDenied", req: func() *http.Request {
 			r := sign("PUT", "/jobs/w1/target", body, nil, 9, now())
 			u, _ := url.Parse(g.presigned(t, "worker1", gwSecret1, "PUT", "/jobs/w1/target", 9, 60, now()))
 			r.URL.RawQuery = u.RawQuery
 			return r
 		}},
-		{name: "SigV2 in the header", status: 403, code: "InvalidRequest", req: func() *http.Request {
+		{name: "SigV2 in the header", status: 400, code: "InvalidRequest", req: func() *http.Request {
 			r, _ := http.NewRequest("PUT", "https://"+g.in.Proxy+"/jobs/w1/target", bytes.NewReader(body))
 			date := time.Now().UTC().Format(http.TimeFormat)
 			r.Header.Set("Date", date)
@@ -326,7 +326,7 @@ func TestS3GatewayForgedRequests(t *testing.T) {
 			r.Header.Set("Authorization", "AWS worker1:"+sigV2(gwSecret1, "PUT\n\n\n"+date+"\n/jobs/w1/target"))
 			return r
 		}},
-		{name: "SigV2 in the query", status: 403, code: "InvalidRequest", req: func() *http.Request {
+		{name: "SigV2 in the query", status: 400, code: "InvalidRequest", req: func() *http.Request {
 			exp := strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)
 			q := url.Values{"AWSAccessKeyId": {"worker1"}, "Expires": {exp},
 				"Signature": {sigV2(gwSecret1, "PUT\n\n\n"+exp+"\n/jobs/w1/target")}, "X-Fencing-Token": {"9"}}

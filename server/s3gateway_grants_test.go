@@ -19,14 +19,16 @@ import (
 // listing of the whole bucket or of a prefix wider than w1/, CreateBucket,
 // and keys with ".." segments (reads too) are each refused whole with 403
 // AccessDenied (a DeleteObjects key with "..": 400 InvalidURI, as in pass
-// mode); PutBucketPolicy and DeleteBucket with 400 NotImplemented (bucket
-// configuration is never forwarded, whatever the key); none forwards a
-// byte, raises a fence or changes anything; a listing of w1/ passes.
+// mode), PutBucketPolicy and DeleteBucket too (the grant is checked before
+// FENCEPROXY_S3_BUCKET_WRITES); worker4, granted all of bucket other, gets
+// 400 NotImplemented for its PutBucketPolicy (refuse: bucket configuration
+// is never forwarded, whatever the key); none forwards a byte, raises a
+// fence or changes anything; a listing of w1/ passes.
 func TestS3GatewayGrants(t *testing.T) {
 	g := startGateway(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	w1 := g.worker("worker1", gwSecret1)
+	w1, w4 := g.worker("worker1", gwSecret1), g.worker("worker4", gwSecret4)
 	at := func(tok uint64) context.Context { return client.WithToken(ctx, tok) }
 	root := g.backend.Client()
 	for _, o := range []struct{ bucket, key string }{{"jobs", "x/b"}, {"jobs", "x/secret"}, {"other", "src"}} {
@@ -77,12 +79,18 @@ func TestS3GatewayGrants(t *testing.T) {
 			_, err := w1.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("w1bucket")})
 			return err
 		}},
-		{"PutBucketPolicy of jobs", "NotImplemented", func() error {
+		// The grant before FENCEPROXY_S3_BUCKET_WRITES=refuse (NotImplemented):
+		// a key learns nothing of a policy on what it may not do.
+		{"PutBucketPolicy of jobs", "AccessDenied", func() error {
 			_, err := w1.PutBucketPolicy(at(9), &s3.PutBucketPolicyInput{Bucket: aws.String("jobs"), Policy: aws.String(`{"Version":"2012-10-17","Statement":[]}`)})
 			return err
 		}},
-		{"DeleteBucket of jobs", "NotImplemented", func() error {
+		{"DeleteBucket of jobs", "AccessDenied", func() error {
 			_, err := w1.DeleteBucket(at(9), &s3.DeleteBucketInput{Bucket: aws.String("jobs")})
+			return err
+		}},
+		{"PutBucketPolicy of other by worker4 (all of other)", "NotImplemented", func() error {
+			_, err := w4.PutBucketPolicy(at(9), &s3.PutBucketPolicyInput{Bucket: aws.String("other"), Policy: aws.String(`{"Version":"2012-10-17","Statement":[]}`)})
 			return err
 		}},
 		{"PutObject w1/../x/b", "AccessDenied", func() error {

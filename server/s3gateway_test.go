@@ -25,6 +25,7 @@ import (
 const (
 	gwSecret1 = "worker1-secret-0123456789abcdef"
 	gwSecret2 = "worker2-secret-0123456789abcdef"
+	gwSecret4 = "worker4-secret-0123456789abcdef"
 )
 
 // gatewayRig is fenceproxy in S3 gateway mode (resign) in front of versitygw
@@ -59,6 +60,10 @@ func startGateway(t *testing.T, extra map[string]string) *gatewayRig {
     secret_access_key: "`+gwSecret2+`"
     grants:
       - {bucket: other, access: read}
+  - access_key_id: worker4
+    secret_access_key: "`+gwSecret4+`"
+    grants:
+      - {bucket: other, access: readwrite}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}

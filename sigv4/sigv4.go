@@ -20,13 +20,14 @@ package sigv4
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -72,9 +73,12 @@ var (
 	ErrExpired = errors.New("sigv4: request has expired")
 	// ErrMalformed: the Authorization header, or the credential scope it
 	// names, is not well formed or names another date, region or service
-	// (AuthorizationHeaderMalformed); also credentials in both the header and
-	// the query.
+	// (AuthorizationHeaderMalformed).
 	ErrMalformed = errors.New("sigv4: authorization header malformed")
+	// ErrTwoCredentials: credentials in both the Authorization header and
+	// the query (AccessDenied, 403: refused as a forgery would be, since one
+	// of the two was added to a signed request).
+	ErrTwoCredentials = errors.New("sigv4: credentials in both the Authorization header and the query")
 	// ErrMalformedQuery: the presigned URL's authentication parameters are
 	// missing, repeated or not well formed (AuthorizationQueryParametersError).
 	ErrMalformedQuery = errors.New("sigv4: authorization query parameters malformed")
@@ -96,7 +100,7 @@ func Code(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, ErrAnonymous), errors.Is(err, ErrExpired), errors.Is(err, ErrUnsignedHeader):
+	case errors.Is(err, ErrAnonymous), errors.Is(err, ErrExpired), errors.Is(err, ErrUnsignedHeader), errors.Is(err, ErrTwoCredentials):
 		return "AccessDenied"
 	case errors.Is(err, ErrUnknownKey):
 		return "InvalidAccessKeyId"
@@ -114,6 +118,24 @@ func Code(err error) string {
 		return "InvalidArgument"
 	}
 	return "InternalError"
+}
+
+// Status returns the HTTP status S3 answers an error of Verify with: 400 for
+// a request that is not well formed (AuthorizationHeaderMalformed,
+// AuthorizationQueryParametersError, InvalidRequest, InvalidArgument), 403
+// for one that is refused (AccessDenied, InvalidAccessKeyId,
+// SignatureDoesNotMatch, RequestTimeTooSkewed), 500 for any other non-nil
+// error, 200 for nil.
+func Status(err error) int {
+	switch Code(err) {
+	case "":
+		return http.StatusOK
+	case "AuthorizationHeaderMalformed", "AuthorizationQueryParametersError", "InvalidRequest", "InvalidArgument":
+		return http.StatusBadRequest
+	case "InternalError":
+		return http.StatusInternalServerError
+	}
+	return http.StatusForbidden
 }
 
 // Secrets is the consumer's key store: the secret access key of an access key
@@ -241,7 +263,7 @@ func (v *Verifier) Verify(r *http.Request) (*Auth, error) {
 	}
 	switch {
 	case hasHeader && hasQuery:
-		return nil, fmt.Errorf("%w: credentials in both the Authorization header and the query", ErrMalformed)
+		return nil, ErrTwoCredentials
 	case !hasHeader && !hasQuery:
 		return nil, ErrAnonymous
 	}
@@ -285,11 +307,13 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 	}
 
 	// The credential: <key>/<yyyymmdd>/<region>/<service>/aws4_request.
-	parts := strings.Split(p.credential, "/")
-	if len(parts) != 5 || parts[0] == "" {
+	key, scope, ok1 := strings.Cut(p.credential, "/")
+	scopeDate, rest, ok2 := strings.Cut(scope, "/")
+	region, rest, ok3 := strings.Cut(rest, "/")
+	svc, term, ok4 := strings.Cut(rest, "/")
+	if !ok1 || !ok2 || !ok3 || !ok4 || key == "" || strings.Contains(term, "/") {
 		return nil, fmt.Errorf("%w: credential %.80q is not <key>/<date>/<region>/%s/aws4_request", bad, p.credential, service)
 	}
-	key, scopeDate, region, svc, term := parts[0], parts[1], parts[2], parts[3], parts[4]
 	date, err := time.Parse(timeFormat, p.date)
 	if err != nil || len(p.date) != len(timeFormat) {
 		return nil, fmt.Errorf("%w: X-Amz-Date %.80q is not yyyymmddThhmmssZ", bad, p.date)
@@ -315,7 +339,7 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 	// The time window.
 	t := now()
 	auth := &Auth{AccessKeyID: key, Presigned: p.presigned, Date: date, SignedHeaders: signedHeaders, Signature: p.signature,
-		Scope: scopeDate + "/" + region + "/" + svc + "/" + terminator}
+		Scope: scope}
 	if p.presigned {
 		maxExpiry := v.MaxPresignExpiry
 		if maxExpiry <= 0 || maxExpiry > DefaultMaxPresignExpiry {
@@ -341,9 +365,11 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 		return nil, fmt.Errorf("%w: host is not signed", ErrUnsignedHeader)
 	}
 	for name := range r.Header {
-		l := strings.ToLower(name)
-		if strings.HasPrefix(l, "x-amz-") && !contains(signedHeaders, l) {
-			return nil, fmt.Errorf("%w: %s is not signed", ErrUnsignedHeader, l)
+		if len(name) < 6 || !strings.EqualFold(name[:6], "x-amz-") {
+			continue
+		}
+		if !slices.ContainsFunc(signedHeaders, func(s string) bool { return asciiEqualFold(s, name) }) {
+			return nil, fmt.Errorf("%w: %s is not signed", ErrUnsignedHeader, strings.ToLower(name))
 		}
 	}
 
@@ -379,10 +405,23 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 		return nil, fmt.Errorf("%w: %.80q", ErrUnknownKey, key)
 	}
 	auth.SigningKey = signingKey(secret, scopeDate, region, svc)
-	canonical := canonicalRequest(r, path, query, p.presigned, p.signedHeaders, signedHeaders, auth.PayloadHash)
-	sum := sha256.Sum256([]byte(canonical))
-	want := auth.sign(Algorithm + "\n" + p.date + "\n" + auth.Scope + "\n" + hex.EncodeToString(sum[:]))
-	if subtle.ConstantTimeCompare([]byte(want), []byte(p.signature)) != 1 {
+	buf := canonicalBufs.Get().(*[]byte)
+	canonical := appendCanonicalRequest((*buf)[:0], r, path, query, p.presigned, p.signedHeaders, signedHeaders, auth.PayloadHash)
+	sum := sha256.Sum256(canonical)
+	// The string to sign, in the same buffer.
+	sts := append(canonical[:0], Algorithm+"\n"...)
+	sts = append(append(sts, p.date...), '\n')
+	sts = append(append(sts, auth.Scope...), '\n')
+	sts = hex.AppendEncode(sts, sum[:])
+	mac := hmac.New(sha256.New, auth.SigningKey)
+	mac.Write(sts)
+	if cap(sts) <= maxPooledCanonical {
+		*buf = sts
+		canonicalBufs.Put(buf)
+	}
+	var got [sha256.Size]byte
+	hex.Decode(got[:], []byte(p.signature)) // isHex64 above
+	if !hmac.Equal(mac.Sum(nil), got[:]) {
 		return nil, ErrSignatureMismatch
 	}
 	return auth, nil
@@ -440,25 +479,27 @@ func parseHeader(h string) (parsed, error) {
 	default:
 		return p, fmt.Errorf("%w: %.40q is no AWS4-HMAC-SHA256 authorization", ErrMalformed, h)
 	}
-	seen := map[string]bool{}
+	var seen uint8 // a bit per field
 	for field := range strings.SplitSeq(rest, ",") {
 		k, val, ok := strings.Cut(strings.Trim(field, " "), "=")
-		if !ok || seen[k] {
-			return p, fmt.Errorf("%w: field %.60q repeated or not name=value", ErrMalformed, field)
-		}
-		seen[k] = true
+		var bit uint8
 		switch k {
 		case "Credential":
-			p.credential = val
+			bit, p.credential = 1, val
 		case "SignedHeaders":
-			p.signedHeaders = val
+			bit, p.signedHeaders = 2, val
 		case "Signature":
-			p.signature = val
-		default:
+			bit, p.signature = 4, val
+		}
+		switch {
+		case !ok || seen&bit != 0:
+			return p, fmt.Errorf("%w: field %.60q repeated or not name=value", ErrMalformed, field)
+		case bit == 0:
 			return p, fmt.Errorf("%w: unknown field %.40q", ErrMalformed, k)
 		}
+		seen |= bit
 	}
-	if len(seen) != 3 {
+	if seen != 7 {
 		return p, fmt.Errorf("%w: needs Credential, SignedHeaders and Signature", ErrMalformed)
 	}
 	return p, nil
@@ -515,7 +556,7 @@ func canonicalParam(k string) string {
 func parseSignedHeaders(s string) ([]string, error) {
 	names := strings.Split(s, ";")
 	for i, n := range names {
-		if n == "" || strings.ToLower(n) != n || strings.IndexFunc(n, func(c rune) bool { return !isTokenChar(c) }) >= 0 {
+		if !lowerToken(n) {
 			return nil, fmt.Errorf("SignedHeaders %.80q: %.80q is no lowercase header name", s, n)
 		}
 		if i > 0 && names[i-1] >= n {
@@ -525,69 +566,135 @@ func parseSignedHeaders(s string) ([]string, error) {
 	return names, nil
 }
 
-func isTokenChar(c rune) bool {
-	return c < 0x7f && c > ' ' && !strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c)
+// lowerToken reports a non-empty header name of token characters without
+// upper-case letters.
+func lowerToken(n string) bool {
+	for i := 0; i < len(n); i++ {
+		if c := n[i]; !tokenChar[c] || 'A' <= c && c <= 'Z' {
+			return false
+		}
+	}
+	return n != ""
 }
 
-func canonicalRequest(r *http.Request, path string, query []pair, presigned bool, signedHeadersStr string, signed []string, payload string) string {
-	var b strings.Builder
-	b.WriteString(r.Method)
-	b.WriteByte('\n')
-	b.WriteString(path)
-	b.WriteByte('\n')
-
-	enc := make([]pair, 0, len(query))
-	for _, q := range query {
-		if presigned && q.key == "X-Amz-Signature" {
-			continue
-		}
-		enc = append(enc, pair{encode(q.key), encode(q.value)})
+// tokenChar holds the bytes of an HTTP token (RFC 9110): visible ASCII but
+// the separators.
+var tokenChar = func() (t [256]bool) {
+	for c := '!'; c < 0x7f; c++ {
+		t[c] = !strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c)
 	}
-	sort.Slice(enc, func(i, j int) bool {
-		if enc[i].key != enc[j].key {
-			return enc[i].key < enc[j].key
-		}
-		return enc[i].value < enc[j].value
-	})
-	for i, q := range enc {
-		if i > 0 {
-			b.WriteByte('&')
-		}
-		b.WriteString(q.key)
-		b.WriteByte('=')
-		b.WriteString(q.value)
-	}
-	b.WriteByte('\n')
+	return t
+}()
 
+// asciiEqualFold is strings.EqualFold for ASCII only: no other letter (the
+// Kelvin sign) folds into a header name.
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalBufs are the buffers canonical requests are built in, one per
+// verification at a time; one larger than maxPooledCanonical (huge header
+// values) is left to the collector.
+var canonicalBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledCanonical = 64 << 10
+
+// appendCanonicalRequest appends the request's canonical request to b.
+func appendCanonicalRequest(b []byte, r *http.Request, path string, query []pair, presigned bool, signedHeadersStr string, signed []string, payload string) []byte {
+	b = append(b, r.Method...)
+	b = append(b, '\n')
+	b = append(b, path...)
+	b = append(b, '\n')
+
+	if len(query) > 0 {
+		enc := make([]pair, 0, len(query))
+		for _, q := range query {
+			if presigned && q.key == "X-Amz-Signature" {
+				continue
+			}
+			enc = append(enc, pair{encode(q.key), encode(q.value)})
+		}
+		sort.Slice(enc, func(i, j int) bool {
+			if enc[i].key != enc[j].key {
+				return enc[i].key < enc[j].key
+			}
+			return enc[i].value < enc[j].value
+		})
+		for i, q := range enc {
+			if i > 0 {
+				b = append(b, '&')
+			}
+			b = append(b, q.key...)
+			b = append(b, '=')
+			b = append(b, q.value...)
+		}
+	}
+	b = append(b, '\n')
+
+	var keyBuf [64]byte
 	for _, name := range signed {
-		var values []string
+		b = append(b, name...)
+		b = append(b, ':')
 		switch name {
 		case "host":
-			values = []string{r.Host}
+			b = appendCollapsed(b, r.Host)
 		case "transfer-encoding":
 			// net/http moves it out of r.Header.
-			values = []string{strings.Join(r.TransferEncoding, ",")}
+			for i, te := range r.TransferEncoding {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = appendCollapsed(b, te)
+			}
 		default:
-			values = r.Header.Values(name)
+			values := r.Header[string(canonicalKey(keyBuf[:0], name))] // no copy for a map index
 			if name == "content-length" && len(values) == 0 && r.ContentLength > 0 {
-				values = []string{fmt.Sprint(r.ContentLength)}
+				b = strconv.AppendInt(b, r.ContentLength, 10)
+			}
+			for i, val := range values {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = appendCollapsed(b, val)
 			}
 		}
-		b.WriteString(name)
-		b.WriteByte(':')
-		for i, val := range values {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(collapseSpaces(val))
-		}
-		b.WriteByte('\n')
+		b = append(b, '\n')
 	}
-	b.WriteByte('\n')
-	b.WriteString(signedHeadersStr)
-	b.WriteByte('\n')
-	b.WriteString(payload)
-	return b.String()
+	b = append(b, '\n')
+	b = append(b, signedHeadersStr...)
+	b = append(b, '\n')
+	b = append(b, payload...)
+	return b
+}
+
+// canonicalKey appends to buf the canonical form of a lowercase header name
+// (as net/http keys r.Header: X-Amz-Date).
+func canonicalKey(buf []byte, name string) []byte {
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		buf = append(buf, c)
+		upper = c == '-'
+	}
+	return buf
 }
 
 // encode is the specification's URI encoding: every byte but A-Z a-z 0-9 - _
@@ -596,25 +703,21 @@ func encode(s string) string {
 	return strings.ReplaceAll(url.QueryEscape(s), "+", "%20")
 }
 
-// collapseSpaces trims a header value and turns each inner run of spaces
-// into one.
-func collapseSpaces(s string) string {
+// appendCollapsed appends a header value trimmed, each inner run of spaces
+// turned into one.
+func appendCollapsed(b []byte, s string) []byte {
 	s = strings.Trim(s, " ")
-	if !strings.Contains(s, "  ") {
-		return s
-	}
-	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		if s[i] == ' ' && s[i-1] == ' ' {
 			continue
 		}
-		b.WriteByte(s[i])
+		b = append(b, s[i])
 	}
-	return b.String()
+	return b
 }
 
 func signingKey(secret, date, region, service string) []byte {
-	id := secret + "\x00" + date + "\x00" + region + "\x00" + service
+	id := keyID{secret, date, region, service}
 	keyCache.Lock()
 	k, ok := keyCache.m[id]
 	keyCache.Unlock()
@@ -639,8 +742,10 @@ func signingKey(secret, date, region, service string) []byte {
 // of a verification. The keys returned are shared: never modified.
 var keyCache = struct {
 	sync.Mutex
-	m map[string][]byte
-}{m: map[string][]byte{}}
+	m map[keyID][]byte
+}{m: map[keyID][]byte{}}
+
+type keyID struct{ secret, date, region, service string }
 
 // maxCachedKeys bounds keyCache (a few per worker key and day).
 const maxCachedKeys = 4096

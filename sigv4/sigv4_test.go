@@ -468,13 +468,13 @@ func TestForgedRequestsFail(t *testing.T) {
 		}, now: 604800 * time.Second},
 
 		// Where the credentials are.
-		{name: "credentials in both header and query", base: header, want: ErrMalformed, change: func(w *wireReq) {
+		{name: "credentials in both header and query", base: header, want: ErrTwoCredentials, change: func(w *wireReq) {
 			p := presigned()
 			_, q, _ := strings.Cut(p.target, "?")
 			w.target += "&" + q
 		}},
-		{name: "header credentials plus only X-Amz-Signature in the query", base: header, want: ErrMalformed, change: func(w *wireReq) { w.target += "&X-Amz-Signature=00" }},
-		{name: "presigned plus an empty Authorization header", base: presigned, want: ErrMalformed, change: func(w *wireReq) { w.set("Authorization", "") }},
+		{name: "header credentials plus only X-Amz-Signature in the query", base: header, want: ErrTwoCredentials, change: func(w *wireReq) { w.target += "&X-Amz-Signature=00" }},
+		{name: "presigned plus an empty Authorization header", base: presigned, want: ErrTwoCredentials, change: func(w *wireReq) { w.set("Authorization", "") }},
 		{name: "query credentials spelled in lowercase only", base: presigned, want: ErrMalformedQuery, change: func(w *wireReq) {
 			w.target = strings.ReplaceAll(w.target, "X-Amz-", "x-amz-")
 		}},
@@ -578,23 +578,30 @@ func TestAWSDocumentedStreamingExample(t *testing.T) {
 	}
 }
 
+// TestCode checks the S3 code and status of each error: S3's own (400 for a
+// request that is not well formed, 403 for one refused).
 func TestCode(t *testing.T) {
-	for err, want := range map[error]string{
-		nil:           "",
-		ErrAnonymous:  "AccessDenied",
-		ErrUnknownKey: "InvalidAccessKeyId",
-		fmt.Errorf("x: %w", ErrSignatureMismatch): "SignatureDoesNotMatch",
-		ErrSkew:             "RequestTimeTooSkewed",
-		ErrExpired:          "AccessDenied",
-		ErrMalformed:        "AuthorizationHeaderMalformed",
-		ErrMalformedQuery:   "AuthorizationQueryParametersError",
-		ErrUnsignedHeader:   "AccessDenied",
-		ErrAlgorithm:        "InvalidRequest",
-		ErrPayloadHash:      "InvalidArgument",
-		errors.New("other"): "InternalError",
+	type want struct {
+		code   string
+		status int
+	}
+	for err, want := range map[error]want{
+		nil:           {"", 200},
+		ErrAnonymous:  {"AccessDenied", 403},
+		ErrUnknownKey: {"InvalidAccessKeyId", 403},
+		fmt.Errorf("x: %w", ErrSignatureMismatch): {"SignatureDoesNotMatch", 403},
+		ErrSkew:             {"RequestTimeTooSkewed", 403},
+		ErrExpired:          {"AccessDenied", 403},
+		ErrTwoCredentials:   {"AccessDenied", 403},
+		ErrMalformed:        {"AuthorizationHeaderMalformed", 400},
+		ErrMalformedQuery:   {"AuthorizationQueryParametersError", 400},
+		ErrUnsignedHeader:   {"AccessDenied", 403},
+		ErrAlgorithm:        {"InvalidRequest", 400},
+		ErrPayloadHash:      {"InvalidArgument", 400},
+		errors.New("other"): {"InternalError", 500},
 	} {
-		if got := Code(err); got != want {
-			t.Errorf("Code(%v) = %q, want %q", err, got, want)
+		if got, status := Code(err), Status(err); got != want.code || status != want.status {
+			t.Errorf("Code, Status(%v) = %q, %d, want %q, %d", err, got, status, want.code, want.status)
 		}
 	}
 }
