@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"net/http"
 	"net/url"
 	"slices"
@@ -314,8 +315,8 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 	if !ok1 || !ok2 || !ok3 || !ok4 || key == "" || strings.Contains(term, "/") {
 		return nil, fmt.Errorf("%w: credential %.80q is not <key>/<date>/<region>/%s/aws4_request", bad, p.credential, service)
 	}
-	date, err := time.Parse(timeFormat, p.date)
-	if err != nil || len(p.date) != len(timeFormat) {
+	date, ok := parseAmzDate(p.date)
+	if !ok {
 		return nil, fmt.Errorf("%w: X-Amz-Date %.80q is not yyyymmddThhmmssZ", bad, p.date)
 	}
 	switch {
@@ -404,7 +405,8 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 	if !ok {
 		return nil, fmt.Errorf("%w: %.80q", ErrUnknownKey, key)
 	}
-	auth.SigningKey = signingKey(secret, scopeDate, region, svc)
+	dk := signingKey(secret, scopeDate, region, svc)
+	auth.SigningKey = dk.key
 	buf := canonicalBufs.Get().(*[]byte)
 	canonical := appendCanonicalRequest((*buf)[:0], r, path, query, p.presigned, p.signedHeaders, signedHeaders, auth.PayloadHash)
 	sum := sha256.Sum256(canonical)
@@ -413,15 +415,18 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 	sts = append(append(sts, p.date...), '\n')
 	sts = append(append(sts, auth.Scope...), '\n')
 	sts = hex.AppendEncode(sts, sum[:])
-	mac := hmac.New(sha256.New, auth.SigningKey)
+	mac := dk.macs.Get().(hash.Hash)
+	mac.Reset()
 	mac.Write(sts)
+	var want, got [sha256.Size]byte
+	mac.Sum(want[:0])
+	dk.macs.Put(mac)
 	if cap(sts) <= maxPooledCanonical {
 		*buf = sts
 		canonicalBufs.Put(buf)
 	}
-	var got [sha256.Size]byte
 	hex.Decode(got[:], []byte(p.signature)) // isHex64 above
-	if !hmac.Equal(mac.Sum(nil), got[:]) {
+	if !hmac.Equal(want[:], got[:]) {
 		return nil, ErrSignatureMismatch
 	}
 	return auth, nil
@@ -716,34 +721,43 @@ func appendCollapsed(b []byte, s string) []byte {
 	return b
 }
 
-func signingKey(secret, date, region, service string) []byte {
+// derivedKey is a signing key with its HMACs, kept for reuse: setting up an
+// HMAC hashes the key, a tenth of a verification.
+type derivedKey struct {
+	key  []byte    // never modified
+	macs sync.Pool // of hash.Hash, HMAC-SHA256 keyed with key
+}
+
+func signingKey(secret, date, region, service string) *derivedKey {
 	id := keyID{secret, date, region, service}
 	keyCache.Lock()
-	k, ok := keyCache.m[id]
+	dk, ok := keyCache.m[id]
 	keyCache.Unlock()
 	if ok {
-		return k
+		return dk
 	}
-	k = hmacSHA256([]byte("AWS4"+secret), date)
+	k := hmacSHA256([]byte("AWS4"+secret), date)
 	k = hmacSHA256(k, region)
 	k = hmacSHA256(k, service)
 	k = hmacSHA256(k, terminator)
+	dk = &derivedKey{key: k}
+	dk.macs.New = func() any { return hmac.New(sha256.New, k) }
 	keyCache.Lock()
 	if len(keyCache.m) >= maxCachedKeys {
 		clear(keyCache.m) // a new day, or keys rotated: start over
 	}
-	keyCache.m[id] = k
+	keyCache.m[id] = dk
 	keyCache.Unlock()
-	return k
+	return dk
 }
 
 // keyCache holds derived signing keys by secret, date, region and service:
 // one key serves a worker for a day, and deriving it is four HMACs, a third
-// of a verification. The keys returned are shared: never modified.
+// of a verification.
 var keyCache = struct {
 	sync.Mutex
-	m map[keyID][]byte
-}{m: map[keyID][]byte{}}
+	m map[keyID]*derivedKey
+}{m: map[keyID]*derivedKey{}}
 
 type keyID struct{ secret, date, region, service string }
 
@@ -766,6 +780,30 @@ func isHex64(s string) bool {
 		}
 	}
 	return true
+}
+
+// parseAmzDate parses X-Amz-Date's yyyymmddThhmmssZ, UTC (time.Parse's
+// layout matching is a tenth of a verification).
+func parseAmzDate(s string) (time.Time, bool) {
+	if len(s) != len(timeFormat) || s[8] != 'T' || s[15] != 'Z' {
+		return time.Time{}, false
+	}
+	var n [6]int
+	for i, f := range [6][2]int{{0, 4}, {4, 6}, {6, 8}, {9, 11}, {11, 13}, {13, 15}} {
+		for j := f[0]; j < f[1]; j++ {
+			c := s[j]
+			if c < '0' || c > '9' {
+				return time.Time{}, false
+			}
+			n[i] = n[i]*10 + int(c-'0')
+		}
+	}
+	t := time.Date(n[0], time.Month(n[1]), n[2], n[3], n[4], n[5], 0, time.UTC)
+	// time.Date normalises (month 13, hour 24): a date that moved is not one.
+	if t.Year() != n[0] || int(t.Month()) != n[1] || t.Day() != n[2] || t.Hour() != n[3] || t.Minute() != n[4] || t.Second() != n[5] {
+		return time.Time{}, false
+	}
+	return t, true
 }
 
 // seconds parses a decimal number of seconds: digits only, at most 7.

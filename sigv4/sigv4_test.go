@@ -675,3 +675,16 @@ func TestRotatedSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestParseAmzDate checks the X-Amz-Date parser against time.Parse.
+func TestParseAmzDate(t *testing.T) {
+	for _, s := range []string{"20261201T120000Z", "20240229T235959Z", "00010101T000000Z", "99991231T235959Z",
+		"20230229T120000Z", "20261301T120000Z", "20261200T120000Z", "20261201T240000Z", "20261201T126000Z", "20261201T120060Z",
+		"20261201 120000Z", "20261201T120000z", "2026120AT120000Z", "20261201T1200000", "20261201T12000Z", "", "+0261201T120000Z"} {
+		want, err := time.Parse(timeFormat, s)
+		got, ok := parseAmzDate(s)
+		if ok != (err == nil) || ok && !got.Equal(want) {
+			t.Errorf("parseAmzDate(%q) = %v, %v; time.Parse: %v, %v", s, got, ok, want, err)
+		}
+	}
+}
