@@ -343,11 +343,23 @@ func (r *Reader) finish() error {
 	trailerSig := ""
 	budget := MaxTrailerSize
 	for {
-		line, err := r.line(budget, "trailers")
+		line, bareLF, err := r.lineLF(budget, "trailers")
 		if err != nil {
 			return err
 		}
 		budget -= len(line) + 2
+		if bareLF {
+			// minio-go ends a signed trailer with "\n\r\n"; what is signed
+			// ("name:value\n") is the same, so the shape is accepted there,
+			// and nowhere else.
+			if r.opts.Form != SignedPayloadTrailer || line == "" || strings.HasPrefix(line, "x-amz-trailer-signature:") {
+				return fmt.Errorf("%w: trailers %q do not end in CRLF", ErrMalformed, line+"\n")
+			}
+			if next, err := r.line(budget, "trailers"); err != nil || next != "" {
+				return fmt.Errorf("%w: trailer %q ends in LF without an empty CRLF line after it", ErrMalformed, line)
+			}
+			budget -= 2
+		}
 		if line == "" {
 			break
 		}
@@ -415,6 +427,22 @@ func (r *Reader) line(limit int, what string) (string, error) {
 		return "", fmt.Errorf("%w: %s %q does not end in CRLF", ErrMalformed, what, b)
 	}
 	return string(b[:len(b)-2]), nil
+}
+
+// lineLF is line that also takes a line ending in a bare LF, and says so.
+func (r *Reader) lineLF(limit int, what string) (line string, bareLF bool, err error) {
+	b, err := r.br.ReadSlice('\n')
+	switch {
+	case err == bufio.ErrBufferFull || len(b) > limit:
+		return "", false, fmt.Errorf("%w: %s longer than %d bytes", ErrMalformed, what, limit)
+	case err != nil:
+		return "", false, r.readErr(err, what)
+	case len(b) >= 2 && b[len(b)-2] == '\r' && bytes.IndexByte(b[:len(b)-2], '\r') < 0:
+		return string(b[:len(b)-2]), false, nil
+	case bytes.IndexByte(b, '\r') >= 0:
+		return "", false, fmt.Errorf("%w: %s %q does not end in CRLF", ErrMalformed, what, b)
+	}
+	return string(b[:len(b)-1]), true, nil
 }
 
 func (r *Reader) expect(s, what string) error {

@@ -502,3 +502,41 @@ func TestStreamsInBoundedMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestTrailerEndingInLF: minio-go ends a signed trailer's line with "\n"
+// and an empty CRLF line ("name:value\n\r\nx-amz-trailer-signature:..."). The
+// signed trailer form takes that shape, since what is signed is the same;
+// the unsigned trailer form, a bare LF without the empty line, and one
+// before the signature or the end are refused.
+func TestTrailerEndingInLF(t *testing.T) {
+	chunks := [][]byte{pattern(100, 1), pattern(50, 2)}
+	const name = "x-amz-checksum-crc32"
+	b := newBody(SignedPayloadTrailer, name)
+	enc := b.encode(t, chunks, "")
+	minio := bytes.Replace(enc, []byte("\r\nx-amz-trailer-signature:"), []byte("\n\r\nx-amz-trailer-signature:"), 1)
+	got, trailers, err := decode(minio, b.options(150))
+	if err != nil || !bytes.Equal(got, join(chunks...)) || trailers[name] == "" {
+		t.Fatalf("minio-go's trailer shape: %d bytes, trailers %v, %v; want the payload", len(got), trailers, err)
+	}
+	at := bytes.Index(minio, []byte("x-amz-trailer-signature:")) + 24
+	changed := bytes.Clone(minio)
+	changed[at] ^= 1
+	if _, _, err := decode(changed, b.options(150)); err == nil {
+		t.Errorf("minio-go's shape with a changed trailer signature: accepted")
+	}
+	for what, body := range map[string][]byte{
+		"bare LF, no empty line": bytes.Replace(enc, []byte("\r\nx-amz-trailer-signature:"), []byte("\nx-amz-trailer-signature:"), 1),
+		"signature ending in LF": bytes.Replace(minio, []byte("\r\n\r\n"), []byte("\n\r\n"), 1),
+		"end ending in LF":       append(bytes.Clone(minio[:len(minio)-2]), '\n'),
+	} {
+		if _, _, err := decode(body, b.options(150)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v; want ErrMalformed", what, err)
+		}
+	}
+	u := newBody(UnsignedPayloadTrailer, name)
+	uenc := u.encode(t, chunks, "")
+	ushape := bytes.Replace(uenc, []byte("\r\n\r\n"), []byte("\n\r\n\r\n"), 1)
+	if _, _, err := decode(ushape, u.options(150)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("the unsigned trailer form in minio-go's shape: %v; want ErrMalformed", err)
+	}
+}

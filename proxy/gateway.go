@@ -92,8 +92,12 @@ func (p *Proxy) gatewayCheck(ex *exchange) error {
 		}
 		return err // a DeleteObjects body that does not parse, ...
 	}
+	raw := r.Body
 	if err := caller.PrepareBody(r); err != nil {
 		return fmt.Errorf("%w: %w", errBadBody, err)
+	}
+	if r.Body != raw && raw != nil {
+		ex.rawBody = raw
 	}
 	ex.caller, ex.bucket, ex.key = caller, bucket, key
 	return nil

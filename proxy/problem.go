@@ -59,14 +59,22 @@ const (
 // answer. A client that honours Expect sends nothing and closes on the
 // answer's "Connection: close". Nothing read is forwarded.
 func lingerDrain(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor != 1 || !hasBody(r) {
+	if !hasBody(r) {
+		return
+	}
+	lingerDrainBody(w, r, r.Body)
+}
+
+// lingerDrainBody is lingerDrain of body, r's body as net/http reads it.
+func lingerDrainBody(w http.ResponseWriter, r *http.Request, body io.Reader) {
+	if r.ProtoMajor != 1 {
 		return
 	}
 	rc := http.NewResponseController(w)
 	if rc.Flush() != nil || rc.SetReadDeadline(time.Now().Add(lingerTime)) != nil {
 		return
 	}
-	_, _ = io.CopyN(io.Discard, r.Body, lingerBytes)
+	_, _ = io.CopyN(io.Discard, body, lingerBytes)
 	_ = rc.SetReadDeadline(time.Time{})
 }
 

@@ -260,6 +260,9 @@ type exchange struct {
 	deleteRes   []string // their resources, sorted, once deleteKeys is set
 	caller      S3Caller // S3 gateway mode: the verified request's key
 	bucket, key string   // S3 gateway mode: the bucket and decoded key the request names
+	// rawBody is the body as net/http reads it when S3Caller.PrepareBody
+	// replaced r.Body (a signed stream decoded), for draining after a bad chunk.
+	rawBody io.Reader
 
 	admitted bool         // the barrier admitted the write: finish and the release run after forwarding
 	up       fence.Upload // the body as the barrier sees it
@@ -836,6 +839,12 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 		ex.w.Header().Set("Connection", "close") // the rest of the body is still on the wire
 	}
 	p.writeProblem(ex.w, r, pb)
+	if why != errUploadCut && why != errUploadIdle && ex.rawBody != nil {
+		// A signed stream whose chunk failed its signature is still well
+		// framed HTTP: read the rest, so that the client reads the answer
+		// instead of a reset under its write.
+		lingerDrainBody(ex.w, r, ex.rawBody)
+	}
 }
 
 // clientGone reports whether err, met reading the client's body, leaves

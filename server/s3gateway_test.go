@@ -76,9 +76,7 @@ func startGateway(t *testing.T, extra map[string]string) *gatewayRig {
 		"FENCEPROXY_UPSTREAM_CA_FILE": certFile, "FENCEPROXY_TLS_CERT_FILE": certFile, "FENCEPROXY_TLS_KEY_FILE": keyFile,
 		"FENCEPROXY_S3": "resign", "FENCEPROXY_S3_DOMAINS": "127.0.0.1", "FENCEPROXY_S3_CREDENTIALS_FILE": keys,
 		"FENCEPROXY_S3_REGION": s3backend.Region}
-	for k, v := range extra {
-		env[k] = v
-	}
+	env = servertest.Env(env, extra) // "" removes a setting
 	return &gatewayRig{backend: backend, in: servertest.Start(t, env), pool: &tls.Config{RootCAs: pool}, keys: keys, fwd: fwd}
 }
 

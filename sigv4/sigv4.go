@@ -179,7 +179,8 @@ type Auth struct {
 	// Scope is the credential scope without the key,
 	// "<yyyymmdd>/<region>/<service>/aws4_request".
 	Scope string
-	// SignedHeaders are the signed header names, lowercase, sorted.
+	// SignedHeaders are the signed header names, lowercase, sorted; shared
+	// between requests: read only.
 	SignedHeaders []string
 	// PayloadHash is the payload hash the signature covers: 64 lowercase hex
 	// digits or one of the UNSIGNED-PAYLOAD and STREAMING-* values (a
@@ -557,9 +558,39 @@ func canonicalParam(k string) string {
 }
 
 // parseSignedHeaders checks "a;b;c": lowercase header names, sorted, each
-// once.
+// once. The list returned is shared with other requests: never modified.
 func parseSignedHeaders(s string) ([]string, error) {
-	names := strings.Split(s, ";")
+	signedLists.Lock()
+	names, ok := signedLists.m[s]
+	signedLists.Unlock()
+	if ok {
+		return names, nil
+	}
+	names, err := checkSignedHeaders(s)
+	if err != nil {
+		return nil, err
+	}
+	signedLists.Lock()
+	if len(signedLists.m) >= maxSignedLists {
+		clear(signedLists.m)
+	}
+	signedLists.m[strings.Clone(s)] = names
+	signedLists.Unlock()
+	return names, nil
+}
+
+// signedLists are the valid SignedHeaders lists seen, parsed: a worker signs
+// the same few lists again and again.
+var signedLists = struct {
+	sync.Mutex
+	m map[string][]string
+}{m: map[string][]string{}}
+
+// maxSignedLists bounds signedLists.
+const maxSignedLists = 1024
+
+func checkSignedHeaders(s string) ([]string, error) {
+	names := strings.Split(strings.Clone(s), ";")
 	for i, n := range names {
 		if !lowerToken(n) {
 			return nil, fmt.Errorf("SignedHeaders %.80q: %.80q is no lowercase header name", s, n)
