@@ -39,7 +39,11 @@ func (p *Proxy) refuse(ex *exchange, err error) {
 	p.opts.Metrics.decision(pb.Reason)
 	p.logRefusal(ex.r, level, pb, err)
 	p.writeProblem(ex.w, ex.r, pb)
-	lingerDrain(ex.w, ex.r)
+	if ex.rawBody != nil {
+		lingerDrainBody(ex.w, ex.r, ex.rawBody) // not the decoder in front of it
+	} else {
+		lingerDrain(ex.w, ex.r)
+	}
 }
 
 // Bounds of lingerDrain: enough for an SDK's usual part or object, short

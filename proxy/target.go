@@ -81,6 +81,12 @@ func (p *Proxy) checkHopByHop(r *http.Request) error {
 				strings.EqualFold(name, "Host") || strings.EqualFold(name, "Destination") || isMethodOverride(name) {
 				return fmt.Errorf("%w: Connection names %s", ErrHopByHop, name)
 			}
+			// In S3 gateway mode a header named here would be dropped after
+			// the worker's signature over it was verified, and the proxy
+			// would sign the rest: a copy turned into an empty PutObject.
+			if p.opts.S3 == "resign" && name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
+				return fmt.Errorf("%w: Connection names %.60q; in S3 gateway mode it may hold only close or keep-alive", ErrHopByHop, name)
+			}
 		}
 	}
 	return nil

@@ -430,6 +430,7 @@ func (v *Verifier) verify(r *http.Request, p *parsed, path string, query []pair)
 	if !hmac.Equal(want[:], got[:]) {
 		return nil, ErrSignatureMismatch
 	}
+	rememberSignedHeaders(p.signedHeaders, signedHeaders)
 	return auth, nil
 }
 
@@ -558,7 +559,8 @@ func canonicalParam(k string) string {
 }
 
 // parseSignedHeaders checks "a;b;c": lowercase header names, sorted, each
-// once. The list returned is shared with other requests: never modified.
+// once. The list returned may be shared with other requests: never
+// modified.
 func parseSignedHeaders(s string) ([]string, error) {
 	signedLists.Lock()
 	names, ok := signedLists.m[s]
@@ -566,28 +568,38 @@ func parseSignedHeaders(s string) ([]string, error) {
 	if ok {
 		return names, nil
 	}
-	names, err := checkSignedHeaders(s)
-	if err != nil {
-		return nil, err
+	return checkSignedHeaders(s)
+}
+
+// rememberSignedHeaders caches a verified request's parsed SignedHeaders
+// list s: only then (anyone can send a list), and only a short one.
+func rememberSignedHeaders(s string, names []string) {
+	if len(s) > maxSignedListLen {
+		return
 	}
 	signedLists.Lock()
+	defer signedLists.Unlock()
+	if _, ok := signedLists.m[s]; ok {
+		return
+	}
 	if len(signedLists.m) >= maxSignedLists {
 		clear(signedLists.m)
 	}
 	signedLists.m[strings.Clone(s)] = names
-	signedLists.Unlock()
-	return names, nil
 }
 
-// signedLists are the valid SignedHeaders lists seen, parsed: a worker signs
-// the same few lists again and again.
+// signedLists are the SignedHeaders lists of verified requests, parsed: a
+// worker signs the same few lists again and again.
 var signedLists = struct {
 	sync.Mutex
 	m map[string][]string
 }{m: map[string][]string{}}
 
-// maxSignedLists bounds signedLists.
-const maxSignedLists = 1024
+// Bounds of signedLists: at most 1024 lists of at most 512 bytes.
+const (
+	maxSignedLists   = 1024
+	maxSignedListLen = 512
+)
 
 func checkSignedHeaders(s string) ([]string, error) {
 	names := strings.Split(strings.Clone(s), ";")

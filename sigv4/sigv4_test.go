@@ -688,3 +688,52 @@ func TestParseAmzDate(t *testing.T) {
 		}
 	}
 }
+
+// TestSignedListsCachedOnlyWhenVerified: the cache of parsed SignedHeaders
+// lists takes a list only from a request whose signature verified, and only
+// a short one: requests refused for their signature, each with its own list,
+// leave it as it was (anyone can send a list).
+func TestSignedListsCachedOnlyWhenVerified(t *testing.T) {
+	size := func() int {
+		signedLists.Lock()
+		defer signedLists.Unlock()
+		return len(signedLists.m)
+	}
+	signedLists.Lock()
+	clear(signedLists.m)
+	signedLists.Unlock()
+	v := verifierAt(signTime)
+	date := signTime.Format(timeFormat)
+	for i := range 50 {
+		r := httptest.NewRequest("GET", "/bucket/key", nil)
+		r.Header.Set("X-Amz-Date", date)
+		r.Header.Set("X-Amz-Content-Sha256", UnsignedPayload)
+		r.Header.Set("Authorization", fmt.Sprintf("AWS4-HMAC-SHA256 Credential=%s/%s/%s/s3/aws4_request, "+
+			"SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-list-%03d, Signature=%s", testKey, date[:8], testRegion, i, strings.Repeat("0", 64)))
+		if _, err := v.Verify(r); !errors.Is(err, ErrSignatureMismatch) {
+			t.Fatalf("a request with a zero signature: %v; want ErrSignatureMismatch", err)
+		}
+	}
+	if n := size(); n != 0 {
+		t.Fatalf("%d SignedHeaders lists cached from refused requests; want none", n)
+	}
+	for _, long := range []bool{false, true} {
+		r := httptest.NewRequest("GET", "/bucket/key", nil)
+		if long {
+			r.Header.Set("X-Long", strings.Repeat("v", 10))
+			for i := range 100 {
+				r.Header.Set(fmt.Sprintf("X-Long-%03d", i), "v")
+			}
+		}
+		r.Header.Set("X-Amz-Content-Sha256", UnsignedPayload)
+		if err := v4.NewSigner().SignHTTP(context.Background(), creds, r, UnsignedPayload, "s3", testRegion, signTime); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(r); err != nil {
+			t.Fatalf("a request signed by the SDK (long list %v): %v", long, err)
+		}
+	}
+	if n := size(); n != 1 {
+		t.Fatalf("%d lists cached after a verified request with a short list and one with a long list; want 1", n)
+	}
+}
