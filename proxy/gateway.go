@@ -34,6 +34,8 @@ type S3Caller interface {
 	Allowed(bucket, key string, write bool) bool
 	// AllowedList reports whether the key may list bucket below prefix.
 	AllowedList(bucket, prefix string) bool
+	// AccessKeyID is the verified key's id (not secret: logs show it).
+	AccessKeyID() string
 	// PrepareBody replaces r's body, before anything reads it, when it is a
 	// signed stream (aws-chunked with chunk signatures): each chunk verified
 	// as it arrives, decoded and framed again for the store; a bad chunk
@@ -78,6 +80,7 @@ func (p *Proxy) gatewayCheck(ex *exchange) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrForbidden, err)
 	}
+	ex.keyID = caller.AccessKeyID() // for the log of a refusal below
 	bucket, key, err := splitS3Path(ex.path)
 	if err != nil {
 		return err
@@ -140,6 +143,10 @@ func (p *Proxy) checkGrants(ex *exchange, caller S3Caller, bucket, key string) e
 				if !caller.Allowed(bucket, k, true) {
 					return errNoGrant{fmt.Sprintf("writes of %q in bucket %q", k, bucket)}
 				}
+			}
+		case key == "":
+			if !caller.Allowed(bucket, key, true) {
+				return errNoGrant{fmt.Sprintf("writes to bucket %q itself (create, delete, configure)", bucket)}
 			}
 		default:
 			if !caller.Allowed(bucket, key, true) {

@@ -37,7 +37,7 @@ func (p *Proxy) refuse(ex *exchange, err error) {
 	}
 	h.Set(wire.HeaderRefused, pb.Reason)
 	p.opts.Metrics.decision(pb.Reason)
-	p.logRefusal(ex.r, level, pb, err)
+	p.logRefusal(ex, level, pb, err)
 	p.writeProblem(ex.w, ex.r, pb)
 	if ex.rawBody != nil {
 		lingerDrainBody(ex.w, ex.r, ex.rawBody) // not the decoder in front of it
@@ -186,16 +186,20 @@ func (p *Proxy) priorKnowledge(ex *exchange) {
 	p.writeProblem(ex.w, ex.r, pb)
 }
 
-func (p *Proxy) logRefusal(r *http.Request, level slog.Level, pb wire.Problem, err error) {
+func (p *Proxy) logRefusal(ex *exchange, level slog.Level, pb wire.Problem, err error) {
+	r := ex.r
 	msg := "write refused"
 	if !mayWrite(r) {
 		msg = "request refused"
 	}
-	p.log.LogAttrs(r.Context(), level, msg,
-		slog.String("reason", pb.Reason), slog.Int("status", pb.Status),
+	attrs := []slog.Attr{slog.String("reason", pb.Reason), slog.Int("status", pb.Status),
 		slog.String("resource", pb.Resource), slog.String("token", pb.Token), slog.String("current_token", pb.CurrentToken),
 		slog.String("method", r.Method), slog.String("target", logTarget(r)),
-		slog.String("remote", r.RemoteAddr), slog.String("error", err.Error()))
+		slog.String("remote", r.RemoteAddr), slog.String("error", err.Error())}
+	if ex.keyID != "" {
+		attrs = append(attrs, slog.String("key_id", ex.keyID))
+	}
+	p.log.LogAttrs(r.Context(), level, msg, attrs...)
 }
 
 // mayWrite reports a request whose method or method override is not a read

@@ -263,6 +263,7 @@ type exchange struct {
 	// rawBody is the body as net/http reads it when S3Caller.PrepareBody
 	// replaced r.Body (a signed stream decoded), for draining after a bad chunk.
 	rawBody io.Reader
+	keyID   string // S3 gateway mode: the verified access key id, for logs
 
 	admitted bool         // the barrier admitted the write: finish and the release run after forwarding
 	up       fence.Upload // the body as the barrier sees it

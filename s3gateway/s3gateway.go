@@ -87,6 +87,8 @@ type caller struct {
 	reframed http.Header
 }
 
+func (c *caller) AccessKeyID() string { return c.auth.AccessKeyID }
+
 func (c *caller) Allowed(bucket, key string, write bool) bool {
 	return c.keys.Allowed(c.auth.AccessKeyID, bucket, key, write)
 }

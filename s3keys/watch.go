@@ -72,7 +72,7 @@ func Watch(ctx context.Context, path string, every time.Duration, log *slog.Logg
 	}
 	s := &Store{path: path, every: every, log: log, done: make(chan struct{}), loaded: time.Now(), sum: sha256.Sum256(data)}
 	s.keys.Store(keys)
-	log.Info("s3 credentials loaded", "path", path, "keys", keys.Len(), "reload_every", every)
+	log.Info("s3 credentials loaded", "path", path, "keys", keys.Len(), "reload_every", every.String())
 	go s.run(ctx)
 	return s, nil
 }

@@ -144,4 +144,13 @@ func TestS3GatewayGrants(t *testing.T) {
 	if _, err := w1.AbortMultipartUpload(at(3), &s3.AbortMultipartUploadInput{Bucket: aws.String("jobs"), Key: aws.String("w1/mp"), UploadId: created.UploadId}); err != nil {
 		t.Errorf("AbortMultipartUpload w1/mp: %v", err)
 	}
+	// The refusals are logged with the key that was refused; a read as a
+	// request, a write as a write.
+	logs := g.in.Logs.String()
+	for _, want := range []string{`"msg":"request refused","reason":"forbidden","status":403`, `"msg":"write refused","reason":"forbidden","status":403`,
+		`access denied: the key is not granted writes to bucket \"w1bucket\" itself`, `"key_id":"worker1"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("no log line holds %s", want)
+		}
+	}
 }
