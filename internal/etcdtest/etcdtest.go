@@ -59,7 +59,8 @@ type Cluster struct {
 	t       testing.TB
 	bin     string
 	token   string
-	initial string // --initial-cluster
+	initial string   // --initial-cluster
+	args    []string // added to every member's command line
 }
 
 // Member is one etcd process.
@@ -76,20 +77,22 @@ type Member struct {
 	exited chan struct{} // closed when the current process has exited
 }
 
-// Start runs a one-member etcd and returns once it is healthy. Cleanup stops
+// Start runs a one-member etcd and returns once it is healthy; args are
+// added to etcd's command line (e.g. "--max-txn-ops", "10"). Cleanup stops
 // it. The test fails when the binary is missing or another version.
-func Start(t testing.TB) *Cluster {
+func Start(t testing.TB, args ...string) *Cluster {
 	t.Helper()
-	return StartCluster(t, 1)
+	return StartCluster(t, 1, args...)
 }
 
 // StartCluster runs an etcd cluster of n members, each a process with its
 // own loopback ports and data directory, and returns once every member is
 // healthy (a leader elected). Cleanup stops them (SIGTERM, then SIGKILL);
-// their output is logged when the test failed.
-func StartCluster(t testing.TB, n int) *Cluster {
+// their output is logged when the test failed. args are added to every
+// member's command line.
+func StartCluster(t testing.TB, n int, args ...string) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, bin: lookPath(t), token: "etcdtest-" + randomHex(t, 8)}
+	c := &Cluster{t: t, bin: lookPath(t), token: "etcdtest-" + randomHex(t, 8), args: args}
 	// Ports are found by listening on port 0 and closing; another process
 	// may take one meanwhile, so the whole start is tried a few times.
 	var err error
@@ -191,6 +194,7 @@ func (m *Member) run(state string) error {
 		"--heartbeat-interval", "100",
 		"--election-timeout", "1000",
 	}
+	args = append(args, c.args...)
 	m.cmd = exec.Command(c.bin, args...)
 	m.cmd.Stdout, m.cmd.Stderr = m.out, m.out
 	if err := m.cmd.Start(); err != nil {
