@@ -143,7 +143,10 @@ type Options struct {
 	Prefix string
 	// MaxTxnOps is the etcd cluster's --max-txn-ops (DefaultMaxTxnOps when
 	// 0; at least 3). One raise Txn carries at most MaxTxnOps-2 resources:
-	// etcd counts each level of nested Txns against the limit.
+	// etcd counts each level of nested Txns against the limit. A value above
+	// the cluster's makes full batches fail (rpctypes.ErrTooManyOps: every
+	// raise of the batch fails, closed); one below it only makes batches
+	// smaller.
 	MaxTxnOps int
 	// RequestTimeout bounds each request to etcd (DefaultRequestTimeout
 	// when 0); past it the call fails.
