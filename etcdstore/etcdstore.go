@@ -42,7 +42,9 @@
 //     every raise queued beside it in one Txn of nested Txns, one per resource
 //     (value compare then Put; a missing key is created; else Get), at most
 //     Options.MaxTxnOps-2 resources a Txn (etcd's --max-txn-ops counts nested
-//     operations against the same limit). One round trip, no retry.
+//     operations against the same limit) and at most 1 MiB of request (below
+//     etcd's default --max-request-bytes, 1.5 MiB; long names fill it
+//     first). One round trip, no retry.
 //   - UpdateLease: the lease record and the fence are read in one Txn, fn
 //     runs, and the next record and the raise are committed in one Txn
 //     guarded by both keys' ModRevision; on a conflict it reads and runs fn

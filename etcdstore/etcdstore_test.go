@@ -290,3 +290,25 @@ func TestEtcdDown(t *testing.T) {
 		t.Errorf("Open with etcd down succeeded")
 	}
 }
+
+// Concurrent raises of long names are batched within etcd's request size
+// limit (--max-request-bytes, 1.5 MiB by default), not only its ops limit.
+func TestRaiseBatchWithinRequestBytes(t *testing.T) {
+	c := etcdtest.Start(t)
+	s := open(t, c, Options{})
+	long := strings.Repeat("k", 6<<10)
+	const raisers = 200 // 200 raises of 6 KiB names: 6 MiB of keys
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range raisers {
+		wg.Go(func() {
+			<-start
+			if _, err := s.Raise(fmt.Sprintf("%s/%d", long, i), 2); err != nil {
+				t.Errorf("Raise of a 6 KiB name: %v", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	t.Logf("%d raises of 6 KiB names in %d Txns", raisers, s.raises.txns)
+}

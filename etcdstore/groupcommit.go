@@ -51,16 +51,19 @@ func (s *Store) groupRaise(resource string, t uint64) (uint64, error) {
 		}
 	}
 	g.mu.Lock()
-	// Take requests while they name at most maxBatch distinct resources.
+	// Take requests while they name at most maxBatch distinct resources
+	// whose operations take at most maxTxnBytes.
 	seen := make(map[string]struct{}, min(len(g.queue), s.maxBatch))
-	n := 0
+	n, size := 0, 0
 	for ; n < len(g.queue); n++ {
 		r := g.queue[n].resource
 		if _, ok := seen[r]; !ok {
-			if len(seen) == s.maxBatch {
+			cost := s.raiseOpBytes(r)
+			if len(seen) == s.maxBatch || (len(seen) > 0 && size+cost > maxTxnBytes) {
 				break
 			}
 			seen[r] = struct{}{}
+			size += cost
 		}
 	}
 	batch := g.queue[:n:n]
@@ -80,6 +83,17 @@ func (s *Store) groupRaise(resource string, t uint64) (uint64, error) {
 	g.mu.Unlock()
 	<-req.done
 	return req.result, req.err
+}
+
+// maxTxnBytes bounds the size of one raise Txn, below etcd's default
+// --max-request-bytes (1.5 MiB): long resource names fill it before
+// MaxTxnOps does (a raise names its key five times).
+const maxTxnBytes = 1 << 20
+
+// raiseOpBytes is about what raiseOp(key of resource) takes in a request:
+// the key five times, two values and the framing.
+func (s *Store) raiseOpBytes(resource string) int {
+	return 5*(len(s.prefix)+len(kindFence)+len(resource)) + 2*8 + 64
 }
 
 // raiseOp is the nested Txn that raises one fence key to t: if its value is
