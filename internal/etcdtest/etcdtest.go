@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -348,13 +349,19 @@ var (
 	checkErr  error
 )
 
-// lookPath finds the binary and checks its version once per test binary;
-// either failing fails the test.
+// lookPath finds the binary and checks its version once per test binary.
+// Without the binary the test is skipped, or fails when CI is set (as
+// .ci/run sets it, which installs it), as for versitygw (internal/s3backend);
+// a wrong version fails.
 func lookPath(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath(Binary)
 	if err != nil {
-		t.Fatalf("%s is not on PATH: %v. To install it, %s", Binary, err, Install)
+		msg := fmt.Sprintf("%s is not on PATH: %v. To install it, %s", Binary, err, Install)
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI is set, so a real etcd is required: %s", msg)
+		}
+		t.Skip(msg)
 	}
 	checkOnce.Do(func() { checkErr = checkVersion(bin) })
 	if checkErr != nil {
