@@ -1,0 +1,705 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// retryDelay is the pause after a failed keepalive (at most) or a failed
+// watch, before trying again.
+const retryDelay = 500 * time.Millisecond
+
+type memberKV struct {
+	Member
+	lease int64
+}
+
+type ownerKV struct {
+	Member
+	lease     int64
+	createRev int64
+}
+
+type stateKV struct {
+	modRev   int64
+	released bool
+	ttl      time.Duration // the TTL of the owner that wrote it
+}
+
+type stateValue struct {
+	State string `json:"state"` // "owned" or "released"
+	ID    string `json:"id"`
+	TTLms int64  `json:"ttl_ms"`
+}
+
+// view is this replica's copy of the members/ and shards/ keys, as of rev.
+// The loop goroutine writes it under Owner.mu; it reads it without.
+type view struct {
+	rev     int64
+	members map[string]memberKV
+	owners  map[int]ownerKV
+	states  map[int]stateKV
+	// goneAt is, for each shard without an owner key, when this replica
+	// saw it absent: the delete event, or the read that found none.
+	goneAt map[int]time.Time
+}
+
+func newView() view {
+	return view{members: map[string]memberKV{}, owners: map[int]ownerKV{}, states: map[int]stateKV{}, goneAt: map[int]time.Time{}}
+}
+
+type releaseKind int
+
+const (
+	releasedPlanned   releaseKind = iota // key deleted, "released" written
+	releasedUndrained                    // key deleted without the marker
+	releaseLost                          // the key was gone, or the lease lost, before the Txn
+)
+
+type releaseDone struct {
+	shard int
+	h     *holding
+	kind  releaseKind
+}
+
+// Start checks the shard count under the prefix (storing it at the first
+// start), grants this replica's lease, registers it as a member and starts
+// its keepalive and ownership loops. It returns before any shard is
+// acquired; OnAcquire tells when. ctx bounds Start only. The client stays the
+// caller's: Close does not close it.
+func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Owner, error) {
+	return start(ctx, cli, opts, nil)
+}
+
+func start(ctx context.Context, cli *clientv3.Client, opts Options, tweak func(*Owner)) (*Owner, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	o := &Owner{
+		cli:      cli,
+		opts:     opts,
+		k:        keys{opts.Prefix},
+		log:      opts.Logger,
+		base:     time.Now(),
+		slots:    make([]slot, opts.Shards),
+		view:     newView(),
+		kick:     make(chan struct{}, 1),
+		released: make(chan releaseDone, opts.Shards),
+		drained:  make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	o.log = o.log.With("replica", opts.ID)
+	if tweak != nil {
+		tweak(o)
+	}
+	if err := o.checkCount(ctx); err != nil {
+		return nil, err
+	}
+	o.ctx, o.cancel = context.WithCancel(context.Background())
+	s, err := o.grant(ctx)
+	if err != nil {
+		o.cancel()
+		return nil, err
+	}
+	o.ttl = s.ttl
+	o.sess.Store(s)
+	go o.run()
+	return o, nil
+}
+
+func (opts *Options) setDefaults() error {
+	if opts.Shards <= 0 {
+		return fmt.Errorf("shard: Options.Shards must be positive, not %d", opts.Shards)
+	}
+	if opts.ID == "" {
+		return errors.New("shard: Options.ID is required")
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.TTL == 0 {
+		opts.TTL = DefaultTTL
+	}
+	opts.TTL = (opts.TTL + time.Second - 1).Truncate(time.Second)
+	if opts.Margin == 0 {
+		opts.Margin = opts.TTL / 5
+	}
+	if opts.KeepAliveInterval == 0 {
+		opts.KeepAliveInterval = opts.TTL / 4
+	}
+	if opts.LockDelay == 0 {
+		opts.LockDelay = DefaultLockDelay
+	}
+	if opts.DrainTimeout == 0 {
+		opts.DrainTimeout = DefaultDrainTimeout
+	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if opts.Margin < 0 || opts.LockDelay < 0 || opts.KeepAliveInterval < 0 || opts.DrainTimeout < 0 || opts.RequestTimeout < 0 {
+		return errors.New("shard: negative duration in Options")
+	}
+	if opts.Margin+opts.KeepAliveInterval >= opts.TTL {
+		return fmt.Errorf("shard: Margin %v plus KeepAliveInterval %v must be below TTL %v", opts.Margin, opts.KeepAliveInterval, opts.TTL)
+	}
+	return nil
+}
+
+func (o *Owner) checkCount(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, o.opts.RequestTimeout)
+	defer cancel()
+	key := o.k.count()
+	resp, err := o.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, strconv.Itoa(o.opts.Shards))).
+		Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return fmt.Errorf("shard: read the shard count %s: %w", key, err)
+	}
+	if resp.Succeeded {
+		o.log.Info("shard count stored", "shards", o.opts.Shards, "key", key)
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) != 1 {
+		return fmt.Errorf("shard: the shard count %s vanished", key)
+	}
+	stored, err := strconv.Atoi(string(kvs[0].Value))
+	if err != nil {
+		return fmt.Errorf("shard: the shard count %s holds %q: %w", key, kvs[0].Value, err)
+	}
+	if stored != o.opts.Shards {
+		return &CountError{Prefix: o.opts.Prefix, Stored: stored, Configured: o.opts.Shards}
+	}
+	return nil
+}
+
+// grant starts a session: a lease, its validity from the grant's send time,
+// the member key on it, its keepalive loop and its lapse timer.
+func (o *Owner) grant(ctx context.Context) (*session, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.opts.RequestTimeout)
+	defer cancel()
+	sent := time.Now()
+	resp, err := o.cli.Grant(ctx, int64(o.opts.TTL/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("shard: grant a lease: %w", err)
+	}
+	s := &session{lease: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, stop: make(chan struct{})}
+	valid := sent.Add(s.ttl - o.opts.Margin)
+	s.valid.Store(o.ns(valid))
+	val, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
+	if _, err := o.cli.Put(ctx, o.k.member(o.opts.ID), string(val), clientv3.WithLease(resp.ID)); err != nil {
+		rctx, rcancel := context.WithTimeout(context.Background(), o.opts.RequestTimeout)
+		_, _ = o.cli.Revoke(rctx, resp.ID)
+		rcancel()
+		return nil, fmt.Errorf("shard: register member %s: %w", o.opts.ID, err)
+	}
+	s.timer = time.AfterFunc(time.Until(valid), func() { o.lapse(s) })
+	o.stats.sessions.Add(1)
+	o.log.Info("lease granted", "lease", int64(resp.ID), "ttl", s.ttl)
+	o.workers.Add(1)
+	go o.keepAlive(s)
+	return s, nil
+}
+
+// keepAlive renews s with KeepAliveOnce every KeepAliveInterval, and moves
+// its validity to each confirmed request's send time + TTL - Margin.
+func (o *Owner) keepAlive(s *session) {
+	defer o.workers.Done()
+	next := time.Now().Add(o.opts.KeepAliveInterval)
+	t := time.NewTimer(time.Until(next))
+	defer t.Stop()
+	for {
+		t.Reset(time.Until(next))
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
+		resp, err := o.cli.KeepAliveOnce(ctx, s.lease)
+		cancel()
+		switch {
+		case err == nil:
+			valid := sent.Add(time.Duration(resp.TTL)*time.Second - o.opts.Margin)
+			for {
+				old := s.valid.Load()
+				if o.ns(valid) <= old || s.valid.CompareAndSwap(old, o.ns(valid)) {
+					break
+				}
+			}
+			s.lapsed.Store(false)
+			s.timer.Reset(time.Until(o.at(s.valid.Load())))
+			o.stats.lastSent.Store(o.ns(sent))
+			next = sent.Add(o.opts.KeepAliveInterval)
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			o.log.Warn("lease lost: it expired in etcd", "lease", int64(s.lease))
+			s.lost.Store(true)
+			o.poke()
+			return
+		default:
+			if o.ctx.Err() != nil {
+				return
+			}
+			o.stats.kaFailures.Add(1)
+			o.log.Warn("keepalive failed", "lease", int64(s.lease), "err", err,
+				"valid_for", time.Until(o.at(s.valid.Load())).Round(time.Millisecond))
+			next = time.Now().Add(min(o.opts.KeepAliveInterval, retryDelay))
+		}
+	}
+}
+
+// lapse runs at s's validity deadline: unless a keepalive moved it, the
+// contexts of s's shards are cancelled.
+func (o *Owner) lapse(s *session) {
+	if time.Now().Before(o.at(s.valid.Load())) {
+		return
+	}
+	if s.lapsed.CompareAndSwap(false, true) {
+		o.stats.lapses.Add(1)
+		o.log.Warn("ownership validity ended: admitting nothing until a keepalive is confirmed", "lease", int64(s.lease))
+	}
+	for n := range o.slots {
+		if h := o.slots[n].h.Load(); h != nil && h.sess == s {
+			o.cancelContexts(n, s, ErrValidityEnded)
+		}
+	}
+}
+
+func (o *Owner) poke() {
+	select {
+	case o.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the ownership loop: it reads the members/ and shards/ keys, watches
+// them and reconciles after every change; a failed watch starts over.
+func (o *Owner) run() {
+	defer close(o.done)
+	defer o.dropAll()
+	st := &loopState{}
+	for o.ctx.Err() == nil {
+		err := o.syncAndWatch(st)
+		if o.ctx.Err() != nil {
+			return
+		}
+		o.log.Warn("watch of the shard keys ended; reading them again", "err", err)
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-time.After(retryDelay):
+		}
+	}
+}
+
+// loopState is the loop goroutine's own.
+type loopState struct {
+	releasing     int
+	memberDeleted bool
+	drainedClosed bool
+}
+
+func (o *Owner) syncAndWatch(st *loopState) error {
+	ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
+	resp, err := o.cli.Get(ctx, o.k.rangeStart(), clientv3.WithRange(o.k.rangeEnd()))
+	cancel()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	nv := newView()
+	nv.rev = resp.Header.Revision
+	for _, kv := range resp.Kvs {
+		o.apply(&nv, kv, true, now)
+	}
+	for n := range o.opts.Shards {
+		if _, ok := nv.owners[n]; ok {
+			continue
+		}
+		// Absent before and now: keep the earlier sighting only if no
+		// owner came and went in between, which the state key tells.
+		if t, ok := o.view.goneAt[n]; ok && o.view.states[n] == nv.states[n] {
+			nv.goneAt[n] = t
+		} else {
+			nv.goneAt[n] = now
+		}
+	}
+	o.mu.Lock()
+	o.view = nv
+	o.mu.Unlock()
+
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(o.ctx))
+	defer wcancel()
+	wch := o.cli.Watch(wctx, o.k.rangeStart(), clientv3.WithRange(o.k.rangeEnd()), clientv3.WithRev(nv.rev+1))
+	o.reconcile(st)
+	tick := time.NewTicker(o.opts.KeepAliveInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-o.ctx.Done():
+			return nil
+		case wr, ok := <-wch:
+			if !ok {
+				return errors.New("watch channel closed")
+			}
+			if err := wr.Err(); err != nil {
+				return err
+			}
+			if len(wr.Events) == 0 {
+				continue
+			}
+			now := time.Now()
+			o.mu.Lock()
+			for _, ev := range wr.Events {
+				o.apply(&o.view, ev.Kv, ev.Type == mvccpb.Event_PUT, now)
+			}
+			o.view.rev = wr.Header.Revision
+			o.mu.Unlock()
+		case rd := <-o.released:
+			o.finishRelease(st, rd)
+		case <-o.kick:
+		case <-tick.C:
+		}
+		o.reconcile(st)
+	}
+}
+
+// apply puts one key's change into v.
+func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now time.Time) {
+	key, ok := strings.CutPrefix(string(kv.Key), o.k.prefix)
+	if !ok {
+		return
+	}
+	if id, ok := strings.CutPrefix(key, "members/"); ok {
+		if !put {
+			delete(v.members, id)
+			return
+		}
+		var m Member
+		if json.Unmarshal(kv.Value, &m) != nil {
+			m = Member{ID: id}
+		}
+		v.members[id] = memberKV{Member: m, lease: kv.Lease}
+		return
+	}
+	rest, ok := strings.CutPrefix(key, "shards/")
+	if !ok {
+		return
+	}
+	num, what, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || n >= o.opts.Shards {
+		return
+	}
+	switch what {
+	case "owner":
+		if !put {
+			delete(v.owners, n)
+			v.goneAt[n] = now
+			return
+		}
+		var m Member
+		_ = json.Unmarshal(kv.Value, &m)
+		v.owners[n] = ownerKV{Member: m, lease: kv.Lease, createRev: kv.CreateRevision}
+		delete(v.goneAt, n)
+	case "state":
+		if !put {
+			delete(v.states, n)
+			return
+		}
+		var sv stateValue
+		_ = json.Unmarshal(kv.Value, &sv)
+		v.states[n] = stateKV{modRev: kv.ModRevision, released: sv.State == "released", ttl: time.Duration(sv.TTLms) * time.Millisecond}
+	}
+}
+
+// reconcile acquires the free shards assigned to this replica, hands over
+// the ones assigned to another live member (all of them when closing), and
+// drops the ones whose key went. Loop goroutine only.
+func (o *Owner) reconcile(st *loopState) {
+	closing := o.closing.Load()
+	s := o.sess.Load()
+	if s.lost.Load() {
+		o.dropSession(s)
+		st.memberDeleted = true
+		if !closing {
+			ns, err := o.grant(o.ctx)
+			if err != nil {
+				o.log.Warn("new lease failed; retrying", "err", err)
+				return
+			}
+			o.sess.Store(ns)
+			s = ns
+			st.memberDeleted = false
+		}
+	}
+	if closing && !st.memberDeleted {
+		ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
+		key := o.k.member(o.opts.ID)
+		_, err := o.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.lease)).
+			Then(clientv3.OpDelete(key)).Commit()
+		cancel()
+		if err == nil {
+			st.memberDeleted = true
+		}
+	}
+	v := &o.view
+	me, ok := v.members[o.opts.ID]
+	registered := ok && me.lease == int64(s.lease)
+	desired := assign(slices.Collect(maps.Keys(v.members)), o.opts.Shards)
+	held := 0
+	acquireFailed := false
+	for n := range o.opts.Shards {
+		h := o.slots[n].h.Load()
+		own, owned := v.owners[n]
+		if h != nil {
+			held++
+			if h.releasing.Load() {
+				continue
+			}
+			if h.sess != s || (v.rev >= h.epoch && (!owned || own.createRev != h.epoch)) {
+				o.log.Warn("shard lost: its key went without a handover", "shard", n, "epoch", h.epoch)
+				o.drop(n, h)
+				held--
+				continue
+			}
+			if closing || (registered && desired[n] != o.opts.ID) {
+				o.startRelease(st, n, h, desired[n])
+			}
+			continue
+		}
+		if closing || !registered || owned || desired[n] != o.opts.ID || acquireFailed {
+			continue
+		}
+		if !o.acquire(n, s, v) {
+			acquireFailed = true
+		}
+	}
+	if closing && held == 0 && st.releasing == 0 && st.memberDeleted && !st.drainedClosed {
+		st.drainedClosed = true
+		close(o.drained)
+	}
+}
+
+// acquire tries to take shard n; false when etcd did not answer.
+func (o *Owner) acquire(n int, s *session, v *view) bool {
+	now := time.Now()
+	stv, hasState := v.states[n]
+	kind, admitAfter := "new", now
+	switch {
+	case !hasState:
+	case stv.released:
+		kind = "planned"
+	default:
+		kind = "unclean"
+		gone, ok := v.goneAt[n]
+		if !ok {
+			gone = now
+		}
+		wait := max(o.ttl, stv.ttl) + o.opts.LockDelay
+		if o.noLockWait {
+			wait = 0
+		}
+		admitAfter = gone.Add(wait)
+	}
+	owner, state := o.k.owner(n), o.k.state(n)
+	mval, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
+	sval, _ := json.Marshal(stateValue{State: "owned", ID: o.opts.ID, TTLms: o.ttl.Milliseconds()})
+	ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
+	resp, err := o.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(owner), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(state), "=", stv.modRev)).
+		Then(clientv3.OpPut(owner, string(mval), clientv3.WithLease(s.lease)),
+			clientv3.OpPut(state, string(sval))).Commit()
+	cancel()
+	if err != nil {
+		o.log.Warn("acquire failed", "shard", n, "err", err)
+		return false
+	}
+	if !resp.Succeeded {
+		return true // someone was faster, or the view lags: the watch will tell
+	}
+	h := &holding{sess: s, epoch: resp.Header.Revision, admitAfter: admitAfter}
+	o.slots[n].h.Store(h)
+	switch kind {
+	case "new":
+		o.stats.acquiredNew.Add(1)
+	case "planned":
+		o.stats.acquiredPlanned.Add(1)
+	case "unclean":
+		o.stats.acquiredUnclean.Add(1)
+		if w := admitAfter.Sub(now); w > 0 {
+			o.stats.lockWaits.Add(1)
+			o.stats.lockWaitNanos.Add(int64(w))
+		}
+	}
+	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", kind, "admit_in", time.Until(admitAfter).Round(time.Millisecond))
+	if o.opts.OnAcquire != nil {
+		o.opts.OnAcquire(n, admitAfter)
+	}
+	return true
+}
+
+// startRelease stops admitting shard n and hands it over in a goroutine.
+func (o *Owner) startRelease(st *loopState, n int, h *holding, to string) {
+	h.releasing.Store(true)
+	st.releasing++
+	o.log.Info("handing shard over", "shard", n, "epoch", h.epoch, "to", to, "closing", o.closing.Load())
+	o.notifyLoss(n, h)
+	o.workers.Add(1)
+	go func() {
+		defer o.workers.Done()
+		o.released <- releaseDone{n, h, o.release(n, h)}
+	}()
+}
+
+// release drains shard n, then deletes its owner key, with the "released"
+// marker if the drain succeeded, in one Txn guarded by the key's
+// CreateRevision.
+func (o *Owner) release(n int, h *holding) releaseKind {
+	drained := false
+	if o.opts.Drain != nil {
+		ctx, cancel := context.WithTimeout(o.ctx, o.opts.DrainTimeout)
+		err := o.opts.Drain(ctx, n)
+		cancel()
+		if err != nil {
+			o.log.Warn("drain failed: handing over without the marker", "shard", n, "err", err)
+		}
+		drained = err == nil
+	}
+	owner := o.k.owner(n)
+	ops := []clientv3.Op{clientv3.OpDelete(owner)}
+	if drained {
+		sval, _ := json.Marshal(stateValue{State: "released", ID: o.opts.ID, TTLms: o.ttl.Milliseconds()})
+		ops = append(ops, clientv3.OpPut(o.k.state(n), string(sval)))
+	}
+	for {
+		if h.sess.lost.Load() || o.ctx.Err() != nil {
+			return releaseLost
+		}
+		ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
+		resp, err := o.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(owner), "=", h.epoch)).Then(ops...).Commit()
+		cancel()
+		switch {
+		case err == nil && resp.Succeeded && drained:
+			return releasedPlanned
+		case err == nil && resp.Succeeded:
+			return releasedUndrained
+		case err == nil:
+			return releaseLost
+		}
+		o.log.Warn("handover Txn failed; retrying", "shard", n, "err", err)
+		select {
+		case <-o.ctx.Done():
+		case <-time.After(retryDelay):
+		}
+	}
+}
+
+func (o *Owner) finishRelease(st *loopState, rd releaseDone) {
+	st.releasing--
+	o.slots[rd.shard].h.CompareAndSwap(rd.h, nil)
+	o.cancelContexts(rd.shard, nil, ErrLost)
+	switch rd.kind {
+	case releasedPlanned:
+		o.stats.releasedPlanned.Add(1)
+	case releasedUndrained:
+		o.stats.releasedUndrained.Add(1)
+	case releaseLost:
+		o.stats.lost.Add(1)
+	}
+	o.log.Info("shard handed over", "shard", rd.shard, "epoch", rd.h.epoch, "marker", rd.kind == releasedPlanned)
+}
+
+func (o *Owner) notifyLoss(n int, h *holding) {
+	if h.lossCalled {
+		return
+	}
+	h.lossCalled = true
+	if o.opts.OnLoss != nil {
+		o.opts.OnLoss(n)
+	}
+}
+
+// drop forgets shard n without a handover (its key went, the lease is lost).
+func (o *Owner) drop(n int, h *holding) {
+	o.slots[n].h.CompareAndSwap(h, nil)
+	o.cancelContexts(n, nil, ErrLost)
+	o.stats.lost.Add(1)
+	o.notifyLoss(n, h)
+}
+
+// dropSession drops every shard held on s, except those being handed over
+// (their goroutine sees the lost session and reports).
+func (o *Owner) dropSession(s *session) {
+	s.timer.Stop()
+	for n := range o.slots {
+		if h := o.slots[n].h.Load(); h != nil && h.sess == s && !h.releasing.Load() {
+			o.drop(n, h)
+		}
+	}
+}
+
+// dropAll runs when the loop exits: nothing is held any more.
+func (o *Owner) dropAll() {
+	for n := range o.slots {
+		if h := o.slots[n].h.Load(); h != nil {
+			o.slots[n].h.Store(nil)
+			o.cancelContexts(n, nil, ErrLost)
+			o.notifyLoss(n, h)
+		}
+	}
+}
+
+// Close hands every shard over (Drain, then the marker), deregisters the
+// replica and revokes its lease. When ctx ends first, the shards not handed
+// over yet are dropped with the lease, and their next owners wait TTL plus
+// the lock-delay. OnLoss is called for every shard held. It returns ctx's
+// error in that case, or the revoke's.
+func (o *Owner) Close(ctx context.Context) error {
+	if !o.closing.CompareAndSwap(false, true) {
+		<-o.done
+		return ErrClosed
+	}
+	o.poke()
+	var err error
+	select {
+	case <-o.drained:
+	case <-ctx.Done():
+		err = fmt.Errorf("shard: close before every shard was handed over: %w", ctx.Err())
+	}
+	o.cancel()
+	<-o.done
+	o.workers.Wait()
+	s := o.sess.Load()
+	s.timer.Stop()
+	if !s.lost.Load() {
+		rctx, cancel := context.WithTimeout(context.Background(), o.opts.RequestTimeout)
+		_, rerr := o.cli.Revoke(rctx, s.lease)
+		cancel()
+		if rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+			err = errors.Join(err, fmt.Errorf("shard: revoke the lease: %w", rerr))
+		}
+	}
+	o.log.Info("closed", "stats", fmt.Sprintf("%+v", o.Stats()))
+	return err
+}

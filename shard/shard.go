@@ -1,0 +1,435 @@
+// Package shard decides, in cluster mode on etcd, which replica runs the
+// barrier of which resource, and until when: resources hash to a fixed number
+// of shards, each shard is owned by one replica at a time through a key bound
+// to that replica's etcd lease, and the ownership is bounded in time, like
+// Chubby's lock-delay, so that a replica that stalls or is cut off from etcd
+// stops admitting writes before another one starts.
+//
+// NOT WIRED INTO THE SERVER YET: this is step 2 of running several replicas on
+// etcd (step 1 is etcdstore). The proxy does not consult it; forwarding to the
+// owner, the 503s and the metrics' export come with the next steps.
+//
+// # Keys
+//
+// Under Options.Prefix (default "/fenceproxy/", the prefix of etcdstore,
+// whose keys start with a two-byte kind "f/", "l/", "u/" or "m/", which none
+// of these do):
+//
+//	Prefix + "shards/count"          the number of shards, decimal, written once at the first start (no lease)
+//	Prefix + "members/" + id         {"id","addr"} on the replica's lease: the replica is alive
+//	Prefix + "shards/" + n + "/owner" {"id","addr"} on the owner's lease: the owner of shard n
+//	Prefix + "shards/" + n + "/state" {"state":"owned"|"released","id","ttl_ms"} (no lease): the handover marker
+//
+// One watch covers members/ and shards/ (the range [Prefix+"members/",
+// Prefix+"shards0")), so every replica sees membership and ownership changes
+// in one order.
+//
+// # Who owns what
+//
+// Every replica computes the same assignment from the member ids: rendezvous
+// hashing with bounded load (see assign), so each replica gets floor(N/m) or
+// ceil(N/m) shards and a restarted replica (same Options.ID) gets back the
+// same ones. A replica acquires a shard assigned to it once the owner key is
+// absent, in one Txn: "owner key absent and state key unchanged since I read
+// it" then put the owner key on its lease and the state "owned". It hands
+// over a shard assigned to another live member (a scale up or down), and all
+// of its shards on Close.
+//
+// # Validity
+//
+// The replica runs its own keepalive loop with KeepAliveOnce and records the
+// time it SENT each request. etcd renews a lease to "now + TTL" when the
+// leader handles the request, which is after it was sent, so the lease (and
+// every owner key on it) lives at least until send time + TTL. The ownership
+// is valid until the send time of the last confirmed keepalive (or of the
+// grant) plus the TTL etcd answered minus Options.Margin, which covers clock
+// rate differences between this machine and etcd's leader and the lateness of
+// a timer. Past it, MayAdmit answers false and the contexts of Context are
+// cancelled; a later confirmed keepalive (a short cut-off, the lease still
+// alive) makes it valid again. A replica cut off from the etcd majority thus
+// stops admitting within its validity on its own, while the lease expires in
+// etcd at least Margin later and the others take its shards.
+//
+// # Handover
+//
+// Unclean (the previous owner's key went without a handover: its lease
+// expired or was revoked, it crashed, it was cut off): the new owner admits
+// nothing for the shard until TTL + Options.LockDelay after the moment it saw
+// the old key gone (the TTL the old owner recorded in the state key, if
+// longer). The old owner stopped admitting at its validity, before its lease
+// expired; the lock-delay covers what it admitted before and is still on the
+// way upstream (the longest forwarded request, the abandon grace), the TTL a
+// key that went early (a revoke) while its owner was still valid.
+//
+// Planned (Close, or a rebalance): the owner stops admitting the shard
+// (MayAdmit false, OnLoss called), calls Options.Drain until no write on the
+// shard is in flight upstream, then in one Txn guarded by its owner key
+// deletes the key and writes the state "released". A new owner that reads
+// "released" in its acquiring Txn admits at once. Every acquisition rewrites
+// the state to "owned", so a "released" state always belongs to the last
+// owner key there was. If Drain fails or is nil, the owner deletes its key
+// without the marker, and the next owner waits as after an unclean loss. A
+// shard that was never owned (no state key) is admitted at once too.
+//
+// # Rules for the deployment
+//
+// Every replica of a prefix uses the same shard count (Start refuses
+// another), and an ID unique among the live replicas and stable across
+// restarts. Never delete owner keys by hand: revoke the replica's lease.
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Defaults for the zero values of Options.
+const (
+	DefaultPrefix         = "/fenceproxy/"
+	DefaultTTL            = 10 * time.Second
+	DefaultLockDelay      = 15 * time.Second
+	DefaultDrainTimeout   = 30 * time.Second
+	DefaultRequestTimeout = 5 * time.Second
+)
+
+// Sentinel errors; test them with errors.Is.
+var (
+	// ErrShardCount: the prefix holds another shard count (a *CountError).
+	ErrShardCount = errors.New("shard: shard count differs from the one stored in etcd")
+	// ErrNotAdmitting: Context on a shard that MayAdmit refuses now.
+	ErrNotAdmitting = errors.New("shard: this replica may not admit writes of the shard now")
+	// ErrValidityEnded: the cause of a Context cancelled because the
+	// ownership's validity ended.
+	ErrValidityEnded = errors.New("shard: the ownership's validity ended")
+	// ErrLost: the cause of a Context cancelled because the shard was lost
+	// (its key went, the lease expired, Close).
+	ErrLost = errors.New("shard: the shard was lost")
+	// ErrClosed: Close was called.
+	ErrClosed = errors.New("shard: closed")
+)
+
+// CountError is Start's error when the prefix holds another shard count.
+type CountError struct {
+	Prefix     string
+	Stored     int // the count in etcd, written by the first replica
+	Configured int // Options.Shards of this replica
+}
+
+func (e *CountError) Error() string {
+	return fmt.Sprintf("shard: etcd holds %d shards under %q, this replica was started with %d: every replica of a prefix must use the count stored at the first start",
+		e.Stored, e.Prefix, e.Configured)
+}
+
+// Is makes errors.Is(err, ErrShardCount) true.
+func (e *CountError) Is(target error) bool { return target == ErrShardCount }
+
+// Options configure a replica's shard ownership.
+type Options struct {
+	// Prefix of every key (see the package doc). Empty: DefaultPrefix.
+	Prefix string
+	// Shards is the number of shards, > 0. Stored at the first start;
+	// Start refuses another.
+	Shards int
+	// ID names this replica among the live ones, stable across restarts
+	// (a pod name of a StatefulSet, a host name). Required.
+	ID string
+	// Advertise is the address peers forward requests to (published in
+	// the member and owner keys).
+	Advertise string
+	// TTL of the lease, rounded up to whole seconds (etcd's unit); etcd
+	// may raise it to its minimum. 0: DefaultTTL.
+	TTL time.Duration
+	// Margin is taken off every validity deadline. 0: TTL/5.
+	Margin time.Duration
+	// KeepAliveInterval between keepalives. 0: TTL/4. After a failure,
+	// the next try comes after min(KeepAliveInterval, 500ms).
+	KeepAliveInterval time.Duration
+	// LockDelay: a new owner after an unclean loss waits TTL plus this
+	// after it saw the old key go. It must cover the longest forwarded
+	// request and the abandon grace. 0: DefaultLockDelay.
+	LockDelay time.Duration
+	// DrainTimeout bounds one Drain call. 0: DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// RequestTimeout bounds each etcd request. 0: DefaultRequestTimeout.
+	RequestTimeout time.Duration
+
+	// OnAcquire is called when this replica became the owner of shard
+	// (its key is in etcd); it may admit from admitAfter on (now for a
+	// planned handover or a shard never owned). nil: not told.
+	OnAcquire func(shard int, admitAfter time.Time)
+	// OnLoss is called once when this replica stops admitting a shard for
+	// good: at the start of a handover (before Drain), when its key went
+	// (lease expired, deleted), when the lease was lost, on Close. nil:
+	// not told (MayAdmit answers false all the same).
+	OnLoss func(shard int)
+	// Drain returns once no write of shard is in flight upstream (the
+	// proxy's barrier drained, abandoned writes included), or an error
+	// when ctx ends first. nil: a handover passes no marker, and the next
+	// owner waits TTL plus LockDelay as after an unclean loss.
+	Drain func(ctx context.Context, shard int) error
+
+	// Logger for ownership changes. nil: none.
+	Logger *slog.Logger
+}
+
+// Member is a live replica as its member or owner key says.
+type Member struct {
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+}
+
+// Grant is this replica's ownership of a shard as MayAdmit answers it.
+type Grant struct {
+	Shard int
+	// Epoch is the owner key's CreateRevision: unique per ownership.
+	Epoch int64
+	// AdmitAfter: no write is admitted before it.
+	AdmitAfter time.Time
+	// ValidUntil: no write may be admitted at or after it, and every
+	// upstream request started under this grant must end before it.
+	ValidUntil time.Time
+}
+
+// Stats are the counters of a replica. The server will export them as
+// Prometheus metrics with a collector that reads Stats at each scrape:
+// fenceproxy_shards_owned (gauge), fenceproxy_shard_acquisitions_total{kind=
+// "planned"|"unclean"|"new"}, fenceproxy_shard_releases_total{kind="planned"|
+// "undrained"}, fenceproxy_shard_losses_total, fenceproxy_shard_lock_delay_
+// waits_total and _seconds_total, fenceproxy_shard_keepalive_failures_total,
+// fenceproxy_shard_validity_lapses_total.
+type Stats struct {
+	Owned               int           // shards held now (admitting, waiting or handing over)
+	AcquiredPlanned     int64         // acquisitions that read a "released" marker
+	AcquiredUnclean     int64         // acquisitions after a key that went without a handover
+	AcquiredNew         int64         // acquisitions of a shard never owned
+	ReleasedPlanned     int64         // handovers with the marker (drained)
+	ReleasedUndrained   int64         // handovers without it (Drain nil or failed)
+	Lost                int64         // shards lost without a handover (key gone, lease lost)
+	LockDelayWaits      int64         // unclean acquisitions that had to wait
+	LockDelayWaitTotal  time.Duration // sum of those waits (admitAfter - acquisition time)
+	KeepAliveFailures   int64         // keepalive requests that failed
+	ValidityLapses      int64         // times the validity deadline passed
+	Sessions            int64         // leases granted (1 + re-registrations after a lost lease)
+	MembersSeen         int           // live replicas in this replica's view
+	LastKeepAliveSentAt time.Time     // send time of the last confirmed keepalive
+}
+
+// Owner is one replica's share of the shards. Start it with Start, stop it
+// with Close.
+type Owner struct {
+	cli  *clientv3.Client
+	opts Options
+	k    keys
+	ttl  time.Duration // granted by etcd
+	log  *slog.Logger
+	base time.Time // monotonic origin of the atomic deadlines
+
+	slots []slot
+	sess  atomic.Pointer[session]
+
+	mu    sync.RWMutex // guards view for readers other than the loop
+	view  view
+	stats counters
+
+	ctx      context.Context // ends on Close (after the handovers)
+	cancel   context.CancelFunc
+	kick     chan struct{}
+	released chan releaseDone
+	closing  atomic.Bool
+	drained  chan struct{} // closed by the loop once closing and no shard held
+	done     chan struct{} // the loop exited
+	workers  sync.WaitGroup
+
+	// Test switches (the test with teeth turns protections off).
+	noValidity bool
+	noLockWait bool
+}
+
+type counters struct {
+	acquiredPlanned, acquiredUnclean, acquiredNew atomic.Int64
+	releasedPlanned, releasedUndrained, lost      atomic.Int64
+	lockWaits, lockWaitNanos                      atomic.Int64
+	kaFailures, lapses, sessions                  atomic.Int64
+	lastSent                                      atomic.Int64 // ns since base
+}
+
+type slot struct {
+	h  atomic.Pointer[holding]
+	mu sync.Mutex
+	// ctxs are the live contexts of Context on this shard.
+	ctxs map[*watcher]struct{}
+}
+
+type watcher struct {
+	cancel context.CancelCauseFunc
+	sess   *session
+}
+
+// holding is this replica's ownership of one shard.
+type holding struct {
+	sess       *session
+	epoch      int64
+	admitAfter time.Time
+	releasing  atomic.Bool
+	lossCalled bool // loop only
+}
+
+// session is one lease: its validity, and whether it is known lost.
+type session struct {
+	lease  clientv3.LeaseID
+	ttl    time.Duration
+	valid  atomic.Int64 // deadline, ns since Owner.base
+	lost   atomic.Bool
+	lapsed atomic.Bool
+	timer  *time.Timer
+	stop   chan struct{}
+}
+
+type keys struct{ prefix string }
+
+func (k keys) count() string           { return k.prefix + "shards/count" }
+func (k keys) member(id string) string { return k.prefix + "members/" + id }
+func (k keys) owner(n int) string      { return k.prefix + "shards/" + strconv.Itoa(n) + "/owner" }
+func (k keys) state(n int) string      { return k.prefix + "shards/" + strconv.Itoa(n) + "/state" }
+func (k keys) rangeStart() string      { return k.prefix + "members/" }
+func (k keys) rangeEnd() string        { return clientv3.GetPrefixRangeEnd(k.prefix + "shards/") }
+
+// Of returns the shard of a resource key (the package's Of with this
+// replica's shard count).
+func (o *Owner) Of(resource string) int { return Of(resource, o.opts.Shards) }
+
+// Shards returns the number of shards.
+func (o *Owner) Shards() int { return o.opts.Shards }
+
+// TTL returns the lease TTL etcd granted.
+func (o *Owner) TTL() time.Duration { return o.ttl }
+
+func (o *Owner) at(ns int64) time.Time { return o.base.Add(time.Duration(ns)) }
+func (o *Owner) ns(t time.Time) int64  { return int64(t.Sub(o.base)) }
+
+// MayAdmit answers whether this replica may admit a write of shard now: it
+// owns the shard, is not handing it over, the lock-delay is over and its
+// validity has not ended. The Grant's ValidUntil is the deadline for every
+// upstream request admitted now. It takes no lock.
+func (o *Owner) MayAdmit(shard int) (Grant, bool) {
+	h := o.slots[shard].h.Load()
+	if h == nil || h.releasing.Load() || h.sess.lost.Load() {
+		return Grant{}, false
+	}
+	now := time.Now()
+	g := Grant{Shard: shard, Epoch: h.epoch, AdmitAfter: h.admitAfter, ValidUntil: o.at(h.sess.valid.Load())}
+	if o.noValidity {
+		g.ValidUntil = now.Add(time.Hour)
+	}
+	if now.Before(g.AdmitAfter) || !now.Before(g.ValidUntil) {
+		return g, false
+	}
+	return g, true
+}
+
+// State returns this replica's grant of shard, whether it may admit now or
+// not (waiting for the lock-delay, validity lapsed, handing over); ok false
+// when it does not hold the shard.
+func (o *Owner) State(shard int) (g Grant, ok bool) {
+	h := o.slots[shard].h.Load()
+	if h == nil {
+		return Grant{}, false
+	}
+	return Grant{Shard: shard, Epoch: h.epoch, AdmitAfter: h.admitAfter, ValidUntil: o.at(h.sess.valid.Load())}, true
+}
+
+// Owned returns the shards this replica holds now.
+func (o *Owner) Owned() []int {
+	var out []int
+	for i := range o.slots {
+		if o.slots[i].h.Load() != nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// OwnerOf returns the owner of shard as this replica's view of etcd has it
+// (for forwarding; it may lag etcd).
+func (o *Owner) OwnerOf(shard int) (Member, bool) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	ow, ok := o.view.owners[shard]
+	return ow.Member, ok
+}
+
+// Context returns a context derived from parent that is cancelled when this
+// replica's ownership of shard ends: its validity passes (cause
+// ErrValidityEnded) or the shard is lost (ErrLost). A handover does not
+// cancel it (Drain waits for it). It fails with ErrNotAdmitting when MayAdmit
+// answers false. Call cancel when the request ends.
+func (o *Owner) Context(parent context.Context, shard int) (context.Context, context.CancelFunc, error) {
+	sl := &o.slots[shard]
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	h := sl.h.Load()
+	// A drop clears the slot before it cancels the slot's contexts under
+	// sl.mu: either it sees this one, or this one sees the slot changed.
+	if _, ok := o.MayAdmit(shard); !ok || h == nil || sl.h.Load() != h {
+		return nil, nil, ErrNotAdmitting
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	w := &watcher{cancel: cancel, sess: h.sess}
+	if sl.ctxs == nil {
+		sl.ctxs = map[*watcher]struct{}{}
+	}
+	sl.ctxs[w] = struct{}{}
+	return ctx, func() {
+		sl.mu.Lock()
+		delete(sl.ctxs, w)
+		sl.mu.Unlock()
+		cancel(context.Canceled)
+	}, nil
+}
+
+// cancelContexts cancels the contexts of shard (of session s, or all when s
+// is nil) with cause.
+func (o *Owner) cancelContexts(shard int, s *session, cause error) {
+	sl := &o.slots[shard]
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	for w := range sl.ctxs {
+		if s == nil || w.sess == s {
+			w.cancel(cause)
+			delete(sl.ctxs, w)
+		}
+	}
+}
+
+// Stats returns the counters.
+func (o *Owner) Stats() Stats {
+	st := Stats{
+		AcquiredPlanned:    o.stats.acquiredPlanned.Load(),
+		AcquiredUnclean:    o.stats.acquiredUnclean.Load(),
+		AcquiredNew:        o.stats.acquiredNew.Load(),
+		ReleasedPlanned:    o.stats.releasedPlanned.Load(),
+		ReleasedUndrained:  o.stats.releasedUndrained.Load(),
+		Lost:               o.stats.lost.Load(),
+		LockDelayWaits:     o.stats.lockWaits.Load(),
+		LockDelayWaitTotal: time.Duration(o.stats.lockWaitNanos.Load()),
+		KeepAliveFailures:  o.stats.kaFailures.Load(),
+		ValidityLapses:     o.stats.lapses.Load(),
+		Sessions:           o.stats.sessions.Load(),
+	}
+	if ns := o.stats.lastSent.Load(); ns != 0 {
+		st.LastKeepAliveSentAt = o.at(ns)
+	}
+	st.Owned = len(o.Owned())
+	o.mu.RLock()
+	st.MembersSeen = len(o.view.members)
+	o.mu.RUnlock()
+	return st
+}

@@ -1,0 +1,480 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
+)
+
+// Test timings: etcd's minimum lease TTL with etcdtest's 1 s election
+// timeout is 1.5 s, so 2 s.
+const (
+	testTTL       = 2 * time.Second
+	testLockDelay = time.Second
+)
+
+func newClient(t *testing.T, endpoints []string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// recorder keeps every simulated request's admission, as the proxy would
+// make them: per ownership (the grant's Epoch) the first admission and the
+// last end of a request.
+type recorder struct {
+	mu      sync.Mutex
+	windows map[int64]*window
+}
+
+type window struct {
+	owner       string
+	shard       int
+	epoch       int64
+	first, last time.Time
+	maxValid    time.Time
+	requests    int
+}
+
+func (r *recorder) request(owner string, g Grant, start, end time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.windows == nil {
+		r.windows = map[int64]*window{}
+	}
+	w, ok := r.windows[g.Epoch]
+	if !ok {
+		w = &window{owner: owner, shard: g.Shard, epoch: g.Epoch, first: start, last: end}
+		r.windows[g.Epoch] = w
+	}
+	if start.Before(w.first) {
+		w.first = start
+	}
+	if end.After(w.last) {
+		w.last = end
+	}
+	if g.ValidUntil.After(w.maxValid) {
+		w.maxValid = g.ValidUntil
+	}
+	w.requests++
+}
+
+// overlaps returns, per shard, every pair of ownerships whose request
+// windows [first admission, last end] overlap in time, and how many windows
+// it checked.
+func (r *recorder) overlaps() (bad []string, windows, requests int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	byShard := map[int][]*window{}
+	for _, w := range r.windows {
+		byShard[w.shard] = append(byShard[w.shard], w)
+		windows++
+		requests += w.requests
+	}
+	for shard, ws := range byShard {
+		sort.Slice(ws, func(i, j int) bool { return ws[i].first.Before(ws[j].first) })
+		for i, a := range ws {
+			for _, b := range ws[i+1:] {
+				if b.first.Before(a.last) {
+					bad = append(bad, fmt.Sprintf("shard %d: %s (epoch %d) admitted until %s, %s (epoch %d) from %s: %v of overlap",
+						shard, a.owner, a.epoch, a.last.Format("15:04:05.000"), b.owner, b.epoch, b.first.Format("15:04:05.000"), a.last.Sub(b.first)))
+				}
+			}
+		}
+	}
+	return bad, windows, requests
+}
+
+// replica is one Owner with its own client and simulated proxy traffic.
+type replica struct {
+	name     string
+	o        *Owner
+	proxies  []*etcdtest.Proxy
+	inflight []atomic.Int64
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   bool
+}
+
+type cluster struct {
+	t       *testing.T
+	etcd    *etcdtest.Cluster
+	shards  int
+	rec     recorder
+	longReq bool // some requests run up to 1.5 s (into the validity deadline)
+	tweak   func(*Owner)
+	opts    func(*Options)
+}
+
+// start runs a replica with id; viaProxy puts a TCP proxy in front of each
+// etcd member for it, so that the test can cut it off.
+func (c *cluster) start(id, name string, viaProxy bool) *replica {
+	c.t.Helper()
+	r := &replica{name: name, inflight: make([]atomic.Int64, c.shards), stop: make(chan struct{})}
+	eps := c.etcd.Endpoints()
+	if viaProxy {
+		eps = nil
+		for _, m := range c.etcd.Members {
+			p := etcdtest.NewProxy(c.t, m.ClientURL)
+			r.proxies = append(r.proxies, p)
+			eps = append(eps, p.URL())
+		}
+	}
+	cli := newClient(c.t, eps)
+	opts := Options{
+		Prefix: "/test/", Shards: c.shards, ID: id, Advertise: name + ":7000",
+		TTL: testTTL, LockDelay: testLockDelay, RequestTimeout: time.Second,
+		Drain: func(ctx context.Context, n int) error {
+			for r.inflight[n].Load() != 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Millisecond):
+				}
+			}
+			return nil
+		},
+	}
+	if c.opts != nil {
+		c.opts(&opts)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o, err := start(ctx, cli, opts, c.tweak)
+	if err != nil {
+		c.t.Fatalf("start %s: %v", name, err)
+	}
+	r.o = o
+	for range 4 {
+		r.wg.Go(func() { c.traffic(r) })
+	}
+	c.t.Cleanup(func() { c.close(r, 2*time.Second) })
+	return r
+}
+
+// traffic admits simulated writes on random shards as the proxy would:
+// counted in flight before asking MayAdmit (so that Drain sees it), ended no
+// later than the grant's ValidUntil.
+func (c *cluster) traffic(r *replica) {
+	for {
+		select {
+		case <-r.stop:
+			return
+		default:
+		}
+		n := rand.IntN(c.shards)
+		r.inflight[n].Add(1)
+		g, ok := r.o.MayAdmit(n)
+		if !ok {
+			r.inflight[n].Add(-1)
+			time.Sleep(200 * time.Microsecond)
+			continue
+		}
+		start := time.Now()
+		d := time.Duration(rand.IntN(5000)) * time.Microsecond
+		if c.longReq && rand.IntN(20) == 0 {
+			d = time.Duration(500+rand.IntN(1000)) * time.Millisecond
+		}
+		end := start.Add(d)
+		if end.After(g.ValidUntil) {
+			end = g.ValidUntil
+		}
+		time.Sleep(time.Until(end))
+		c.rec.request(r.name, g, start, time.Now())
+		r.inflight[n].Add(-1)
+	}
+}
+
+func (c *cluster) close(r *replica, timeout time.Duration) {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := r.o.Close(ctx) // the traffic goes on while it hands over
+	close(r.stop)
+	r.wg.Wait()
+	if err != nil {
+		c.t.Logf("close %s: %v", r.name, err)
+	}
+}
+
+// admitting returns, per replica, the shards it may admit now, and whether
+// every shard is admitted by exactly one of them.
+func admitting(shards int, rs ...*replica) (map[*replica][]int, bool) {
+	out := map[*replica][]int{}
+	ok := true
+	for n := range shards {
+		k := 0
+		for _, r := range rs {
+			if _, yes := r.o.MayAdmit(n); yes {
+				out[r] = append(out[r], n)
+				k++
+			}
+		}
+		ok = ok && k == 1
+	}
+	return out, ok
+}
+
+func counts(m map[*replica][]int, rs ...*replica) []int {
+	var out []int
+	for _, r := range rs {
+		out = append(out, len(m[r]))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			t.Fatalf("not within %v: %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// settled waits until every shard is admitted by exactly one of rs and the
+// counts are want (sorted).
+func (c *cluster) settled(timeout time.Duration, want []int, rs ...*replica) time.Duration {
+	c.t.Helper()
+	var last []int
+	return waitFor(c.t, timeout, fmt.Sprintf("settle to %v (last %v)", want, last), func() bool {
+		m, ok := admitting(c.shards, rs...)
+		last = counts(m, rs...)
+		return ok && slices.Equal(last, want)
+	})
+}
+
+func (c *cluster) checkExclusive(wantOverlap bool) []string {
+	c.t.Helper()
+	bad, windows, requests := c.rec.overlaps()
+	c.t.Logf("exclusivity: %d ownership windows checked over %d admitted requests, %d overlaps", windows, requests, len(bad))
+	if !wantOverlap {
+		for _, b := range bad {
+			c.t.Error(b)
+		}
+	}
+	return bad
+}
+
+func sumStats(rs ...*replica) Stats {
+	var s Stats
+	for _, r := range rs {
+		st := r.o.Stats()
+		s.AcquiredPlanned += st.AcquiredPlanned
+		s.AcquiredUnclean += st.AcquiredUnclean
+		s.AcquiredNew += st.AcquiredNew
+		s.ReleasedPlanned += st.ReleasedPlanned
+		s.ReleasedUndrained += st.ReleasedUndrained
+		s.Lost += st.Lost
+		s.LockDelayWaits += st.LockDelayWaits
+	}
+	return s
+}
+
+// Three replicas over 16 shards settle to 5/5/6; a fourth joins and they
+// settle to 4/4/4/4 by planned handovers; one leaves by Close and its
+// shards are taken without waiting the TTL. Throughout, no two ownerships
+// of a shard admit in overlapping windows.
+func TestFairShare(t *testing.T) {
+	c := &cluster{t: t, etcd: etcdtest.Start(t), shards: 16}
+	r0 := c.start("r0", "r0", false)
+	r1 := c.start("r1", "r1", false)
+	r2 := c.start("r2", "r2", false)
+	d := c.settled(20*time.Second, []int{5, 5, 6}, r0, r1, r2)
+	t.Logf("3 replicas settled to 5/5/6 in %v", d.Round(time.Millisecond))
+
+	r3 := c.start("r3", "r3", false)
+	d = c.settled(20*time.Second, []int{4, 4, 4, 4}, r0, r1, r2, r3)
+	st := sumStats(r0, r1, r2, r3)
+	t.Logf("a 4th joined: settled to 4/4/4/4 in %v; %+v", d.Round(time.Millisecond), st)
+	if st.AcquiredPlanned < 4 || st.AcquiredUnclean != 0 || st.LockDelayWaits != 0 {
+		t.Errorf("scale up: want at least 4 planned handovers and no unclean one: %+v", st)
+	}
+
+	before := r1.o.Owned()
+	start := time.Now()
+	c.close(r1, 10*time.Second)
+	closeTook := time.Since(start)
+	d = c.settled(20*time.Second, []int{5, 5, 6}, r0, r2, r3)
+	took := time.Since(start)
+	st = sumStats(r0, r2, r3)
+	t.Logf("r1 left by Close (held %v; Close took %v): its shards admitted elsewhere %v after Close began; %+v",
+		before, closeTook.Round(time.Millisecond), took.Round(time.Millisecond), st)
+	if took >= testTTL {
+		t.Errorf("a planned handover took %v, not below the TTL %v", took, testTTL)
+	}
+	if st.AcquiredUnclean != 0 || st.LockDelayWaits != 0 {
+		t.Errorf("scale down: an unclean handover: %+v", st)
+	}
+	if got := r1.o.Stats().ReleasedPlanned; got < 4 {
+		t.Errorf("r1 handed over %d shards with the marker, want >= 4", got)
+	}
+	for _, r := range []*replica{r0, r2, r3} {
+		c.close(r, 10*time.Second)
+	}
+	c.checkExclusive(false)
+}
+
+// A shard count other than the stored one refuses to start, naming both.
+func TestShardCountMismatch(t *testing.T) {
+	e := etcdtest.Start(t)
+	cli := newClient(t, e.Endpoints())
+	ctx := context.Background()
+	o, err := Start(ctx, cli, Options{Prefix: "/count/", Shards: 16, ID: "a", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close(ctx)
+	_, err = Start(ctx, cli, Options{Prefix: "/count/", Shards: 8, ID: "b", TTL: testTTL})
+	var ce *CountError
+	if !errors.Is(err, ErrShardCount) || !errors.As(err, &ce) || ce.Stored != 16 || ce.Configured != 8 {
+		t.Fatalf("Start with 8 shards over 16: %v", err)
+	}
+	if !strings.Contains(err.Error(), "16") || !strings.Contains(err.Error(), " 8") {
+		t.Errorf("error does not name both counts: %v", err)
+	}
+	t.Logf("refused: %v", err)
+	// The same count starts.
+	o2, err := Start(ctx, cli, Options{Prefix: "/count/", Shards: 16, ID: "b", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2.Close(ctx)
+}
+
+// A replica restarted with the same ID takes back the same shards: after a
+// Close (planned, at once) and after a crash (its lease left to expire:
+// unclean, after TTL plus the lock-delay).
+func TestStickyRestart(t *testing.T) {
+	c := &cluster{t: t, etcd: etcdtest.Start(t), shards: 16}
+	a := c.start("a", "a#1", true)
+	b := c.start("b", "b", false)
+	cc := c.start("c", "c", false)
+	c.settled(20*time.Second, []int{5, 5, 6}, a, b, cc)
+	want := a.o.Owned()
+
+	c.close(a, 10*time.Second)
+	c.settled(20*time.Second, []int{8, 8}, b, cc)
+	a2 := c.start("a", "a#2", true)
+	d := c.settled(20*time.Second, []int{5, 5, 6}, a2, b, cc)
+	if got := a2.o.Owned(); !slices.Equal(got, want) {
+		t.Errorf("after Close and restart, a owns %v, before %v", got, want)
+	}
+	if st := a2.o.Stats(); st.AcquiredPlanned != int64(len(want)) {
+		t.Errorf("after Close and restart: %+v, want %d planned acquisitions", st, len(want))
+	}
+	t.Logf("restart after Close: a took back %v in %v", want, d.Round(time.Millisecond))
+
+	// A crash: a2 is cut off from etcd and never comes back.
+	for _, p := range a2.proxies {
+		p.Cut()
+	}
+	crash := time.Now()
+	a3 := c.start("a", "a#3", false)
+	d = c.settled(30*time.Second, []int{5, 5, 6}, a3, b, cc)
+	if got := a3.o.Owned(); !slices.Equal(got, want) {
+		t.Errorf("after a crash and restart, a owns %v, before %v", got, want)
+	}
+	st := a3.o.Stats()
+	if st.AcquiredUnclean == 0 {
+		t.Errorf("after a crash: %+v, want unclean acquisitions", st)
+	}
+	t.Logf("restart after a crash: a took back %v %v after the crash (TTL %v + lock-delay %v after the old key went); %+v",
+		want, time.Since(crash).Round(time.Millisecond), testTTL, testLockDelay, st)
+	_ = d
+	c.close(a2, time.Second)
+	c.checkExclusive(false)
+}
+
+func TestOf(t *testing.T) {
+	// FNV-1a 64: "" is the offset basis, "a" is 0xaf63dc4c8601ec8c.
+	if got, want := Of("", 1<<30), int(uint64(fnvOffset)%(1<<30)); got != want {
+		t.Errorf("Of(\"\") = %d, want %d", got, want)
+	}
+	if got, want := Of("a", 1000), int(uint64(0xaf63dc4c8601ec8c)%1000); got != want {
+		t.Errorf("Of(\"a\") = %d, want %d", got, want)
+	}
+	hist := make([]int, 16)
+	for i := range 16000 {
+		hist[Of(fmt.Sprintf("bucket/object-%d", i), 16)]++
+	}
+	for n, k := range hist {
+		if k < 800 || k > 1200 {
+			t.Errorf("shard %d has %d of 16000 keys: %v", n, k, hist)
+		}
+	}
+}
+
+// The assignment gives every member floor or ceil of n/m shards, does not
+// depend on the members' order, and moves few shards when one joins.
+func TestAssign(t *testing.T) {
+	for m := 1; m <= 12; m++ {
+		for n := 1; n <= 64; n++ {
+			var ids []string
+			for i := range m {
+				ids = append(ids, fmt.Sprintf("replica-%d", i))
+			}
+			got := assign(ids, n)
+			per := map[string]int{}
+			for _, id := range got {
+				if id == "" {
+					t.Fatalf("m=%d n=%d: a shard without owner", m, n)
+				}
+				per[id]++
+			}
+			for _, id := range ids {
+				if k := per[id]; k < n/m || k > (n+m-1)/m {
+					t.Fatalf("m=%d n=%d: %s gets %d", m, n, id, k)
+				}
+			}
+			rev := slices.Clone(ids)
+			slices.Reverse(rev)
+			if !slices.Equal(assign(rev, n), got) {
+				t.Fatalf("m=%d n=%d: depends on the members' order", m, n)
+			}
+		}
+	}
+	ids := []string{"a", "b", "c"}
+	before := assign(ids, 256)
+	after := assign(append(ids, "d"), 256)
+	moved, between := 0, 0
+	for i := range before {
+		if before[i] != after[i] {
+			moved++
+			if after[i] != "d" {
+				between++
+			}
+		}
+	}
+	// The bounded load moves a few shards between old members (where
+	// the quotas change); plain rendezvous hashing moves none, but is not
+	// fair within one shard.
+	t.Logf("256 shards, 3 -> 4 members: %d moved (64 is the minimum), %d of them between old members", moved, between)
+	if moved > 64+16 {
+		t.Errorf("%d shards moved, want at most 80", moved)
+	}
+}
