@@ -291,6 +291,7 @@ func sumStats(rs ...*replica) Stats {
 		s.ReleasedUndrained += st.ReleasedUndrained
 		s.Lost += st.Lost
 		s.LockDelayWaits += st.LockDelayWaits
+		s.LockDelayWaitTotal += st.LockDelayWaitTotal
 	}
 	return s
 }
@@ -477,4 +478,126 @@ func TestAssign(t *testing.T) {
 	if moved > 64+16 {
 		t.Errorf("%d shards moved, want at most 80", moved)
 	}
+}
+
+// A replica cut off from a 3-member etcd (a TCP proxy in front of each
+// member stops forwarding: its keepalives hang, its lease is not revoked)
+// stops admitting within its validity by itself; the others take its shards
+// once its lease expired, each admitting no earlier than the cut replica's
+// last validity deadline plus the lock-delay; no ownership windows overlap.
+// When the cut heals, it finds its lease gone and takes back its shards by
+// planned handovers.
+func TestCutOffOwner(t *testing.T) {
+	bad := runCutOff(t, false)
+	if len(bad) != 0 {
+		t.Errorf("%d overlaps", len(bad))
+	}
+}
+
+// The same with the lock-delay forced to zero and the validity check
+// switched off: the cut replica admits on, the new owners at once after its
+// lease expired, and the checker finds the overlap.
+func TestCutOffOwnerWithoutProtection(t *testing.T) {
+	bad := runCutOff(t, true)
+	if len(bad) == 0 {
+		t.Fatal("without validity and lock-delay the checker found no overlap: the test has no teeth")
+	}
+	for _, b := range bad[:min(3, len(bad))] {
+		t.Logf("found, as expected: %s", b)
+	}
+	t.Logf("%d overlapping ownership windows found without the protections", len(bad))
+}
+
+func runCutOff(t *testing.T, unprotected bool) []string {
+	c := &cluster{t: t, etcd: etcdtest.StartCluster(t, 3), shards: 12, longReq: true}
+	if unprotected {
+		c.tweak = func(o *Owner) { o.noValidity, o.noLockWait = true, true }
+	}
+	a := c.start("a", "a", true)
+	b := c.start("b", "b", false)
+	cc := c.start("c", "c", false)
+	c.settled(30*time.Second, []int{4, 4, 4}, a, b, cc)
+	time.Sleep(500 * time.Millisecond) // traffic
+	cutShards := a.o.Owned()
+	lastSent := a.o.Stats().LastKeepAliveSentAt
+
+	for _, p := range a.proxies {
+		p.Cut()
+	}
+	cut := time.Now()
+	if !unprotected {
+		lapse := waitFor(t, 2*testTTL, "the cut replica stops admitting", func() bool {
+			for _, n := range cutShards {
+				if _, ok := a.o.MayAdmit(n); ok {
+					return false
+				}
+			}
+			return true
+		})
+		t.Logf("cut replica stopped admitting %v after the cut (last confirmed keepalive sent %v before the cut; TTL %v, margin %v)",
+			lapse.Round(time.Millisecond), cut.Sub(lastSent).Round(time.Millisecond), testTTL, a.o.opts.Margin)
+		if lapse > testTTL {
+			t.Errorf("the cut replica admitted for %v after the cut, more than the TTL %v", lapse, testTTL)
+		}
+	}
+	took := waitFor(t, 30*time.Second, "b and c admit every shard", func() bool {
+		for n := range c.shards {
+			_, ok1 := b.o.MayAdmit(n)
+			_, ok2 := cc.o.MayAdmit(n)
+			if !ok1 && !ok2 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("b and c admit all %d shards %v after the cut", c.shards, took.Round(time.Millisecond))
+	if !unprotected {
+		minGap := time.Duration(1 << 62)
+		for _, n := range cutShards {
+			old, ok := a.o.State(n)
+			if !ok {
+				t.Fatalf("the cut replica forgot shard %d while cut", n)
+			}
+			g, ok := b.o.State(n)
+			if !ok {
+				g, ok = cc.o.State(n)
+			}
+			if !ok {
+				t.Fatalf("shard %d has no new owner", n)
+			}
+			gap := g.AdmitAfter.Sub(old.ValidUntil)
+			minGap = min(minGap, gap)
+			if gap < testLockDelay {
+				t.Errorf("shard %d: new owner admits from %s, old owner valid until %s: gap %v below the lock-delay %v",
+					n, g.AdmitAfter.Format("15:04:05.000"), old.ValidUntil.Format("15:04:05.000"), gap, testLockDelay)
+			}
+		}
+		st := sumStats(b, cc)
+		t.Logf("new owners' admit-after minus the old owner's last valid-until: at least %v (lock-delay %v); %+v", minGap.Round(time.Millisecond), testLockDelay, st)
+		if st.AcquiredUnclean != int64(len(cutShards)) || st.LockDelayWaits != int64(len(cutShards)) {
+			t.Errorf("want %d unclean acquisitions with lock-delay waits: %+v", len(cutShards), st)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // traffic
+
+	for _, p := range a.proxies {
+		p.Restore()
+	}
+	healed := time.Now()
+	if !unprotected {
+		d := c.settled(30*time.Second, []int{4, 4, 4}, a, b, cc)
+		if got := a.o.Owned(); !slices.Equal(got, cutShards) {
+			t.Errorf("after the cut healed, a owns %v, before %v", got, cutShards)
+		}
+		st := a.o.Stats()
+		t.Logf("cut healed: a took back %v in %v; %+v", cutShards, d.Round(time.Millisecond), st)
+		if st.Sessions != 2 || st.Lost != int64(len(cutShards)) || st.AcquiredPlanned != int64(len(cutShards)) {
+			t.Errorf("a after the cut: want a second lease, %d shards lost and taken back by planned handovers: %+v", len(cutShards), st)
+		}
+	}
+	_ = healed
+	for _, r := range []*replica{a, b, cc} {
+		c.close(r, 10*time.Second)
+	}
+	return c.checkExclusive(unprotected)
 }
