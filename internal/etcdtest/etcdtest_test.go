@@ -106,3 +106,33 @@ func TestMetric(t *testing.T) {
 		t.Fatalf("Txns counted by etcd: %v, want 3", after-before)
 	}
 }
+
+// A client behind a Proxy reaches etcd; cut, its requests hang until their
+// deadline while a direct client carries on; restored, it reaches etcd again.
+func TestProxyCut(t *testing.T) {
+	c := Start(t)
+	p := NewProxy(t, c.Members[0].ClientURL)
+	via := client(t, []string{p.URL()})
+	direct := client(t, c.Endpoints())
+	ctx := context.Background()
+	if _, err := via.Put(ctx, "k", "1"); err != nil {
+		t.Fatalf("put through the proxy: %v", err)
+	}
+	p.Cut()
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err := via.Get(cctx, "k")
+	cancel()
+	if err == nil {
+		t.Fatal("a get through a cut proxy succeeded")
+	}
+	if _, err := direct.Put(ctx, "k", "2"); err != nil {
+		t.Fatalf("direct put while cut: %v", err)
+	}
+	p.Restore()
+	cctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := via.Get(cctx, "k")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "2" {
+		t.Fatalf("get after restore: %v %v", resp, err)
+	}
+}
