@@ -308,11 +308,13 @@ func TestFairShare(t *testing.T) {
 	d := c.settled(20*time.Second, []int{5, 5, 6}, r0, r1, r2)
 	t.Logf("3 replicas settled to 5/5/6 in %v", d.Round(time.Millisecond))
 
+	before3 := sumStats(r0, r1, r2)
 	r3 := c.start("r3", "r3", false)
 	d = c.settled(20*time.Second, []int{4, 4, 4, 4}, r0, r1, r2, r3)
 	st := sumStats(r0, r1, r2, r3)
-	t.Logf("a 4th joined: settled to 4/4/4/4 in %v; %+v", d.Round(time.Millisecond), st)
-	if st.AcquiredPlanned < 4 || st.AcquiredUnclean != 0 || st.LockDelayWaits != 0 {
+	t.Logf("a 4th joined: settled to 4/4/4/4 in %v, %d planned handovers (%d since the first start); %+v",
+		d.Round(time.Millisecond), st.AcquiredPlanned-before3.AcquiredPlanned, st.AcquiredPlanned, st)
+	if st.AcquiredPlanned-before3.AcquiredPlanned < 4 || st.AcquiredUnclean != 0 || st.LockDelayWaits != 0 {
 		t.Errorf("scale up: want at least 4 planned handovers and no unclean one: %+v", st)
 	}
 
@@ -521,11 +523,30 @@ func runCutOff(t *testing.T, unprotected bool) []string {
 	cutShards := a.o.Owned()
 	lastSent := a.o.Stats().LastKeepAliveSentAt
 
+	// An upload in flight on a cut shard: its context ends with the
+	// validity.
+	uploadCtx, endUpload, err := a.o.Context(context.Background(), cutShards[0])
+	if err != nil {
+		t.Fatalf("Context on an admitting shard: %v", err)
+	}
+	defer endUpload()
 	for _, p := range a.proxies {
 		p.Cut()
 	}
 	cut := time.Now()
 	if !unprotected {
+		select {
+		case <-uploadCtx.Done():
+			t.Logf("an upload's context on the cut replica ended %v after the cut: %v", time.Since(cut).Round(time.Millisecond), context.Cause(uploadCtx))
+			if !errors.Is(context.Cause(uploadCtx), ErrValidityEnded) {
+				t.Errorf("the upload's context ended with %v, want ErrValidityEnded", context.Cause(uploadCtx))
+			}
+		case <-time.After(testTTL):
+			t.Errorf("the upload's context on the cut replica still live a TTL after the cut")
+		}
+		if _, _, err := a.o.Context(context.Background(), cutShards[0]); !errors.Is(err, ErrNotAdmitting) {
+			t.Errorf("Context after the validity ended: %v, want ErrNotAdmitting", err)
+		}
 		lapse := waitFor(t, 2*testTTL, "the cut replica stops admitting", func() bool {
 			for _, n := range cutShards {
 				if _, ok := a.o.MayAdmit(n); ok {
