@@ -14,8 +14,9 @@
 //	go get go.etcd.io/etcd/server/v3@v3.7.3 &&
 //	go build -trimpath -o "$(go env GOPATH)/bin/etcd" go.etcd.io/etcd/server/v3
 //
-// (.ci/run does this). Without the binary, or with another version, a test
-// fails, with that message: it never passes by skipping.
+// (.ci/run does this). Without the binary a test is skipped with that
+// message, or fails when CI is set (as .ci/run sets it), as for versitygw;
+// with another version it fails.
 package etcdtest
 
 import (
@@ -80,7 +81,8 @@ type Member struct {
 
 // Start runs a one-member etcd and returns once it is healthy; args are
 // added to etcd's command line (e.g. "--max-txn-ops", "10"). Cleanup stops
-// it. The test fails when the binary is missing or another version.
+// it. Without the binary the test is skipped (fails with CI set); another
+// version fails it.
 func Start(t testing.TB, args ...string) *Cluster {
 	t.Helper()
 	return StartCluster(t, 1, args...)
