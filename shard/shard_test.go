@@ -308,6 +308,24 @@ func TestFairShare(t *testing.T) {
 	d := c.settled(20*time.Second, []int{5, 5, 6}, r0, r1, r2)
 	t.Logf("3 replicas settled to 5/5/6 in %v", d.Round(time.Millisecond))
 
+	// Every replica's view names the same owner of each shard, the one
+	// admitting it (what forwarding to the owner will read).
+	waitFor(t, 5*time.Second, "every view names the admitting owner", func() bool {
+		for _, r := range []*replica{r0, r1, r2} {
+			for _, owner := range []*replica{r0, r1, r2} {
+				for _, n := range owner.o.Owned() {
+					if m, ok := r.o.OwnerOf(n); !ok || m.ID != owner.o.opts.ID || m.Addr != owner.name+":7000" {
+						return false
+					}
+				}
+			}
+		}
+		return true
+	})
+	if r0.o.Shards() != 16 || r0.o.TTL() < testTTL || r0.o.Of("bkt/obj") != Of("bkt/obj", 16) {
+		t.Errorf("Shards %d, TTL %v, Of(bkt/obj) %d; want 16, at least %v, %d", r0.o.Shards(), r0.o.TTL(), r0.o.Of("bkt/obj"), testTTL, Of("bkt/obj", 16))
+	}
+
 	before3 := sumStats(r0, r1, r2)
 	r3 := c.start("r3", "r3", false)
 	d = c.settled(20*time.Second, []int{4, 4, 4, 4}, r0, r1, r2, r3)

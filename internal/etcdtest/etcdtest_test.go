@@ -2,6 +2,7 @@ package etcdtest
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,4 +136,43 @@ func TestProxyCut(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "2" {
 		t.Fatalf("get after restore: %v %v", resp, err)
 	}
+}
+
+// A SIGSTOPped member does not answer, and the two others carry on; after
+// SIGCONT it answers again with what they wrote meanwhile.
+func TestStoppedMember(t *testing.T) {
+	c := StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stopped := c.Members[2]
+	if err := stopped.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	rest := client(t, []string{c.Members[0].ClientURL, c.Members[1].ClientURL})
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err = rest.Put(ctx, "k", "while stopped"); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("put with a member stopped: %v", err)
+	}
+	one := client(t, []string{stopped.ClientURL})
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = one.Get(short, "k")
+	cancelShort()
+	if err == nil {
+		t.Fatal("a SIGSTOPped member answered")
+	}
+	if err := stopped.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var resp *clientv3.GetResponse
+		if resp, err = one.Get(ctx, "k"); err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == "while stopped" {
+			return
+		}
+	}
+	t.Fatalf("after SIGCONT the member does not answer with the others' write: %v", err)
 }
