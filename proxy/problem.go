@@ -92,6 +92,9 @@ func (p *Proxy) writeProblem(w http.ResponseWriter, r *http.Request, pb wire.Pro
 		wire.WriteProblem(w, pb)
 		return
 	}
+	if pb.Reason == wire.ReasonForbidden {
+		pb.Token = "" // a refused signature or grant is not about the token: keep it out of the message
+	}
 	wire.WriteS3Error(w, pb.Status, wire.S3ErrorOf(pb, r.URL.Path))
 }
 

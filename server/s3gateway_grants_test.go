@@ -113,6 +113,9 @@ func TestS3GatewayGrants(t *testing.T) {
 			forwarded := g.fwd.Sent() - sent
 			t.Logf("%s: %v; %d bytes forwarded", row.name, err, forwarded)
 			wantAPIError(t, row.name, err, row.code)
+			if row.code == "AccessDenied" && err != nil && strings.Contains(err.Error(), "(token ") {
+				t.Errorf("%s: the refusal's message names the token: %v", row.name, err)
+			}
 			if forwarded != 0 {
 				t.Errorf("%d bytes reached the store; want none", forwarded)
 			}
