@@ -54,6 +54,9 @@ type view struct {
 	// goneAt is, for each shard without an owner key, when this replica
 	// saw it absent: the delete event, or the read that found none.
 	goneAt map[int]time.Time
+	// countChanged: the stored shard count was deleted or changed under
+	// this replica; its shards no longer name the same resources.
+	countChanged bool
 }
 
 func newView() view {
@@ -164,6 +167,22 @@ func (o *Owner) checkCount(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, o.opts.RequestTimeout)
 	defer cancel()
 	key := o.k.count()
+	// No count but shards or members already there: the count was deleted
+	// under running replicas, and a new one would map resources to other
+	// shards beside them.
+	existing, err := o.cli.Get(ctx, o.k.rangeStart(), clientv3.WithRange(o.k.rangeEnd()), clientv3.WithKeysOnly())
+	if err != nil {
+		return fmt.Errorf("shard: read the shard count %s: %w", key, err)
+	}
+	hasCount := false
+	for _, kv := range existing.Kvs {
+		hasCount = hasCount || string(kv.Key) == key
+	}
+	if !hasCount && len(existing.Kvs) > 0 {
+		return fmt.Errorf("shard: the shard count %s is missing but %d member or shard keys are there (%s...): "+
+			"it was deleted under running replicas; stop them all, wait the TTL plus the lock-delay, delete %s, then start",
+			key, len(existing.Kvs), existing.Kvs[0].Key, o.k.prefix)
+	}
 	resp, err := o.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, strconv.Itoa(o.opts.Shards))).
@@ -316,6 +335,7 @@ type loopState struct {
 	releasing     int
 	memberDeleted bool
 	drainedClosed bool
+	countStopped  bool
 }
 
 func (o *Owner) syncAndWatch(st *loopState) error {
@@ -405,6 +425,12 @@ func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now time.Time) {
 	if !ok {
 		return
 	}
+	if rest == "count" {
+		if !put || string(kv.Value) != strconv.Itoa(o.opts.Shards) {
+			v.countChanged = true
+		}
+		return
+	}
 	num, what, _ := strings.Cut(rest, "/")
 	n, err := strconv.Atoi(num)
 	if err != nil || n < 0 || n >= o.opts.Shards {
@@ -463,6 +489,22 @@ func (o *Owner) reconcile(st *loopState) {
 		}
 	}
 	v := &o.view
+	if v.countChanged {
+		// Another count maps resources to other shards: admitting any of
+		// ours could overlap another replica's. Stop, for good.
+		if !st.countStopped {
+			st.countStopped = true
+			o.log.Error("the stored shard count was deleted or changed under this replica: it admits nothing more; "+
+				"to change the count, stop every replica, wait the TTL plus the lock-delay, then start them with the new one",
+				"shards", o.opts.Shards, "key", o.k.count())
+		}
+		o.dropAll()
+		if closing && st.memberDeleted && st.releasing == 0 && !st.drainedClosed {
+			st.drainedClosed = true
+			close(o.drained)
+		}
+		return
+	}
 	me, ok := v.members[o.opts.ID]
 	registered := ok && me.lease == int64(s.lease)
 	desired := assign(slices.Collect(maps.Keys(v.members)), o.opts.Shards)
@@ -527,7 +569,8 @@ func (o *Owner) acquire(n int, s *session, v *view) bool {
 	ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
 	resp, err := o.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(owner), "=", 0),
-			clientv3.Compare(clientv3.ModRevision(state), "=", stv.modRev)).
+			clientv3.Compare(clientv3.ModRevision(state), "=", stv.modRev),
+			clientv3.Compare(clientv3.Value(o.k.count()), "=", strconv.Itoa(o.opts.Shards))).
 		Then(clientv3.OpPut(owner, string(mval), clientv3.WithLease(s.lease)),
 			clientv3.OpPut(state, string(sval))).Commit()
 	cancel()

@@ -75,7 +75,17 @@
 //
 // Every replica of a prefix uses the same shard count (Start refuses
 // another), and an ID unique among the live replicas and stable across
-// restarts. Never delete owner keys by hand: revoke the replica's lease.
+// restarts. Never delete owner keys by hand: revoke the replica's lease. To
+// change the count: stop every replica, wait the TTL plus the lock-delay,
+// delete the prefix, start them with the new count. A replica that sees the
+// count deleted or changed under it admits nothing more, and Start refuses
+// to store a count where member or shard keys are left.
+//
+// Known limit: validity runs on Go's monotonic clock, which on Linux does not
+// advance while the machine is suspended (hibernation; some hypervisors'
+// pauses): a replica resumed from a suspend longer than its validity could
+// admit until its next keepalive fails. A boot-time clock would close it; to
+// be done before the server uses this package.
 package shard
 
 import (

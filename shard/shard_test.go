@@ -640,3 +640,41 @@ func runCutOff(t *testing.T, unprotected bool) []string {
 	}
 	return c.checkExclusive(unprotected)
 }
+
+// The stored shard count deleted under a running replica: a replica started
+// with another count refuses to start (the running one's keys are there),
+// and the running one, seeing the count go, admits nothing more. Without
+// both, a 4-shard and an 8-shard replica admitted one resource at once
+// (bucket/obj-501 in shard 0 of 4 and shard 4 of 8).
+func TestShardCountDeletedUnderARunningReplica(t *testing.T) {
+	e := etcdtest.Start(t)
+	cli := newClient(t, e.Endpoints())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := func(id string, n int) Options {
+		return Options{Prefix: "/count/", Shards: n, ID: id, TTL: testTTL, LockDelay: testLockDelay, RequestTimeout: time.Second}
+	}
+	a, err := Start(ctx, cli, opts("a", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	waitFor(t, 10*time.Second, "a admits its 4 shards", func() bool { return len(a.Owned()) == 4 })
+	if _, err := cli.Delete(ctx, "/count/shards/count"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := Start(ctx, cli, opts("b", 8)); err == nil {
+		b.Close(ctx)
+		t.Fatal("a replica with 8 shards started beside a running one with 4, the count deleted")
+	} else {
+		t.Logf("refused: %v", err)
+	}
+	waitFor(t, 5*time.Second, "a admits nothing once the count is gone", func() bool {
+		for n := range 4 {
+			if _, ok := a.MayAdmit(n); ok {
+				return false
+			}
+		}
+		return true
+	})
+}
