@@ -820,6 +820,12 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		p.uploadStopped(ex, why)
 		return
 	}
+	if ex.owner != nil && ex.owner.Err() != nil && ex.admitted && ex.up.State() != fence.Sent {
+		// The ownership ended (its context cancelled the exchange) before
+		// the body was handed over whole: the backend cannot apply it.
+		p.uploadStopped(ex, errOwnershipEnded)
+		return
+	}
 	status, kind := http.StatusBadGateway, "other"
 	gone := ex.client.Err() != nil
 	var timeout interface{ Timeout() bool }

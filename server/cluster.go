@@ -89,7 +89,7 @@ func newCluster(cfg config.Config, store *etcdstore.Store, barrier *fence.Barrie
 	}
 	c.peer = &httputil.ReverseProxy{
 		Rewrite:       c.rewrite,
-		Transport:     peerTransport(cfg.UpstreamDialTimeout),
+		Transport:     peerTransport(cfg.UpstreamDialTimeout, cfg.DrainTimeout),
 		FlushInterval: -1,
 		ErrorHandler:  c.forwardError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -102,14 +102,16 @@ func newCluster(cfg config.Config, store *etcdstore.Store, barrier *fence.Barrie
 }
 
 // peerTransport sends forwarded requests: no proxy from the environment, no
-// compression added, connections kept for reuse.
-func peerTransport(dial time.Duration) *http.Transport {
+// compression added, connections kept for reuse. A client's Expect:
+// 100-continue holds its body back until the owner admits the write (up to
+// expect, the owner's longest wait at its barrier), as without the hop.
+func peerTransport(dial, expect time.Duration) *http.Transport {
 	return &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true,
-		ExpectContinueTimeout: 0, // the client's own Expect is passed on; the owner answers it
+		ExpectContinueTimeout: expect,
 	}
 }
 

@@ -270,3 +270,59 @@ func metric(t *testing.T, client *http.Client, control, series string) float64 {
 	t.Fatalf("no %s in /metrics", series)
 	return 0
 }
+
+// A replica cut off from etcd stops admitting within its validity and cuts
+// an upload still sending: the backend never gets the body whole, and the
+// client gets 503 shard_unavailable. (The write must not complete after the
+// ownership ended: another replica may own the shard by then.)
+func TestClusterCutOffReplicaCutsUpload(t *testing.T) {
+	c := etcdtest.Start(t)
+	backend := servertest.NewRecordingBackend(t)
+	cut := etcdtest.NewProxy(t, c.Endpoints()[0])
+	reps := startReplicas(t, c, backend.URL(), 1, map[string]string{
+		"FENCEPROXY_ETCD_ENDPOINTS": cut.URL(), "FENCEPROXY_SHARDS": "1",
+	})
+	client := servertest.NewClient(t)
+	settle(t, client, reps, []string{"/bkt/slow"})
+
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest(http.MethodPut, reps[0].ProxyURL()+"/bkt/slow", pr)
+	req.ContentLength = 2048
+	req.Header.Set("X-Fencing-Token", "5")
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := client.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- result{status: resp.StatusCode, body: string(b)}
+	}()
+	pw.Write(make([]byte, 1024))
+	time.Sleep(200 * time.Millisecond)
+	cut.Cut() // no keepalive is confirmed from now on: validity ends within the 2s TTL
+	time.Sleep(3 * time.Second)
+	pw.Write(make([]byte, 1024)) // the rest arrives after the validity ended
+	pw.Close()
+	res := <-done
+	for _, r := range backend.Requests() {
+		if r.Path == "/bkt/slow" && r.Token == "5" {
+			t.Fatalf("the backend applied the upload completed after the replica's ownership ended (client saw %d %s)", res.status, res.body)
+		}
+	}
+	if res.err == nil && (res.status != http.StatusServiceUnavailable || !strings.Contains(res.body, "shard_unavailable")) {
+		t.Fatalf("client got %d %s, want 503 shard_unavailable", res.status, res.body)
+	}
+	// And it admits nothing new while cut off.
+	if status, body := put(t, client, reps[0].ProxyURL(), "/bkt/slow", 6); status != http.StatusServiceUnavailable {
+		t.Fatalf("PUT while cut off: %d %s, want 503", status, body)
+	}
+	cut.Restore()
+}
