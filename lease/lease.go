@@ -109,6 +109,10 @@ type Options struct {
 	RevokeAfter time.Duration    // silence after which a holder is suspect [0: half the TTL]
 	Now         func() time.Time // clock [time.Now]
 	Logger      *slog.Logger     // nil: discard
+	// Watched, when set, limits Watch's reports to the leases it accepts
+	// (cluster mode: those of the shards this replica owns, so that each
+	// suspect holder is reported by one replica). nil: every lease.
+	Watched func(name string) bool
 }
 
 // Manager grants, renews and releases leases over a Store. It is safe for

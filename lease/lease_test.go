@@ -398,3 +398,46 @@ func TestAcquireAfterLongDrain(t *testing.T) {
 		})
 	}
 }
+
+// With Options.Watched, Watch reports only the leases it accepts: in cluster
+// mode each suspect holder is reported by its shard's owner alone.
+func TestWatchOnlyWatched(t *testing.T) {
+	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	var logs strings.Builder
+	var mu sync.Mutex
+	m := NewManager(s, newBarrier(s), Options{Now: c.Now, Logger: slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil)),
+		Watched: func(name string) bool { return name == "mine" }})
+	for _, name := range []string{"mine", "theirs"} {
+		if _, err := m.Acquire(context.Background(), name, "w", 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.advance(6 * time.Second) // past TTL/2 without a renew: both suspect
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Watch(ctx, 5*time.Millisecond); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		out := logs.String()
+		mu.Unlock()
+		if strings.Contains(out, `suspect: no renew within the revoke threshold","lease":"mine"`) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // ten more rounds
+	cancel()
+	<-done
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if !strings.Contains(out, `threshold","lease":"mine"`) || strings.Contains(out, `threshold","lease":"theirs"`) {
+		t.Fatalf("Watch reported:\n%s\nwant mine and not theirs", out)
+	}
+}

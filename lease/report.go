@@ -38,6 +38,9 @@ func (m *Manager) Watch(ctx context.Context, every time.Duration) {
 		now := m.opts.Now()
 		seen := map[string]bool{}
 		err := m.store.EachLease(func(name string, rec []byte) error {
+			if m.opts.Watched != nil && !m.opts.Watched(name) {
+				return nil
+			}
 			l, err := decode(name, rec)
 			if err != nil || m.StateAt(*l, now) != StateSuspect {
 				return err

@@ -178,6 +178,15 @@ func (c *cluster) stop(ctx context.Context, now bool) {
 	})
 }
 
+// owns reports whether this replica holds the shard of name now.
+func (c *cluster) owns(name string) bool {
+	if c.owner == nil {
+		return false
+	}
+	_, ok := c.owner.State(c.shardOf(name))
+	return ok
+}
+
 // shardOf is the shard of resource.
 func (c *cluster) shardOf(resource string) int { return shard.Of(resource, c.cfg.Shards) }
 

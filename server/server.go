@@ -279,6 +279,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	lopts := leaseOptionsFrom(cfg)
 	lopts.Logger = log
+	if s.cluster != nil {
+		lopts.Watched = s.cluster.owns
+	}
 	s.leases = lease.NewManager(store, s.barrier, lopts)
 	metrics.MustRegister(s.leases.Collector())
 	build := buildinfo.Read()
