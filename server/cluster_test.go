@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,7 +20,7 @@ const peerSecret = "cluster-test-peer-secret"
 
 // freeAddr returns a loopback address with a port free a moment ago: the
 // advertised peer address must be known before the replica starts.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -30,7 +31,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // startReplicas starts n replicas in-process on one etcd, over backend.
-func startReplicas(t *testing.T, c *etcdtest.Cluster, backend string, n int, overlay map[string]string) []*servertest.Instance {
+func startReplicas(t testing.TB, c *etcdtest.Cluster, backend string, n int, overlay map[string]string) []*servertest.Instance {
 	t.Helper()
 	var out []*servertest.Instance
 	for i := range n {
@@ -55,7 +56,7 @@ func startReplicas(t *testing.T, c *etcdtest.Cluster, backend string, n int, ove
 }
 
 // put sends PUT base+path with token and returns the status and body.
-func put(t *testing.T, client *http.Client, base, path string, token uint64) (int, string) {
+func put(t testing.TB, client *http.Client, base, path string, token uint64) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPut, base+path, strings.NewReader("body of "+strconv.FormatUint(token, 10)))
 	req.Header.Set("X-Fencing-Token", strconv.FormatUint(token, 10))
@@ -70,7 +71,7 @@ func put(t *testing.T, client *http.Client, base, path string, token uint64) (in
 
 // settle waits until a write of every resource through every replica is
 // answered by its owner (no 503), so that every shard has one.
-func settle(t *testing.T, client *http.Client, reps []*servertest.Instance, paths []string) {
+func settle(t testing.TB, client *http.Client, reps []*servertest.Instance, paths []string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for _, p := range paths {
@@ -250,7 +251,7 @@ func TestClusterPlannedHandover(t *testing.T) {
 }
 
 // metric reads one sample (name with its labels, as exposed) from /metrics.
-func metric(t *testing.T, client *http.Client, control, series string) float64 {
+func metric(t testing.TB, client *http.Client, control, series string) float64 {
 	t.Helper()
 	resp, err := client.Get("http://" + control + "/metrics")
 	if err != nil {
@@ -325,4 +326,47 @@ func TestClusterCutOffReplicaCutsUpload(t *testing.T) {
 		t.Fatalf("PUT while cut off: %d %s, want 503", status, body)
 	}
 	cut.Restore()
+}
+
+// BenchmarkClusterPut is same-token 1 KiB PUTs (answered from memory, no
+// etcd request) sent to the shard's owner (owner) and to the other replica,
+// which forwards them (forwarded): the cost of the hop, as the ratio of the
+// two in one run (docs/CLUSTER.md, Scaling).
+func BenchmarkClusterPut(b *testing.B) {
+	c := etcdtest.Start(b)
+	backend := servertest.NewRecordingBackend(b)
+	reps := startReplicas(b, c, backend.URL(), 2, map[string]string{"FENCEPROXY_SHARDS": "1", "FENCEPROXY_LOG_LEVEL": "warn"})
+	client := servertest.NewClient(b)
+	settle(b, client, reps, []string{"/bkt/bench"})
+	owner, other := reps[0], reps[1]
+	if metric(b, client, owner.Control, "fenceproxy_shards_owned") == 0 {
+		owner, other = other, owner
+	}
+	body := make([]byte, 1024)
+	for _, tc := range []struct {
+		name string
+		to   *servertest.Instance
+	}{{"owner", owner}, {"forwarded", other}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					req, _ := http.NewRequest(http.MethodPut, tc.to.ProxyURL()+"/bkt/bench", bytes.NewReader(body))
+					req.Header.Set("X-Fencing-Token", "1")
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Errorf("status %d", resp.StatusCode)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+		})
+	}
 }
