@@ -21,6 +21,13 @@ import (
 // watch, before trying again.
 const retryDelay = 500 * time.Millisecond
 
+// validityPoll is the longest a session's validity loop sleeps between two
+// readings of the boot-time clock: Go's timers run on the monotonic clock,
+// which stands still while the machine is suspended, so after a resume the
+// contexts of an ownership whose validity ended during the suspend are
+// cancelled within this (MayAdmit refuses at once: it reads the clock).
+const validityPoll = 100 * time.Millisecond
+
 type memberKV struct {
 	Member
 	lease int64
@@ -52,15 +59,16 @@ type view struct {
 	owners  map[int]ownerKV
 	states  map[int]stateKV
 	// goneAt is, for each shard without an owner key, when this replica
-	// saw it absent: the delete event, or the read that found none.
-	goneAt map[int]time.Time
+	// saw it absent (boot-time ns): the delete event, or the read that
+	// found none.
+	goneAt map[int]int64
 	// countChanged: the stored shard count was deleted or changed under
 	// this replica; its shards no longer name the same resources.
 	countChanged bool
 }
 
 func newView() view {
-	return view{members: map[string]memberKV{}, owners: map[int]ownerKV{}, states: map[int]stateKV{}, goneAt: map[int]time.Time{}}
+	return view{members: map[string]memberKV{}, owners: map[int]ownerKV{}, states: map[int]stateKV{}, goneAt: map[int]int64{}}
 }
 
 type releaseKind int
@@ -95,7 +103,7 @@ func start(ctx context.Context, cli *clientv3.Client, opts Options, tweak func(*
 		opts:     opts,
 		k:        keys{opts.Prefix},
 		log:      opts.Logger,
-		base:     time.Now(),
+		clk:      bootClock,
 		slots:    make([]slot, opts.Shards),
 		view:     newView(),
 		kick:     make(chan struct{}, 1),
@@ -110,6 +118,7 @@ func start(ctx context.Context, cli *clientv3.Client, opts Options, tweak func(*
 	if tweak != nil {
 		tweak(o)
 	}
+	o.wallBase, o.bootBase = time.Now().Round(0), o.now()
 	if err := o.checkCount(ctx); err != nil {
 		return nil, err
 	}
@@ -213,14 +222,13 @@ func (o *Owner) checkCount(ctx context.Context) error {
 func (o *Owner) grant(ctx context.Context) (*session, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.opts.RequestTimeout)
 	defer cancel()
-	sent := time.Now()
+	sent := o.now()
 	resp, err := o.cli.Grant(ctx, int64(o.opts.TTL/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("shard: grant a lease: %w", err)
 	}
 	s := &session{lease: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, stop: make(chan struct{})}
-	valid := sent.Add(s.ttl - o.opts.Margin)
-	s.valid.Store(o.ns(valid))
+	s.valid.Store(sent + int64(s.ttl-o.opts.Margin))
 	val, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
 	if _, err := o.cli.Put(ctx, o.k.member(o.opts.ID), string(val), clientv3.WithLease(resp.ID)); err != nil {
 		rctx, rcancel := context.WithTimeout(context.Background(), o.opts.RequestTimeout)
@@ -228,11 +236,11 @@ func (o *Owner) grant(ctx context.Context) (*session, error) {
 		rcancel()
 		return nil, fmt.Errorf("shard: register member %s: %w", o.opts.ID, err)
 	}
-	s.timer = time.AfterFunc(time.Until(valid), func() { o.lapse(s) })
 	o.stats.sessions.Add(1)
 	o.log.Info("lease granted", "lease", int64(resp.ID), "ttl", s.ttl)
-	o.workers.Add(1)
+	o.workers.Add(2)
 	go o.keepAlive(s)
+	go o.watchValidity(s)
 	return s, nil
 }
 
@@ -252,23 +260,22 @@ func (o *Owner) keepAlive(s *session) {
 			return
 		case <-t.C:
 		}
-		sent := time.Now()
+		sentAt, sent := time.Now(), o.now() // the schedule's clock, the validity's
 		ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
 		resp, err := o.cli.KeepAliveOnce(ctx, s.lease)
 		cancel()
 		switch {
 		case err == nil:
-			valid := sent.Add(time.Duration(resp.TTL)*time.Second - o.opts.Margin)
+			valid := sent + int64(time.Duration(resp.TTL)*time.Second-o.opts.Margin)
 			for {
 				old := s.valid.Load()
-				if o.ns(valid) <= old || s.valid.CompareAndSwap(old, o.ns(valid)) {
+				if valid <= old || s.valid.CompareAndSwap(old, valid) {
 					break
 				}
 			}
 			s.lapsed.Store(false)
-			s.timer.Reset(time.Until(o.at(s.valid.Load())))
-			o.stats.lastSent.Store(o.ns(sent))
-			next = sent.Add(o.opts.KeepAliveInterval)
+			o.stats.lastSent.Store(sent)
+			next = sentAt.Add(o.opts.KeepAliveInterval)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			o.log.Warn("lease lost: it expired in etcd", "lease", int64(s.lease))
 			s.lost.Store(true)
@@ -280,16 +287,41 @@ func (o *Owner) keepAlive(s *session) {
 			}
 			o.stats.kaFailures.Add(1)
 			o.log.Warn("keepalive failed", "lease", int64(s.lease), "err", err,
-				"valid_for", time.Until(o.at(s.valid.Load())).Round(time.Millisecond))
+				"valid_for", time.Duration(s.valid.Load()-o.now()).Round(time.Millisecond))
 			next = time.Now().Add(min(o.opts.KeepAliveInterval, retryDelay))
 		}
 	}
 }
 
-// lapse runs at s's validity deadline: unless a keepalive moved it, the
-// contexts of s's shards are cancelled.
+// watchValidity calls lapse once s's validity deadline passed on the
+// boot-time clock, and again every validityPoll while it stays passed. Its
+// timer runs on the monotonic clock, so it never sleeps longer than
+// validityPoll: a suspend is noticed within that after the resume.
+func (o *Owner) watchValidity(s *session) {
+	defer o.workers.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		left := time.Duration(s.valid.Load() - o.now())
+		if left <= 0 {
+			o.lapse(s)
+			left = validityPoll
+		}
+		t.Reset(min(left, validityPoll))
+	}
+}
+
+// lapse runs once s's validity deadline passed: unless a keepalive moved
+// it, the contexts of s's shards are cancelled.
 func (o *Owner) lapse(s *session) {
-	if time.Now().Before(o.at(s.valid.Load())) {
+	if o.now() < s.valid.Load() {
 		return
 	}
 	if s.lapsed.CompareAndSwap(false, true) {
@@ -345,7 +377,7 @@ func (o *Owner) syncAndWatch(st *loopState) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := o.now()
 	nv := newView()
 	nv.rev = resp.Header.Revision
 	for _, kv := range resp.Kvs {
@@ -387,7 +419,7 @@ func (o *Owner) syncAndWatch(st *loopState) error {
 			if len(wr.Events) == 0 {
 				continue
 			}
-			now := time.Now()
+			now := o.now()
 			o.mu.Lock()
 			for _, ev := range wr.Events {
 				o.apply(&o.view, ev.Kv, ev.Type == mvccpb.Event_PUT, now)
@@ -404,7 +436,7 @@ func (o *Owner) syncAndWatch(st *loopState) error {
 }
 
 // apply puts one key's change into v.
-func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now time.Time) {
+func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now int64) {
 	key, ok := strings.CutPrefix(string(kv.Key), o.k.prefix)
 	if !ok {
 		return
@@ -544,7 +576,7 @@ func (o *Owner) reconcile(st *loopState) {
 
 // acquire tries to take shard n; false when etcd did not answer.
 func (o *Owner) acquire(n int, s *session, v *view) bool {
-	now := time.Now()
+	now := o.now()
 	stv, hasState := v.states[n]
 	kind, admitAfter := "new", now
 	switch {
@@ -561,7 +593,7 @@ func (o *Owner) acquire(n int, s *session, v *view) bool {
 		if o.noLockWait {
 			wait = 0
 		}
-		admitAfter = gone.Add(wait)
+		admitAfter = gone + int64(wait)
 	}
 	owner, state := o.k.owner(n), o.k.state(n)
 	mval, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
@@ -590,14 +622,14 @@ func (o *Owner) acquire(n int, s *session, v *view) bool {
 		o.stats.acquiredPlanned.Add(1)
 	case "unclean":
 		o.stats.acquiredUnclean.Add(1)
-		if w := admitAfter.Sub(now); w > 0 {
+		if w := admitAfter - now; w > 0 {
 			o.stats.lockWaits.Add(1)
 			o.stats.lockWaitNanos.Add(int64(w))
 		}
 	}
-	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", kind, "admit_in", time.Until(admitAfter).Round(time.Millisecond))
+	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", kind, "admit_in", time.Duration(admitAfter-o.now()).Round(time.Millisecond))
 	if o.opts.OnAcquire != nil {
-		o.opts.OnAcquire(n, admitAfter)
+		o.opts.OnAcquire(n, o.wall(admitAfter))
 	}
 	return true
 }
@@ -694,7 +726,7 @@ func (o *Owner) drop(n int, h *holding) {
 // dropSession drops every shard held on s, except those being handed over
 // (their goroutine sees the lost session and reports).
 func (o *Owner) dropSession(s *session) {
-	s.timer.Stop()
+	s.halt()
 	for n := range o.slots {
 		if h := o.slots[n].h.Load(); h != nil && h.sess == s && !h.releasing.Load() {
 			o.drop(n, h)
@@ -734,7 +766,7 @@ func (o *Owner) Close(ctx context.Context) error {
 	<-o.done
 	o.workers.Wait()
 	s := o.sess.Load()
-	s.timer.Stop()
+	s.halt()
 	if !s.lost.Load() {
 		rctx, cancel := context.WithTimeout(context.Background(), o.opts.RequestTimeout)
 		_, rerr := o.cli.Revoke(rctx, s.lease)

@@ -81,11 +81,22 @@
 // count deleted or changed under it admits nothing more, and Start refuses
 // to store a count where member or shard keys are left.
 //
-// Known limit: validity runs on Go's monotonic clock, which on Linux does not
-// advance while the machine is suspended (hibernation; some hypervisors'
-// pauses): a replica resumed from a suspend longer than its validity could
-// admit until its next keepalive fails. A boot-time clock would close it; to
-// be done before the server uses this package.
+// # Clock
+//
+// Send times, deadlines and the lock-delay run on the boot-time clock
+// (CLOCK_BOOTTIME on Linux), which goes on while the machine is suspended
+// (hibernation, some hypervisors' pauses), unlike Go's monotonic clock
+// (CLOCK_MONOTONIC): a replica resumed from a suspend longer than its
+// validity refuses at once, and cancels the contexts of Context within
+// 100ms (its timers run on the monotonic clock, so it reads the boot-time
+// clock at least that often). The exported times (Grant, OnAcquire, Stats)
+// are wall-clock times mapped from it, without a monotonic reading.
+//
+// Known limit: outside Linux the monotonic clock stands in for the
+// boot-time clock, and there a replica resumed from such a suspend could
+// admit until its next keepalive fails. Everywhere, a request the suspend
+// froze in the middle of sending goes on sending for the moment between the
+// resume and its context's cancellation.
 package shard
 
 import (
@@ -205,6 +216,11 @@ type Grant struct {
 	AdmitAfter time.Time
 	// ValidUntil: no write may be admitted at or after it, and every
 	// upstream request started under this grant must end before it.
+	//
+	// Both are wall-clock times (no monotonic reading) mapped from the
+	// boot-time clock MayAdmit decides on. A deadline set from ValidUntil
+	// runs on Go's timers, which stand still during a suspend: Context's
+	// cancellation does not.
 	ValidUntil time.Time
 }
 
@@ -240,7 +256,12 @@ type Owner struct {
 	k    keys
 	ttl  time.Duration // granted by etcd
 	log  *slog.Logger
-	base time.Time // monotonic origin of the atomic deadlines
+	// clk reads the boot-time clock (bootClock; a test's own), in ns:
+	// every deadline below is on it. wallBase and bootBase map it onto the
+	// wall clock for the exported times.
+	clk      func() int64
+	wallBase time.Time // wall clock at Start, without a monotonic reading
+	bootBase int64     // clk at Start
 
 	slots []slot
 	sess  atomic.Pointer[session]
@@ -268,7 +289,7 @@ type counters struct {
 	releasedPlanned, releasedUndrained, lost      atomic.Int64
 	lockWaits, lockWaitNanos                      atomic.Int64
 	kaFailures, lapses, sessions                  atomic.Int64
-	lastSent                                      atomic.Int64 // ns since base
+	lastSent                                      atomic.Int64 // boot-time ns
 }
 
 type slot struct {
@@ -287,7 +308,7 @@ type watcher struct {
 type holding struct {
 	sess       *session
 	epoch      int64
-	admitAfter time.Time
+	admitAfter int64 // boot-time ns
 	releasing  atomic.Bool
 	lossCalled bool // loop only
 }
@@ -296,12 +317,15 @@ type holding struct {
 type session struct {
 	lease  clientv3.LeaseID
 	ttl    time.Duration
-	valid  atomic.Int64 // deadline, ns since Owner.base
+	valid  atomic.Int64 // deadline, boot-time ns
 	lost   atomic.Bool
 	lapsed atomic.Bool
-	timer  *time.Timer
-	stop   chan struct{}
+	stop   chan struct{} // closed by halt: its keepalive and validity loops end
+	once   sync.Once
 }
+
+// halt ends s's keepalive and validity loops.
+func (s *session) halt() { s.once.Do(func() { close(s.stop) }) }
 
 type keys struct{ prefix string }
 
@@ -322,8 +346,15 @@ func (o *Owner) Shards() int { return o.opts.Shards }
 // TTL returns the lease TTL etcd granted.
 func (o *Owner) TTL() time.Duration { return o.ttl }
 
-func (o *Owner) at(ns int64) time.Time { return o.base.Add(time.Duration(ns)) }
-func (o *Owner) ns(t time.Time) int64  { return int64(t.Sub(o.base)) }
+// now reads the boot-time clock: every validity and admission decision
+// compares its readings.
+func (o *Owner) now() int64 { return o.clk() }
+
+// wall maps a boot-time reading onto the wall clock (for the exported times
+// only): the wall clock at Start plus the boot-time elapsed since, without
+// a monotonic reading, so that time.Now() compares with it by the wall
+// clock, which a suspend advances too.
+func (o *Owner) wall(ns int64) time.Time { return o.wallBase.Add(time.Duration(ns - o.bootBase)) }
 
 // MayAdmit answers whether this replica may admit a write of shard now: it
 // owns the shard, is not handing it over, the lock-delay is over and its
@@ -334,12 +365,13 @@ func (o *Owner) MayAdmit(shard int) (Grant, bool) {
 	if h == nil || h.releasing.Load() || h.sess.lost.Load() {
 		return Grant{}, false
 	}
-	now := time.Now()
-	g := Grant{Shard: shard, Epoch: h.epoch, AdmitAfter: h.admitAfter, ValidUntil: o.at(h.sess.valid.Load())}
+	now := o.now() // the one clock read
+	valid := h.sess.valid.Load()
 	if o.noValidity {
-		g.ValidUntil = now.Add(time.Hour)
+		valid = now + int64(time.Hour)
 	}
-	if now.Before(g.AdmitAfter) || !now.Before(g.ValidUntil) {
+	g := Grant{Shard: shard, Epoch: h.epoch, AdmitAfter: o.wall(h.admitAfter), ValidUntil: o.wall(valid)}
+	if now < h.admitAfter || now >= valid {
 		return g, false
 	}
 	return g, true
@@ -353,7 +385,7 @@ func (o *Owner) State(shard int) (g Grant, ok bool) {
 	if h == nil {
 		return Grant{}, false
 	}
-	return Grant{Shard: shard, Epoch: h.epoch, AdmitAfter: h.admitAfter, ValidUntil: o.at(h.sess.valid.Load())}, true
+	return Grant{Shard: shard, Epoch: h.epoch, AdmitAfter: o.wall(h.admitAfter), ValidUntil: o.wall(h.sess.valid.Load())}, true
 }
 
 // Owned returns the shards this replica holds now.
@@ -435,7 +467,7 @@ func (o *Owner) Stats() Stats {
 		Sessions:           o.stats.sessions.Load(),
 	}
 	if ns := o.stats.lastSent.Load(); ns != 0 {
-		st.LastKeepAliveSentAt = o.at(ns)
+		st.LastKeepAliveSentAt = o.wall(ns)
 	}
 	st.Owned = len(o.Owned())
 	o.mu.RLock()
