@@ -347,7 +347,7 @@ func (o *Owner) poke() {
 func (o *Owner) run() {
 	defer close(o.done)
 	defer o.dropAll()
-	st := &loopState{}
+	st := &loopState{pending: map[int]pendingAcquire{}}
 	for o.ctx.Err() == nil {
 		err := o.syncAndWatch(st)
 		if o.ctx.Err() != nil {
@@ -364,7 +364,10 @@ func (o *Owner) run() {
 
 // loopState is the loop goroutine's own.
 type loopState struct {
-	releasing     int
+	releasing int
+	// pending are the acquire Txns whose answer was lost, by shard: they
+	// may have been applied later than anything the loop read.
+	pending       map[int]pendingAcquire
 	memberDeleted bool
 	drainedClosed bool
 	countStopped  bool
@@ -498,6 +501,7 @@ func (o *Owner) reconcile(st *loopState) {
 	s := o.sess.Load()
 	if s.lost.Load() {
 		o.dropSession(s)
+		clear(st.pending)
 		st.memberDeleted = true
 		if !closing {
 			ns, err := o.grant(o.ctx)
@@ -545,6 +549,11 @@ func (o *Owner) reconcile(st *loopState) {
 	for n := range o.opts.Shards {
 		h := o.slots[n].h.Load()
 		own, owned := v.owners[n]
+		if h == nil && owned && own.lease == int64(s.lease) {
+			// Written by an acquire Txn whose answer was lost, after
+			// its read back (or that read failed too).
+			h = o.adoptPending(st, n, s, own.lease, own.createRev, own.ID, "watch")
+		}
 		if h != nil {
 			held++
 			if h.releasing.Load() {
@@ -564,7 +573,7 @@ func (o *Owner) reconcile(st *loopState) {
 		if closing || !registered || owned || desired[n] != o.opts.ID || acquireFailed {
 			continue
 		}
-		if !o.acquire(n, s, v) {
+		if !o.acquire(st, n, s, v) {
 			acquireFailed = true
 		}
 	}
@@ -574,8 +583,18 @@ func (o *Owner) reconcile(st *loopState) {
 	}
 }
 
+// pendingAcquire is an acquire Txn of shard n as it was sent: what the
+// acquisition is (kind, admitAfter) as the state key said before it.
+type pendingAcquire struct {
+	sess       *session
+	viewRev    int64 // the view it was built on: an owner key it wrote is newer
+	kind       string
+	admitAfter int64 // boot-time ns
+	sent       int64 // boot-time ns
+}
+
 // acquire tries to take shard n; false when etcd did not answer.
-func (o *Owner) acquire(n int, s *session, v *view) bool {
+func (o *Owner) acquire(st *loopState, n int, s *session, v *view) bool {
 	now := o.now()
 	stv, hasState := v.states[n]
 	kind, admitAfter := "new", now
@@ -595,6 +614,7 @@ func (o *Owner) acquire(n int, s *session, v *view) bool {
 		}
 		admitAfter = gone + int64(wait)
 	}
+	p := pendingAcquire{sess: s, viewRev: v.rev, kind: kind, admitAfter: admitAfter, sent: now}
 	owner, state := o.k.owner(n), o.k.state(n)
 	mval, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
 	sval, _ := json.Marshal(stateValue{State: "owned", ID: o.opts.ID, TTLms: o.ttl.Milliseconds()})
@@ -606,32 +626,90 @@ func (o *Owner) acquire(n int, s *session, v *view) bool {
 		Then(clientv3.OpPut(owner, string(mval), clientv3.WithLease(s.lease)),
 			clientv3.OpPut(state, string(sval))).Commit()
 	cancel()
+	if err == nil && o.fault != nil {
+		err = o.fault("acquire", n)
+	}
 	if err != nil {
-		o.log.Warn("acquire failed", "shard", n, "err", err)
+		// A timeout or a lost connection says nothing of whether etcd
+		// applied it: read the owner key back, and adopt it if the Txn
+		// put it (the watch will tell as well if the read fails too).
+		o.log.Warn("acquire failed: reading the owner key back", "shard", n, "err", err)
+		st.pending[n] = p
+		o.readBack(st, n, s)
 		return false
 	}
 	if !resp.Succeeded {
 		return true // someone was faster, or the view lags: the watch will tell
 	}
-	h := &holding{sess: s, epoch: resp.Header.Revision, admitAfter: admitAfter}
+	delete(st.pending, n)
+	o.hold(n, s, resp.Header.Revision, p)
+	return true
+}
+
+// readBack reads shard n's owner key after an acquire Txn whose answer was
+// lost, and adopts it if that Txn put it.
+func (o *Owner) readBack(st *loopState, n int, s *session) {
+	var resp *clientv3.GetResponse
+	err := error(nil)
+	if o.fault != nil {
+		err = o.fault("readback", n)
+	}
+	if err == nil {
+		ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
+		resp, err = o.cli.Get(ctx, o.k.owner(n))
+		cancel()
+	}
+	if err != nil {
+		o.log.Warn("reading the owner key back failed: the watch will tell", "shard", n, "err", err)
+		return
+	}
+	if len(resp.Kvs) == 1 {
+		kv := resp.Kvs[0]
+		var m Member
+		_ = json.Unmarshal(kv.Value, &m)
+		o.adoptPending(st, n, s, kv.Lease, kv.CreateRevision, m.ID, "read back")
+	}
+}
+
+// adoptPending holds shard n if its owner key (on lease, created at
+// createRev, naming id) was put by the pending acquire Txn of s: the key is
+// on s's lease and newer than the view that Txn was built on, and this
+// replica does not hold the shard. The acquisition is the one the Txn would
+// have made had its answer come: the same kind, the same admitAfter (the
+// lock-delay counted from the same moment). nil when it is not.
+func (o *Owner) adoptPending(st *loopState, n int, s *session, lease, createRev int64, id, how string) *holding {
+	p, ok := st.pending[n]
+	if !ok || p.sess != s || lease != int64(s.lease) || id != o.opts.ID || createRev <= p.viewRev || o.slots[n].h.Load() != nil {
+		return nil
+	}
+	delete(st.pending, n)
+	o.log.Warn("an acquire whose answer was lost was applied: adopting the shard", "shard", n, "epoch", createRev, "seen_by", how)
+	o.stats.adopted.Add(1)
+	return o.hold(n, s, createRev, p)
+}
+
+// hold records the acquisition of shard n under the owner key created at
+// epoch.
+func (o *Owner) hold(n int, s *session, epoch int64, p pendingAcquire) *holding {
+	h := &holding{sess: s, epoch: epoch, admitAfter: p.admitAfter}
 	o.slots[n].h.Store(h)
-	switch kind {
+	switch p.kind {
 	case "new":
 		o.stats.acquiredNew.Add(1)
 	case "planned":
 		o.stats.acquiredPlanned.Add(1)
 	case "unclean":
 		o.stats.acquiredUnclean.Add(1)
-		if w := admitAfter - now; w > 0 {
+		if w := p.admitAfter - p.sent; w > 0 {
 			o.stats.lockWaits.Add(1)
-			o.stats.lockWaitNanos.Add(int64(w))
+			o.stats.lockWaitNanos.Add(w)
 		}
 	}
-	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", kind, "admit_in", time.Duration(admitAfter-o.now()).Round(time.Millisecond))
+	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", p.kind, "admit_in", time.Duration(p.admitAfter-o.now()).Round(time.Millisecond))
 	if o.opts.OnAcquire != nil {
-		o.opts.OnAcquire(n, o.wall(admitAfter))
+		o.opts.OnAcquire(n, o.wall(p.admitAfter))
 	}
-	return true
+	return h
 }
 
 // startRelease stops admitting shard n and hands it over in a goroutine.

@@ -31,7 +31,14 @@
 // ceil(N/m) shards and a restarted replica (same Options.ID) gets back the
 // same ones. A replica acquires a shard assigned to it once the owner key is
 // absent, in one Txn: "owner key absent and state key unchanged since I read
-// it" then put the owner key on its lease and the state "owned". It hands
+// it" then put the owner key on its lease and the state "owned". When that
+// Txn's answer is lost (a timeout, a connection cut: etcd may have applied
+// it, even after the error), the replica reads the owner key back, and the
+// watch tells it later too: an owner key on its lease, newer than what the
+// Txn was built on, is adopted as the acquisition the answer would have
+// given (the same lock-delay), rather than deleted, which would leave the
+// state "owned" without its key and make the next owner wait the
+// lock-delay again for nothing (no write was admitted under the key). It hands
 // over a shard assigned to another live member (a scale up or down), and all
 // of its shards on Close.
 //
@@ -236,6 +243,7 @@ type Stats struct {
 	AcquiredPlanned     int64         // acquisitions that read a "released" marker
 	AcquiredUnclean     int64         // acquisitions after a key that went without a handover
 	AcquiredNew         int64         // acquisitions of a shard never owned
+	AcquiredAdopted     int64         // of those, acquire Txns whose answer was lost but were applied (counted in their kind too)
 	ReleasedPlanned     int64         // handovers with the marker (drained)
 	ReleasedUndrained   int64         // handovers without it (Drain nil or failed)
 	Lost                int64         // shards lost without a handover (key gone, lease lost)
@@ -282,10 +290,16 @@ type Owner struct {
 	// Test switches (the test with teeth turns protections off).
 	noValidity bool
 	noLockWait bool
+	// fault, when set, injects etcd failures: called with "acquire" after
+	// an acquire Txn was committed (an error replaces its answer: applied,
+	// the answer lost) and with "readback" before the read that follows
+	// (an error fails it).
+	fault func(op string, shard int) error
 }
 
 type counters struct {
 	acquiredPlanned, acquiredUnclean, acquiredNew atomic.Int64
+	adopted                                       atomic.Int64
 	releasedPlanned, releasedUndrained, lost      atomic.Int64
 	lockWaits, lockWaitNanos                      atomic.Int64
 	kaFailures, lapses, sessions                  atomic.Int64
@@ -457,6 +471,7 @@ func (o *Owner) Stats() Stats {
 		AcquiredPlanned:    o.stats.acquiredPlanned.Load(),
 		AcquiredUnclean:    o.stats.acquiredUnclean.Load(),
 		AcquiredNew:        o.stats.acquiredNew.Load(),
+		AcquiredAdopted:    o.stats.adopted.Load(),
 		ReleasedPlanned:    o.stats.releasedPlanned.Load(),
 		ReleasedUndrained:  o.stats.releasedUndrained.Load(),
 		Lost:               o.stats.lost.Load(),
