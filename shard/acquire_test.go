@@ -93,3 +93,49 @@ func TestAcquireAnswerLost(t *testing.T) {
 		t.Errorf("want 2 adopted, 1 unclean with a wait, 3 new: %+v", st)
 	}
 }
+
+// A shard handed over (drained, with the marker) by an owner that still
+// waits out the lock-delay of an unclean loss: the next owner waits the
+// rest of it, as the old owner of the lost key may still be sending until
+// then. Without the rest in the marker, a replica restarted after a crash
+// got its shards back from the others at once, inside the lock-delay.
+func TestHandoverWithinLockDelay(t *testing.T) {
+	c := &cluster{t: t, etcd: etcdtest.Start(t), shards: 4}
+	cli := newClient(t, c.etcd.Endpoints())
+	ctx := context.Background()
+	if _, err := cli.Put(ctx, "/test/shards/count", "4"); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 4 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/test/shards/%d/state", n), `{"state":"owned","id":"ghost","ttl_ms":2000}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := c.start("b", "b", false)
+	waitFor(t, 2*time.Second, "b holds the 4 shards", func() bool { return len(b.o.Owned()) == 4 })
+	first := map[int]time.Time{}
+	for n := range 4 {
+		g, _ := b.o.State(n)
+		first[n] = g.AdmitAfter
+	}
+	a := c.start("a", "a", false)
+	waitFor(t, 2*time.Second, "a holds 2 shards", func() bool { return len(a.o.Owned()) == 2 })
+	for _, n := range a.o.Owned() {
+		g, _ := a.o.State(n)
+		t.Logf("shard %d: handed over to a %v before the lock-delay of the lost key ended; a admits from %v after it",
+			n, time.Until(first[n]).Round(time.Millisecond), g.AdmitAfter.Sub(first[n]).Round(time.Millisecond))
+		if g.AdmitAfter.Before(first[n].Add(-5 * time.Millisecond)) {
+			t.Errorf("shard %d: a admits from %s, before the end of the lock-delay %s", n, g.AdmitAfter.Format("15:04:05.000"), first[n].Format("15:04:05.000"))
+		}
+		if _, ok := a.o.MayAdmit(n); ok && time.Now().Before(first[n]) {
+			t.Errorf("shard %d: a admits within the lock-delay", n)
+		}
+	}
+	c.settled(3*(testTTL+testLockDelay), []int{2, 2}, a, b)
+	if st := a.o.Stats(); st.AcquiredPlanned != 2 || st.LockDelayWaits != 2 {
+		t.Errorf("a: want 2 planned acquisitions that waited: %+v", st)
+	}
+	c.close(a, 5*time.Second)
+	c.close(b, 5*time.Second)
+	c.checkExclusive(false)
+}

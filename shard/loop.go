@@ -43,12 +43,17 @@ type stateKV struct {
 	modRev   int64
 	released bool
 	ttl      time.Duration // the TTL of the owner that wrote it
+	wait     time.Duration // released: what was left of its owner's lock-delay
 }
 
 type stateValue struct {
 	State string `json:"state"` // "owned" or "released"
 	ID    string `json:"id"`
 	TTLms int64  `json:"ttl_ms"`
+	// WaitMs, in a "released" state: the owner handed the shard over
+	// while still waiting out the lock-delay of an unclean loss, this
+	// much before its end; the next owner waits it from its sighting.
+	WaitMs int64 `json:"wait_ms,omitempty"`
 }
 
 // view is this replica's copy of the members/ and shards/ keys, as of rev.
@@ -489,7 +494,8 @@ func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now int64) {
 		}
 		var sv stateValue
 		_ = json.Unmarshal(kv.Value, &sv)
-		v.states[n] = stateKV{modRev: kv.ModRevision, released: sv.State == "released", ttl: time.Duration(sv.TTLms) * time.Millisecond}
+		v.states[n] = stateKV{modRev: kv.ModRevision, released: sv.State == "released", ttl: time.Duration(sv.TTLms) * time.Millisecond,
+			wait: time.Duration(sv.WaitMs) * time.Millisecond}
 	}
 }
 
@@ -602,6 +608,16 @@ func (o *Owner) acquire(st *loopState, n int, s *session, v *view) bool {
 	case !hasState:
 	case stv.released:
 		kind = "planned"
+		if stv.wait > 0 && !o.noLockWait {
+			// Handed over within the lock-delay of an earlier unclean
+			// loss: the rest of it, from the sighting of the key gone
+			// (after the release, so no earlier than its end).
+			gone, ok := v.goneAt[n]
+			if !ok {
+				gone = now
+			}
+			admitAfter = max(now, gone+int64(stv.wait))
+		}
 	default:
 		kind = "unclean"
 		gone, ok := v.goneAt[n]
@@ -700,10 +716,10 @@ func (o *Owner) hold(n int, s *session, epoch int64, p pendingAcquire) *holding 
 		o.stats.acquiredPlanned.Add(1)
 	case "unclean":
 		o.stats.acquiredUnclean.Add(1)
-		if w := p.admitAfter - p.sent; w > 0 {
-			o.stats.lockWaits.Add(1)
-			o.stats.lockWaitNanos.Add(w)
-		}
+	}
+	if w := p.admitAfter - p.sent; w > 0 {
+		o.stats.lockWaits.Add(1)
+		o.stats.lockWaitNanos.Add(w)
 	}
 	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", p.kind, "admit_in", time.Duration(p.admitAfter-o.now()).Round(time.Millisecond))
 	if o.opts.OnAcquire != nil {
@@ -742,7 +758,12 @@ func (o *Owner) release(n int, h *holding) releaseKind {
 	owner := o.k.owner(n)
 	ops := []clientv3.Op{clientv3.OpDelete(owner)}
 	if drained {
-		sval, _ := json.Marshal(stateValue{State: "released", ID: o.opts.ID, TTLms: o.ttl.Milliseconds()})
+		sv := stateValue{State: "released", ID: o.opts.ID, TTLms: o.ttl.Milliseconds()}
+		if wait := time.Duration(h.admitAfter - o.now()); wait > 0 {
+			// Never admitted: the lock-delay goes on for the next owner.
+			sv.WaitMs = (wait + time.Millisecond - 1).Milliseconds()
+		}
+		sval, _ := json.Marshal(sv)
 		ops = append(ops, clientv3.OpPut(o.k.state(n), string(sval)))
 	}
 	for {

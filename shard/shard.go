@@ -74,7 +74,10 @@
 // deletes the key and writes the state "released". A new owner that reads
 // "released" in its acquiring Txn admits at once. Every acquisition rewrites
 // the state to "owned", so a "released" state always belongs to the last
-// owner key there was. If Drain fails or is nil, the owner deletes its key
+// owner key there was. An owner that hands a shard over while it still
+// waits out the lock-delay of an unclean loss writes what is left of it in
+// the marker, and the next owner waits that from when it saw the key go.
+// If Drain fails or is nil, the owner deletes its key
 // without the marker, and the next owner waits as after an unclean loss. A
 // shard that was never owned (no state key) is admitted at once too.
 //
@@ -247,7 +250,7 @@ type Stats struct {
 	ReleasedPlanned     int64         // handovers with the marker (drained)
 	ReleasedUndrained   int64         // handovers without it (Drain nil or failed)
 	Lost                int64         // shards lost without a handover (key gone, lease lost)
-	LockDelayWaits      int64         // unclean acquisitions that had to wait
+	LockDelayWaits      int64         // acquisitions that had to wait (unclean; planned within the rest of a lock-delay)
 	LockDelayWaitTotal  time.Duration // sum of those waits (admitAfter - acquisition time)
 	KeepAliveFailures   int64         // keepalive requests that failed
 	ValidityLapses      int64         // times the validity deadline passed
