@@ -30,7 +30,8 @@ const validityPoll = 100 * time.Millisecond
 
 type memberKV struct {
 	Member
-	lease int64
+	lease  int64
+	modRev int64
 }
 
 type ownerKV struct {
@@ -125,6 +126,9 @@ func start(ctx context.Context, cli *clientv3.Client, opts Options, tweak func(*
 	}
 	o.wallBase, o.bootBase = time.Now().Round(0), o.now()
 	if err := o.checkCount(ctx); err != nil {
+		return nil, err
+	}
+	if err := o.awaitPredecessor(ctx); err != nil {
 		return nil, err
 	}
 	o.ctx, o.cancel = context.WithCancel(context.Background())
@@ -234,19 +238,99 @@ func (o *Owner) grant(ctx context.Context) (*session, error) {
 	}
 	s := &session{lease: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, stop: make(chan struct{})}
 	s.valid.Store(sent + int64(s.ttl-o.opts.Margin))
-	val, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
-	if _, err := o.cli.Put(ctx, o.k.member(o.opts.ID), string(val), clientv3.WithLease(resp.ID)); err != nil {
+	rev, err := o.register(ctx, s)
+	if err != nil {
 		rctx, rcancel := context.WithTimeout(context.Background(), o.opts.RequestTimeout)
 		_, _ = o.cli.Revoke(rctx, resp.ID)
 		rcancel()
-		return nil, fmt.Errorf("shard: register member %s: %w", o.opts.ID, err)
+		return nil, err
 	}
+	s.memberRev = rev
 	o.stats.sessions.Add(1)
 	o.log.Info("lease granted", "lease", int64(resp.ID), "ttl", s.ttl)
 	o.workers.Add(2)
 	go o.keepAlive(s)
 	go o.watchValidity(s)
 	return s, nil
+}
+
+// register puts this replica's member key on s's lease unless a member
+// key with its ID is there (another replica's: ErrDuplicateID), and
+// returns the revision of the put.
+func (o *Owner) register(ctx context.Context, s *session) (int64, error) {
+	key := o.k.member(o.opts.ID)
+	val, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
+	resp, err := o.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(s.lease))).
+		Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("shard: register member %s: %w", o.opts.ID, err)
+	}
+	if !resp.Succeeded {
+		lease := int64(0)
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			lease = kvs[0].Lease
+		}
+		if lease == int64(s.lease) {
+			return resp.Header.Revision, nil // a put whose answer was lost
+		}
+		return 0, &DuplicateIDError{ID: o.opts.ID, Key: key, Lease: lease}
+	}
+	return resp.Header.Revision, nil
+}
+
+// awaitPredecessor waits until no member key with this replica's ID is
+// left on another lease. A previous instance that crashed (a restart under
+// the same ID) leaves one that goes with its lease within the lease's TTL;
+// a key whose lease is renewed meanwhile (its remaining TTL rises) or
+// outlives its granted TTL belongs to a live replica: ErrDuplicateID.
+func (o *Owner) awaitPredecessor(ctx context.Context) error {
+	key := o.k.member(o.opts.ID)
+	var (
+		lease    int64
+		lastTTL  int64
+		deadline time.Time
+	)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, o.opts.RequestTimeout)
+		resp, err := o.cli.Get(rctx, key)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("shard: read the member key %s: %w", key, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		kv := resp.Kvs[0]
+		if kv.Lease == 0 {
+			return &DuplicateIDError{ID: o.opts.ID, Key: key}
+		}
+		if kv.Lease != lease {
+			lease, lastTTL, deadline = kv.Lease, -1, time.Time{}
+			o.log.Warn("a member key with this replica's ID is on another lease: waiting for it to expire (a previous instance that crashed?)",
+				"key", key, "lease", lease)
+		}
+		rctx, cancel = context.WithTimeout(ctx, o.opts.RequestTimeout)
+		ttl, err := o.cli.TimeToLive(rctx, clientv3.LeaseID(lease))
+		cancel()
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("shard: read the lease of the member key %s: %w", key, err)
+		}
+		if err == nil && ttl.TTL >= 0 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(time.Duration(ttl.GrantedTTL)*time.Second + time.Second)
+			}
+			if (lastTTL >= 0 && ttl.TTL > lastTTL) || time.Now().After(deadline) {
+				return &DuplicateIDError{ID: o.opts.ID, Key: key, Lease: lease}
+			}
+			lastTTL = ttl.TTL
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("shard: waiting for the member key %s of a previous instance to expire: %w", key, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // keepAlive renews s with KeepAliveOnce every KeepAliveInterval, and moves
@@ -374,6 +458,7 @@ type loopState struct {
 	// may have been applied later than anything the loop read.
 	pending       map[int]pendingAcquire
 	memberDeleted bool
+	duplicate     bool // a member key with this ID on another lease
 	drainedClosed bool
 	countStopped  bool
 }
@@ -458,7 +543,7 @@ func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now int64) {
 		if json.Unmarshal(kv.Value, &m) != nil {
 			m = Member{ID: id}
 		}
-		v.members[id] = memberKV{Member: m, lease: kv.Lease}
+		v.members[id] = memberKV{Member: m, lease: kv.Lease, modRev: kv.ModRevision}
 		return
 	}
 	rest, ok := strings.CutPrefix(key, "shards/")
@@ -511,6 +596,10 @@ func (o *Owner) reconcile(st *loopState) {
 		st.memberDeleted = true
 		if !closing {
 			ns, err := o.grant(o.ctx)
+			if errors.Is(err, ErrDuplicateID) {
+				o.duplicateID(st, err)
+				return
+			}
 			if err != nil {
 				o.log.Warn("new lease failed; retrying", "err", err)
 				return
@@ -549,6 +638,36 @@ func (o *Owner) reconcile(st *loopState) {
 	}
 	me, ok := v.members[o.opts.ID]
 	registered := ok && me.lease == int64(s.lease)
+	switch {
+	case registered:
+		if st.duplicate {
+			st.duplicate = false
+			o.stats.duplicate.Store(false)
+			o.log.Info("registered again: taking shards again")
+		}
+	case closing:
+	case ok && me.modRev > s.memberRev:
+		// Put after this replica's own member key: by another replica
+		// started with the same ID (an older view may still show the
+		// key of a lease that expired, put before ours).
+		o.duplicateID(st, &DuplicateIDError{ID: o.opts.ID, Key: o.k.member(o.opts.ID), Lease: me.lease})
+	case !ok && v.rev >= s.memberRev:
+		// Deleted while the lease lives (by hand?): without it the
+		// others leave this replica out of the assignment.
+		ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
+		rev, err := o.register(ctx, s)
+		cancel()
+		switch {
+		case errors.Is(err, ErrDuplicateID):
+			o.duplicateID(st, err)
+		case err != nil:
+			o.log.Warn("registering the member key again failed; retrying", "err", err)
+		default:
+			s.memberRev = rev
+			o.stats.reregistered.Add(1)
+			o.log.Warn("the member key was deleted while the lease lives: registered again", "key", o.k.member(o.opts.ID))
+		}
+	}
 	desired := assign(slices.Collect(maps.Keys(v.members)), o.opts.Shards)
 	held := 0
 	acquireFailed := false
@@ -587,6 +706,19 @@ func (o *Owner) reconcile(st *loopState) {
 		st.drainedClosed = true
 		close(o.drained)
 	}
+}
+
+// duplicateID reports, once, another replica with this replica's ID. It
+// takes no shard while the other's key is there (its shards stay its own:
+// their keys guard them).
+func (o *Owner) duplicateID(st *loopState, err error) {
+	o.stats.duplicate.Store(true)
+	if st.duplicate {
+		return
+	}
+	st.duplicate = true
+	o.log.Error("ANOTHER REPLICA RUNS WITH THIS REPLICA'S ID: this one takes no shard until its member key is gone; "+
+		"give every replica a unique ID (REPLICA_ID)", "err", err)
 }
 
 // pendingAcquire is an acquire Txn of shard n as it was sent: what the

@@ -85,7 +85,12 @@
 //
 // Every replica of a prefix uses the same shard count (Start refuses
 // another), and an ID unique among the live replicas and stable across
-// restarts. Never delete owner keys by hand: revoke the replica's lease. To
+// restarts. Two live replicas with one ID would compute one assignment for
+// both: Start waits for a member key with its ID left on another lease to
+// expire (a previous instance that crashed), and fails with ErrDuplicateID
+// when that lease is renewed; a running replica that sees its member key
+// put on another lease logs an error and takes no shard until that key is
+// gone. A member key deleted while its lease lives is put back. Never delete owner keys by hand: revoke the replica's lease. To
 // change the count: stop every replica, wait the TTL plus the lock-delay,
 // delete the prefix, start them with the new count. A replica that sees the
 // count deleted or changed under it admits nothing more, and Start refuses
@@ -145,7 +150,28 @@ var (
 	ErrLost = errors.New("shard: the shard was lost")
 	// ErrClosed: Close was called.
 	ErrClosed = errors.New("shard: closed")
+	// ErrDuplicateID: a live replica already uses Options.ID (a
+	// *DuplicateIDError).
+	ErrDuplicateID = errors.New("shard: another live replica uses this replica's ID")
 )
+
+// DuplicateIDError is Start's error when a member key with Options.ID is
+// held by another live replica: its lease is renewed, or it has none.
+type DuplicateIDError struct {
+	ID    string
+	Key   string
+	Lease int64 // the other key's lease; 0: none (put by hand)
+}
+
+func (e *DuplicateIDError) Error() string {
+	if e.Lease == 0 {
+		return fmt.Sprintf("shard: the member key %s of replica ID %q is in etcd without a lease (put by hand?): delete it, or give this replica another ID", e.Key, e.ID)
+	}
+	return fmt.Sprintf("shard: another live replica uses the replica ID %q (member key %s on its lease %x, renewed): every replica needs a unique ID", e.ID, e.Key, e.Lease)
+}
+
+// Is makes errors.Is(err, ErrDuplicateID) true.
+func (e *DuplicateIDError) Is(target error) bool { return target == ErrDuplicateID }
 
 // CountError is Start's error when the prefix holds another shard count.
 type CountError struct {
@@ -255,6 +281,8 @@ type Stats struct {
 	KeepAliveFailures   int64         // keepalive requests that failed
 	ValidityLapses      int64         // times the validity deadline passed
 	Sessions            int64         // leases granted (1 + re-registrations after a lost lease)
+	MemberReregistered  int64         // member keys put again after they were deleted while the lease lived
+	DuplicateID         bool          // another live replica uses this ID: this one takes no shard
 	MembersSeen         int           // live replicas in this replica's view
 	LastKeepAliveSentAt time.Time     // send time of the last confirmed keepalive
 }
@@ -305,7 +333,8 @@ type counters struct {
 	adopted                                       atomic.Int64
 	releasedPlanned, releasedUndrained, lost      atomic.Int64
 	lockWaits, lockWaitNanos                      atomic.Int64
-	kaFailures, lapses, sessions                  atomic.Int64
+	kaFailures, lapses, sessions, reregistered    atomic.Int64
+	duplicate                                     atomic.Bool
 	lastSent                                      atomic.Int64 // boot-time ns
 }
 
@@ -338,7 +367,10 @@ type session struct {
 	lost   atomic.Bool
 	lapsed atomic.Bool
 	stop   chan struct{} // closed by halt: its keepalive and validity loops end
-	once   sync.Once
+	// memberRev is the revision of the put of the member key on it (the
+	// loop's, after Start).
+	memberRev int64
+	once      sync.Once
 }
 
 // halt ends s's keepalive and validity loops.
@@ -483,6 +515,8 @@ func (o *Owner) Stats() Stats {
 		KeepAliveFailures:  o.stats.kaFailures.Load(),
 		ValidityLapses:     o.stats.lapses.Load(),
 		Sessions:           o.stats.sessions.Load(),
+		MemberReregistered: o.stats.reregistered.Load(),
+		DuplicateID:        o.stats.duplicate.Load(),
 	}
 	if ns := o.stats.lastSent.Load(); ns != 0 {
 		st.LastKeepAliveSentAt = o.wall(ns)
