@@ -887,6 +887,12 @@ func (o *Owner) release(n int, h *holding) releaseKind {
 		}
 		drained = err == nil
 	}
+	if !drained {
+		// The next owner's lock-delay runs from when it sees the key
+		// go: nothing admitted here may still be sending after that,
+		// so the contexts end before the key does.
+		o.cancelContexts(n, nil, ErrLost)
+	}
 	owner := o.k.owner(n)
 	ops := []clientv3.Op{clientv3.OpDelete(owner)}
 	if drained {

@@ -77,9 +77,11 @@
 // owner key there was. An owner that hands a shard over while it still
 // waits out the lock-delay of an unclean loss writes what is left of it in
 // the marker, and the next owner waits that from when it saw the key go.
-// If Drain fails or is nil, the owner deletes its key
-// without the marker, and the next owner waits as after an unclean loss. A
-// shard that was never owned (no state key) is admitted at once too.
+// If Drain fails or is nil, the owner cancels the shard's contexts (so that
+// nothing it admitted still sends once the next owner's lock-delay starts),
+// then deletes its key without the marker, and the next owner waits as
+// after an unclean loss. A shard that was never owned (no state key) is
+// admitted at once too.
 //
 // # Rules for the deployment
 //
@@ -146,7 +148,8 @@ var (
 	// ownership's validity ended.
 	ErrValidityEnded = errors.New("shard: the ownership's validity ended")
 	// ErrLost: the cause of a Context cancelled because the shard was lost
-	// (its key went, the lease expired, Close).
+	// (its key went, the lease expired, Close) or is handed over without
+	// a drain.
 	ErrLost = errors.New("shard: the shard was lost")
 	// ErrClosed: Close was called.
 	ErrClosed = errors.New("shard: closed")
@@ -230,7 +233,15 @@ type Options struct {
 	// Drain returns once no write of shard is in flight upstream (the
 	// proxy's barrier drained, abandoned writes included), or an error
 	// when ctx ends first. nil: a handover passes no marker, and the next
-	// owner waits TTL plus LockDelay as after an unclean loss.
+	// owner waits TTL plus LockDelay as after an unclean loss; then, as
+	// when Drain fails, the contexts of Context are cancelled (ErrLost)
+	// before the owner key is deleted.
+	//
+	// The caller counts a request as in flight BEFORE it calls MayAdmit or
+	// Context for it (and uncounts it when refused), and Drain waits for
+	// that count to reach zero: a request that passed MayAdmit just before
+	// the handover began is then counted already when Drain looks, while
+	// counting it after MayAdmit could miss it.
 	Drain func(ctx context.Context, shard int) error
 
 	// Logger for ownership changes. nil: none.
@@ -459,8 +470,9 @@ func (o *Owner) OwnerOf(shard int) (Member, bool) {
 
 // Context returns a context derived from parent that is cancelled when this
 // replica's ownership of shard ends: its validity passes (cause
-// ErrValidityEnded) or the shard is lost (ErrLost). A handover does not
-// cancel it (Drain waits for it). It fails with ErrNotAdmitting when MayAdmit
+// ErrValidityEnded) or the shard is lost (ErrLost). A drained handover
+// does not cancel it (Drain waits for it); one without a drain does, before
+// the owner key is deleted. It fails with ErrNotAdmitting when MayAdmit
 // answers false. Call cancel when the request ends.
 func (o *Owner) Context(parent context.Context, shard int) (context.Context, context.CancelFunc, error) {
 	sl := &o.slots[shard]
