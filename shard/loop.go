@@ -21,9 +21,17 @@ import (
 // watch, before trying again.
 const retryDelay = 500 * time.Millisecond
 
+// validityPoll is the longest a session's validity loop sleeps between two
+// readings of the boot-time clock: Go's timers run on the monotonic clock,
+// which stands still while the machine is suspended, so after a resume the
+// contexts of an ownership whose validity ended during the suspend are
+// cancelled within this (MayAdmit refuses at once: it reads the clock).
+const validityPoll = 100 * time.Millisecond
+
 type memberKV struct {
 	Member
-	lease int64
+	lease  int64
+	modRev int64
 }
 
 type ownerKV struct {
@@ -36,12 +44,17 @@ type stateKV struct {
 	modRev   int64
 	released bool
 	ttl      time.Duration // the TTL of the owner that wrote it
+	wait     time.Duration // released: what was left of its owner's lock-delay
 }
 
 type stateValue struct {
 	State string `json:"state"` // "owned" or "released"
 	ID    string `json:"id"`
 	TTLms int64  `json:"ttl_ms"`
+	// WaitMs, in a "released" state: the owner handed the shard over
+	// while still waiting out the lock-delay of an unclean loss, this
+	// much before its end; the next owner waits it from its sighting.
+	WaitMs int64 `json:"wait_ms,omitempty"`
 }
 
 // view is this replica's copy of the members/ and shards/ keys, as of rev.
@@ -52,15 +65,16 @@ type view struct {
 	owners  map[int]ownerKV
 	states  map[int]stateKV
 	// goneAt is, for each shard without an owner key, when this replica
-	// saw it absent: the delete event, or the read that found none.
-	goneAt map[int]time.Time
+	// saw it absent (boot-time ns): the delete event, or the read that
+	// found none.
+	goneAt map[int]int64
 	// countChanged: the stored shard count was deleted or changed under
 	// this replica; its shards no longer name the same resources.
 	countChanged bool
 }
 
 func newView() view {
-	return view{members: map[string]memberKV{}, owners: map[int]ownerKV{}, states: map[int]stateKV{}, goneAt: map[int]time.Time{}}
+	return view{members: map[string]memberKV{}, owners: map[int]ownerKV{}, states: map[int]stateKV{}, goneAt: map[int]int64{}}
 }
 
 type releaseKind int
@@ -95,7 +109,7 @@ func start(ctx context.Context, cli *clientv3.Client, opts Options, tweak func(*
 		opts:     opts,
 		k:        keys{opts.Prefix},
 		log:      opts.Logger,
-		base:     time.Now(),
+		clk:      bootClock,
 		slots:    make([]slot, opts.Shards),
 		view:     newView(),
 		kick:     make(chan struct{}, 1),
@@ -110,7 +124,11 @@ func start(ctx context.Context, cli *clientv3.Client, opts Options, tweak func(*
 	if tweak != nil {
 		tweak(o)
 	}
+	o.wallBase, o.bootBase = time.Now().Round(0), o.now()
 	if err := o.checkCount(ctx); err != nil {
+		return nil, err
+	}
+	if err := o.awaitPredecessor(ctx); err != nil {
 		return nil, err
 	}
 	o.ctx, o.cancel = context.WithCancel(context.Background())
@@ -213,27 +231,106 @@ func (o *Owner) checkCount(ctx context.Context) error {
 func (o *Owner) grant(ctx context.Context) (*session, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.opts.RequestTimeout)
 	defer cancel()
-	sent := time.Now()
+	sent := o.now()
 	resp, err := o.cli.Grant(ctx, int64(o.opts.TTL/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("shard: grant a lease: %w", err)
 	}
 	s := &session{lease: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, stop: make(chan struct{})}
-	valid := sent.Add(s.ttl - o.opts.Margin)
-	s.valid.Store(o.ns(valid))
-	val, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
-	if _, err := o.cli.Put(ctx, o.k.member(o.opts.ID), string(val), clientv3.WithLease(resp.ID)); err != nil {
+	s.valid.Store(sent + int64(s.ttl-o.opts.Margin))
+	rev, err := o.register(ctx, s)
+	if err != nil {
 		rctx, rcancel := context.WithTimeout(context.Background(), o.opts.RequestTimeout)
 		_, _ = o.cli.Revoke(rctx, resp.ID)
 		rcancel()
-		return nil, fmt.Errorf("shard: register member %s: %w", o.opts.ID, err)
+		return nil, err
 	}
-	s.timer = time.AfterFunc(time.Until(valid), func() { o.lapse(s) })
+	s.memberRev = rev
 	o.stats.sessions.Add(1)
 	o.log.Info("lease granted", "lease", int64(resp.ID), "ttl", s.ttl)
-	o.workers.Add(1)
+	o.workers.Add(2)
 	go o.keepAlive(s)
+	go o.watchValidity(s)
 	return s, nil
+}
+
+// register puts this replica's member key on s's lease unless a member
+// key with its ID is there (another replica's: ErrDuplicateID), and
+// returns the revision of the put.
+func (o *Owner) register(ctx context.Context, s *session) (int64, error) {
+	key := o.k.member(o.opts.ID)
+	val, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
+	resp, err := o.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(s.lease))).
+		Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("shard: register member %s: %w", o.opts.ID, err)
+	}
+	if !resp.Succeeded {
+		lease := int64(0)
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			lease = kvs[0].Lease
+		}
+		if lease == int64(s.lease) {
+			return resp.Header.Revision, nil // a put whose answer was lost
+		}
+		return 0, &DuplicateIDError{ID: o.opts.ID, Key: key, Lease: lease}
+	}
+	return resp.Header.Revision, nil
+}
+
+// awaitPredecessor waits until no member key with this replica's ID is
+// left on another lease. A previous instance that crashed (a restart under
+// the same ID) leaves one that goes with its lease within the lease's TTL;
+// a key whose lease is renewed meanwhile (its remaining TTL rises) or
+// outlives its granted TTL belongs to a live replica: ErrDuplicateID.
+func (o *Owner) awaitPredecessor(ctx context.Context) error {
+	key := o.k.member(o.opts.ID)
+	var (
+		lease    int64
+		lastTTL  int64
+		deadline time.Time
+	)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, o.opts.RequestTimeout)
+		resp, err := o.cli.Get(rctx, key)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("shard: read the member key %s: %w", key, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		kv := resp.Kvs[0]
+		if kv.Lease == 0 {
+			return &DuplicateIDError{ID: o.opts.ID, Key: key}
+		}
+		if kv.Lease != lease {
+			lease, lastTTL, deadline = kv.Lease, -1, time.Time{}
+			o.log.Warn("a member key with this replica's ID is on another lease: waiting for it to expire (a previous instance that crashed?)",
+				"key", key, "lease", lease)
+		}
+		rctx, cancel = context.WithTimeout(ctx, o.opts.RequestTimeout)
+		ttl, err := o.cli.TimeToLive(rctx, clientv3.LeaseID(lease))
+		cancel()
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("shard: read the lease of the member key %s: %w", key, err)
+		}
+		if err == nil && ttl.TTL >= 0 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(time.Duration(ttl.GrantedTTL)*time.Second + time.Second)
+			}
+			if (lastTTL >= 0 && ttl.TTL > lastTTL) || time.Now().After(deadline) {
+				return &DuplicateIDError{ID: o.opts.ID, Key: key, Lease: lease}
+			}
+			lastTTL = ttl.TTL
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("shard: waiting for the member key %s of a previous instance to expire: %w", key, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // keepAlive renews s with KeepAliveOnce every KeepAliveInterval, and moves
@@ -252,23 +349,22 @@ func (o *Owner) keepAlive(s *session) {
 			return
 		case <-t.C:
 		}
-		sent := time.Now()
+		sentAt, sent := time.Now(), o.now() // the schedule's clock, the validity's
 		ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
 		resp, err := o.cli.KeepAliveOnce(ctx, s.lease)
 		cancel()
 		switch {
 		case err == nil:
-			valid := sent.Add(time.Duration(resp.TTL)*time.Second - o.opts.Margin)
+			valid := sent + int64(time.Duration(resp.TTL)*time.Second-o.opts.Margin)
 			for {
 				old := s.valid.Load()
-				if o.ns(valid) <= old || s.valid.CompareAndSwap(old, o.ns(valid)) {
+				if valid <= old || s.valid.CompareAndSwap(old, valid) {
 					break
 				}
 			}
 			s.lapsed.Store(false)
-			s.timer.Reset(time.Until(o.at(s.valid.Load())))
-			o.stats.lastSent.Store(o.ns(sent))
-			next = sent.Add(o.opts.KeepAliveInterval)
+			o.stats.lastSent.Store(sent)
+			next = sentAt.Add(o.opts.KeepAliveInterval)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			o.log.Warn("lease lost: it expired in etcd", "lease", int64(s.lease))
 			s.lost.Store(true)
@@ -280,16 +376,41 @@ func (o *Owner) keepAlive(s *session) {
 			}
 			o.stats.kaFailures.Add(1)
 			o.log.Warn("keepalive failed", "lease", int64(s.lease), "err", err,
-				"valid_for", time.Until(o.at(s.valid.Load())).Round(time.Millisecond))
+				"valid_for", time.Duration(s.valid.Load()-o.now()).Round(time.Millisecond))
 			next = time.Now().Add(min(o.opts.KeepAliveInterval, retryDelay))
 		}
 	}
 }
 
-// lapse runs at s's validity deadline: unless a keepalive moved it, the
-// contexts of s's shards are cancelled.
+// watchValidity calls lapse once s's validity deadline passed on the
+// boot-time clock, and again every validityPoll while it stays passed. Its
+// timer runs on the monotonic clock, so it never sleeps longer than
+// validityPoll: a suspend is noticed within that after the resume.
+func (o *Owner) watchValidity(s *session) {
+	defer o.workers.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		left := time.Duration(s.valid.Load() - o.now())
+		if left <= 0 {
+			o.lapse(s)
+			left = validityPoll
+		}
+		t.Reset(min(left, validityPoll))
+	}
+}
+
+// lapse runs once s's validity deadline passed: unless a keepalive moved
+// it, the contexts of s's shards are cancelled.
 func (o *Owner) lapse(s *session) {
-	if time.Now().Before(o.at(s.valid.Load())) {
+	if o.now() < s.valid.Load() {
 		return
 	}
 	if s.lapsed.CompareAndSwap(false, true) {
@@ -315,7 +436,7 @@ func (o *Owner) poke() {
 func (o *Owner) run() {
 	defer close(o.done)
 	defer o.dropAll()
-	st := &loopState{}
+	st := &loopState{pending: map[int]pendingAcquire{}}
 	for o.ctx.Err() == nil {
 		err := o.syncAndWatch(st)
 		if o.ctx.Err() != nil {
@@ -332,8 +453,12 @@ func (o *Owner) run() {
 
 // loopState is the loop goroutine's own.
 type loopState struct {
-	releasing     int
+	releasing int
+	// pending are the acquire Txns whose answer was lost, by shard: they
+	// may have been applied later than anything the loop read.
+	pending       map[int]pendingAcquire
 	memberDeleted bool
+	duplicate     bool // a member key with this ID on another lease
 	drainedClosed bool
 	countStopped  bool
 }
@@ -345,7 +470,7 @@ func (o *Owner) syncAndWatch(st *loopState) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := o.now()
 	nv := newView()
 	nv.rev = resp.Header.Revision
 	for _, kv := range resp.Kvs {
@@ -387,7 +512,7 @@ func (o *Owner) syncAndWatch(st *loopState) error {
 			if len(wr.Events) == 0 {
 				continue
 			}
-			now := time.Now()
+			now := o.now()
 			o.mu.Lock()
 			for _, ev := range wr.Events {
 				o.apply(&o.view, ev.Kv, ev.Type == mvccpb.Event_PUT, now)
@@ -404,7 +529,7 @@ func (o *Owner) syncAndWatch(st *loopState) error {
 }
 
 // apply puts one key's change into v.
-func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now time.Time) {
+func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now int64) {
 	key, ok := strings.CutPrefix(string(kv.Key), o.k.prefix)
 	if !ok {
 		return
@@ -418,7 +543,7 @@ func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now time.Time) {
 		if json.Unmarshal(kv.Value, &m) != nil {
 			m = Member{ID: id}
 		}
-		v.members[id] = memberKV{Member: m, lease: kv.Lease}
+		v.members[id] = memberKV{Member: m, lease: kv.Lease, modRev: kv.ModRevision}
 		return
 	}
 	rest, ok := strings.CutPrefix(key, "shards/")
@@ -454,7 +579,8 @@ func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now time.Time) {
 		}
 		var sv stateValue
 		_ = json.Unmarshal(kv.Value, &sv)
-		v.states[n] = stateKV{modRev: kv.ModRevision, released: sv.State == "released", ttl: time.Duration(sv.TTLms) * time.Millisecond}
+		v.states[n] = stateKV{modRev: kv.ModRevision, released: sv.State == "released", ttl: time.Duration(sv.TTLms) * time.Millisecond,
+			wait: time.Duration(sv.WaitMs) * time.Millisecond}
 	}
 }
 
@@ -466,9 +592,14 @@ func (o *Owner) reconcile(st *loopState) {
 	s := o.sess.Load()
 	if s.lost.Load() {
 		o.dropSession(s)
+		clear(st.pending)
 		st.memberDeleted = true
 		if !closing {
 			ns, err := o.grant(o.ctx)
+			if errors.Is(err, ErrDuplicateID) {
+				o.duplicateID(st, err)
+				return
+			}
 			if err != nil {
 				o.log.Warn("new lease failed; retrying", "err", err)
 				return
@@ -507,12 +638,47 @@ func (o *Owner) reconcile(st *loopState) {
 	}
 	me, ok := v.members[o.opts.ID]
 	registered := ok && me.lease == int64(s.lease)
+	switch {
+	case registered:
+		if st.duplicate {
+			st.duplicate = false
+			o.stats.duplicate.Store(false)
+			o.log.Info("registered again: taking shards again")
+		}
+	case closing:
+	case ok && me.modRev > s.memberRev:
+		// Put after this replica's own member key: by another replica
+		// started with the same ID (an older view may still show the
+		// key of a lease that expired, put before ours).
+		o.duplicateID(st, &DuplicateIDError{ID: o.opts.ID, Key: o.k.member(o.opts.ID), Lease: me.lease})
+	case !ok && v.rev >= s.memberRev:
+		// Deleted while the lease lives (by hand?): without it the
+		// others leave this replica out of the assignment.
+		ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
+		rev, err := o.register(ctx, s)
+		cancel()
+		switch {
+		case errors.Is(err, ErrDuplicateID):
+			o.duplicateID(st, err)
+		case err != nil:
+			o.log.Warn("registering the member key again failed; retrying", "err", err)
+		default:
+			s.memberRev = rev
+			o.stats.reregistered.Add(1)
+			o.log.Warn("the member key was deleted while the lease lives: registered again", "key", o.k.member(o.opts.ID))
+		}
+	}
 	desired := assign(slices.Collect(maps.Keys(v.members)), o.opts.Shards)
 	held := 0
 	acquireFailed := false
 	for n := range o.opts.Shards {
 		h := o.slots[n].h.Load()
 		own, owned := v.owners[n]
+		if h == nil && owned && own.lease == int64(s.lease) {
+			// Written by an acquire Txn whose answer was lost, after
+			// its read back (or that read failed too).
+			h = o.adoptPending(st, n, s, own.lease, own.createRev, own.ID, "watch")
+		}
 		if h != nil {
 			held++
 			if h.releasing.Load() {
@@ -532,7 +698,7 @@ func (o *Owner) reconcile(st *loopState) {
 		if closing || !registered || owned || desired[n] != o.opts.ID || acquireFailed {
 			continue
 		}
-		if !o.acquire(n, s, v) {
+		if !o.acquire(st, n, s, v) {
 			acquireFailed = true
 		}
 	}
@@ -542,15 +708,48 @@ func (o *Owner) reconcile(st *loopState) {
 	}
 }
 
+// duplicateID reports, once, another replica with this replica's ID. It
+// takes no shard while the other's key is there (its shards stay its own:
+// their keys guard them).
+func (o *Owner) duplicateID(st *loopState, err error) {
+	o.stats.duplicate.Store(true)
+	if st.duplicate {
+		return
+	}
+	st.duplicate = true
+	o.log.Error("ANOTHER REPLICA RUNS WITH THIS REPLICA'S ID: this one takes no shard until its member key is gone; "+
+		"give every replica a unique ID (REPLICA_ID)", "err", err)
+}
+
+// pendingAcquire is an acquire Txn of shard n as it was sent: what the
+// acquisition is (kind, admitAfter) as the state key said before it.
+type pendingAcquire struct {
+	sess       *session
+	viewRev    int64 // the view it was built on: an owner key it wrote is newer
+	kind       string
+	admitAfter int64 // boot-time ns
+	sent       int64 // boot-time ns
+}
+
 // acquire tries to take shard n; false when etcd did not answer.
-func (o *Owner) acquire(n int, s *session, v *view) bool {
-	now := time.Now()
+func (o *Owner) acquire(st *loopState, n int, s *session, v *view) bool {
+	now := o.now()
 	stv, hasState := v.states[n]
 	kind, admitAfter := "new", now
 	switch {
 	case !hasState:
 	case stv.released:
 		kind = "planned"
+		if stv.wait > 0 && !o.noLockWait {
+			// Handed over within the lock-delay of an earlier unclean
+			// loss: the rest of it, from the sighting of the key gone
+			// (after the release, so no earlier than its end).
+			gone, ok := v.goneAt[n]
+			if !ok {
+				gone = now
+			}
+			admitAfter = max(now, gone+int64(stv.wait))
+		}
 	default:
 		kind = "unclean"
 		gone, ok := v.goneAt[n]
@@ -561,8 +760,9 @@ func (o *Owner) acquire(n int, s *session, v *view) bool {
 		if o.noLockWait {
 			wait = 0
 		}
-		admitAfter = gone.Add(wait)
+		admitAfter = gone + int64(wait)
 	}
+	p := pendingAcquire{sess: s, viewRev: v.rev, kind: kind, admitAfter: admitAfter, sent: now}
 	owner, state := o.k.owner(n), o.k.state(n)
 	mval, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
 	sval, _ := json.Marshal(stateValue{State: "owned", ID: o.opts.ID, TTLms: o.ttl.Milliseconds()})
@@ -574,32 +774,90 @@ func (o *Owner) acquire(n int, s *session, v *view) bool {
 		Then(clientv3.OpPut(owner, string(mval), clientv3.WithLease(s.lease)),
 			clientv3.OpPut(state, string(sval))).Commit()
 	cancel()
+	if err == nil && o.fault != nil {
+		err = o.fault("acquire", n)
+	}
 	if err != nil {
-		o.log.Warn("acquire failed", "shard", n, "err", err)
+		// A timeout or a lost connection says nothing of whether etcd
+		// applied it: read the owner key back, and adopt it if the Txn
+		// put it (the watch will tell as well if the read fails too).
+		o.log.Warn("acquire failed: reading the owner key back", "shard", n, "err", err)
+		st.pending[n] = p
+		o.readBack(st, n, s)
 		return false
 	}
 	if !resp.Succeeded {
 		return true // someone was faster, or the view lags: the watch will tell
 	}
-	h := &holding{sess: s, epoch: resp.Header.Revision, admitAfter: admitAfter}
+	delete(st.pending, n)
+	o.hold(n, s, resp.Header.Revision, p)
+	return true
+}
+
+// readBack reads shard n's owner key after an acquire Txn whose answer was
+// lost, and adopts it if that Txn put it.
+func (o *Owner) readBack(st *loopState, n int, s *session) {
+	var resp *clientv3.GetResponse
+	err := error(nil)
+	if o.fault != nil {
+		err = o.fault("readback", n)
+	}
+	if err == nil {
+		ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
+		resp, err = o.cli.Get(ctx, o.k.owner(n))
+		cancel()
+	}
+	if err != nil {
+		o.log.Warn("reading the owner key back failed: the watch will tell", "shard", n, "err", err)
+		return
+	}
+	if len(resp.Kvs) == 1 {
+		kv := resp.Kvs[0]
+		var m Member
+		_ = json.Unmarshal(kv.Value, &m)
+		o.adoptPending(st, n, s, kv.Lease, kv.CreateRevision, m.ID, "read back")
+	}
+}
+
+// adoptPending holds shard n if its owner key (on lease, created at
+// createRev, naming id) was put by the pending acquire Txn of s: the key is
+// on s's lease and newer than the view that Txn was built on, and this
+// replica does not hold the shard. The acquisition is the one the Txn would
+// have made had its answer come: the same kind, the same admitAfter (the
+// lock-delay counted from the same moment). nil when it is not.
+func (o *Owner) adoptPending(st *loopState, n int, s *session, lease, createRev int64, id, how string) *holding {
+	p, ok := st.pending[n]
+	if !ok || p.sess != s || lease != int64(s.lease) || id != o.opts.ID || createRev <= p.viewRev || o.slots[n].h.Load() != nil {
+		return nil
+	}
+	delete(st.pending, n)
+	o.log.Warn("an acquire whose answer was lost was applied: adopting the shard", "shard", n, "epoch", createRev, "seen_by", how)
+	o.stats.adopted.Add(1)
+	return o.hold(n, s, createRev, p)
+}
+
+// hold records the acquisition of shard n under the owner key created at
+// epoch.
+func (o *Owner) hold(n int, s *session, epoch int64, p pendingAcquire) *holding {
+	h := &holding{sess: s, epoch: epoch, admitAfter: p.admitAfter}
 	o.slots[n].h.Store(h)
-	switch kind {
+	switch p.kind {
 	case "new":
 		o.stats.acquiredNew.Add(1)
 	case "planned":
 		o.stats.acquiredPlanned.Add(1)
 	case "unclean":
 		o.stats.acquiredUnclean.Add(1)
-		if w := admitAfter.Sub(now); w > 0 {
-			o.stats.lockWaits.Add(1)
-			o.stats.lockWaitNanos.Add(int64(w))
-		}
 	}
-	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", kind, "admit_in", time.Until(admitAfter).Round(time.Millisecond))
+	if w := p.admitAfter - p.sent; w > 0 {
+		o.stats.lockWaits.Add(1)
+		o.stats.lockWaitNanos.Add(w)
+	}
+	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", p.kind, "admit_in", time.Duration(p.admitAfter-o.now()).Round(time.Millisecond))
 	if o.opts.OnAcquire != nil {
-		o.opts.OnAcquire(n, admitAfter)
+		o.opts.OnAcquire(n, o.wall(p.admitAfter))
 	}
-	return true
+	return h
 }
 
 // startRelease stops admitting shard n and hands it over in a goroutine.
@@ -629,10 +887,21 @@ func (o *Owner) release(n int, h *holding) releaseKind {
 		}
 		drained = err == nil
 	}
+	if !drained {
+		// The next owner's lock-delay runs from when it sees the key
+		// go: nothing admitted here may still be sending after that,
+		// so the contexts end before the key does.
+		o.cancelContexts(n, nil, ErrLost)
+	}
 	owner := o.k.owner(n)
 	ops := []clientv3.Op{clientv3.OpDelete(owner)}
 	if drained {
-		sval, _ := json.Marshal(stateValue{State: "released", ID: o.opts.ID, TTLms: o.ttl.Milliseconds()})
+		sv := stateValue{State: "released", ID: o.opts.ID, TTLms: o.ttl.Milliseconds()}
+		if wait := time.Duration(h.admitAfter - o.now()); wait > 0 {
+			// Never admitted: the lock-delay goes on for the next owner.
+			sv.WaitMs = (wait + time.Millisecond - 1).Milliseconds()
+		}
+		sval, _ := json.Marshal(sv)
 		ops = append(ops, clientv3.OpPut(o.k.state(n), string(sval)))
 	}
 	for {
@@ -694,7 +963,7 @@ func (o *Owner) drop(n int, h *holding) {
 // dropSession drops every shard held on s, except those being handed over
 // (their goroutine sees the lost session and reports).
 func (o *Owner) dropSession(s *session) {
-	s.timer.Stop()
+	s.halt()
 	for n := range o.slots {
 		if h := o.slots[n].h.Load(); h != nil && h.sess == s && !h.releasing.Load() {
 			o.drop(n, h)
@@ -734,7 +1003,7 @@ func (o *Owner) Close(ctx context.Context) error {
 	<-o.done
 	o.workers.Wait()
 	s := o.sess.Load()
-	s.timer.Stop()
+	s.halt()
 	if !s.lost.Load() {
 		rctx, cancel := context.WithTimeout(context.Background(), o.opts.RequestTimeout)
 		_, rerr := o.cli.Revoke(rctx, s.lease)

@@ -31,7 +31,14 @@
 // ceil(N/m) shards and a restarted replica (same Options.ID) gets back the
 // same ones. A replica acquires a shard assigned to it once the owner key is
 // absent, in one Txn: "owner key absent and state key unchanged since I read
-// it" then put the owner key on its lease and the state "owned". It hands
+// it" then put the owner key on its lease and the state "owned". When that
+// Txn's answer is lost (a timeout, a connection cut: etcd may have applied
+// it, even after the error), the replica reads the owner key back, and the
+// watch tells it later too: an owner key on its lease, newer than what the
+// Txn was built on, is adopted as the acquisition the answer would have
+// given (the same lock-delay), rather than deleted, which would leave the
+// state "owned" without its key and make the next owner wait the
+// lock-delay again for nothing (no write was admitted under the key). It hands
 // over a shard assigned to another live member (a scale up or down), and all
 // of its shards on Close.
 //
@@ -67,25 +74,46 @@
 // deletes the key and writes the state "released". A new owner that reads
 // "released" in its acquiring Txn admits at once. Every acquisition rewrites
 // the state to "owned", so a "released" state always belongs to the last
-// owner key there was. If Drain fails or is nil, the owner deletes its key
-// without the marker, and the next owner waits as after an unclean loss. A
-// shard that was never owned (no state key) is admitted at once too.
+// owner key there was. An owner that hands a shard over while it still
+// waits out the lock-delay of an unclean loss writes what is left of it in
+// the marker, and the next owner waits that from when it saw the key go.
+// If Drain fails or is nil, the owner cancels the shard's contexts (so that
+// nothing it admitted still sends once the next owner's lock-delay starts),
+// then deletes its key without the marker, and the next owner waits as
+// after an unclean loss. A shard that was never owned (no state key) is
+// admitted at once too.
 //
 // # Rules for the deployment
 //
 // Every replica of a prefix uses the same shard count (Start refuses
 // another), and an ID unique among the live replicas and stable across
-// restarts. Never delete owner keys by hand: revoke the replica's lease. To
+// restarts. Two live replicas with one ID would compute one assignment for
+// both: Start waits for a member key with its ID left on another lease to
+// expire (a previous instance that crashed), and fails with ErrDuplicateID
+// when that lease is renewed; a running replica that sees its member key
+// put on another lease logs an error and takes no shard until that key is
+// gone. A member key deleted while its lease lives is put back. Never delete owner keys by hand: revoke the replica's lease. To
 // change the count: stop every replica, wait the TTL plus the lock-delay,
 // delete the prefix, start them with the new count. A replica that sees the
 // count deleted or changed under it admits nothing more, and Start refuses
 // to store a count where member or shard keys are left.
 //
-// Known limit: validity runs on Go's monotonic clock, which on Linux does not
-// advance while the machine is suspended (hibernation; some hypervisors'
-// pauses): a replica resumed from a suspend longer than its validity could
-// admit until its next keepalive fails. A boot-time clock would close it; to
-// be done before the server uses this package.
+// # Clock
+//
+// Send times, deadlines and the lock-delay run on the boot-time clock
+// (CLOCK_BOOTTIME on Linux), which goes on while the machine is suspended
+// (hibernation, some hypervisors' pauses), unlike Go's monotonic clock
+// (CLOCK_MONOTONIC): a replica resumed from a suspend longer than its
+// validity refuses at once, and cancels the contexts of Context within
+// 100ms (its timers run on the monotonic clock, so it reads the boot-time
+// clock at least that often). The exported times (Grant, OnAcquire, Stats)
+// are wall-clock times mapped from it, without a monotonic reading.
+//
+// Known limit: outside Linux the monotonic clock stands in for the
+// boot-time clock, and there a replica resumed from such a suspend could
+// admit until its next keepalive fails. Everywhere, a request the suspend
+// froze in the middle of sending goes on sending for the moment between the
+// resume and its context's cancellation.
 package shard
 
 import (
@@ -120,11 +148,33 @@ var (
 	// ownership's validity ended.
 	ErrValidityEnded = errors.New("shard: the ownership's validity ended")
 	// ErrLost: the cause of a Context cancelled because the shard was lost
-	// (its key went, the lease expired, Close).
+	// (its key went, the lease expired, Close) or is handed over without
+	// a drain.
 	ErrLost = errors.New("shard: the shard was lost")
 	// ErrClosed: Close was called.
 	ErrClosed = errors.New("shard: closed")
+	// ErrDuplicateID: a live replica already uses Options.ID (a
+	// *DuplicateIDError).
+	ErrDuplicateID = errors.New("shard: another live replica uses this replica's ID")
 )
+
+// DuplicateIDError is Start's error when a member key with Options.ID is
+// held by another live replica: its lease is renewed, or it has none.
+type DuplicateIDError struct {
+	ID    string
+	Key   string
+	Lease int64 // the other key's lease; 0: none (put by hand)
+}
+
+func (e *DuplicateIDError) Error() string {
+	if e.Lease == 0 {
+		return fmt.Sprintf("shard: the member key %s of replica ID %q is in etcd without a lease (put by hand?): delete it, or give this replica another ID", e.Key, e.ID)
+	}
+	return fmt.Sprintf("shard: another live replica uses the replica ID %q (member key %s on its lease %x, renewed): every replica needs a unique ID", e.ID, e.Key, e.Lease)
+}
+
+// Is makes errors.Is(err, ErrDuplicateID) true.
+func (e *DuplicateIDError) Is(target error) bool { return target == ErrDuplicateID }
 
 // CountError is Start's error when the prefix holds another shard count.
 type CountError struct {
@@ -183,7 +233,15 @@ type Options struct {
 	// Drain returns once no write of shard is in flight upstream (the
 	// proxy's barrier drained, abandoned writes included), or an error
 	// when ctx ends first. nil: a handover passes no marker, and the next
-	// owner waits TTL plus LockDelay as after an unclean loss.
+	// owner waits TTL plus LockDelay as after an unclean loss; then, as
+	// when Drain fails, the contexts of Context are cancelled (ErrLost)
+	// before the owner key is deleted.
+	//
+	// The caller counts a request as in flight BEFORE it calls MayAdmit or
+	// Context for it (and uncounts it when refused), and Drain waits for
+	// that count to reach zero: a request that passed MayAdmit just before
+	// the handover began is then counted already when Drain looks, while
+	// counting it after MayAdmit could miss it.
 	Drain func(ctx context.Context, shard int) error
 
 	// Logger for ownership changes. nil: none.
@@ -205,6 +263,11 @@ type Grant struct {
 	AdmitAfter time.Time
 	// ValidUntil: no write may be admitted at or after it, and every
 	// upstream request started under this grant must end before it.
+	//
+	// Both are wall-clock times (no monotonic reading) mapped from the
+	// boot-time clock MayAdmit decides on. A deadline set from ValidUntil
+	// runs on Go's timers, which stand still during a suspend: Context's
+	// cancellation does not.
 	ValidUntil time.Time
 }
 
@@ -220,14 +283,17 @@ type Stats struct {
 	AcquiredPlanned     int64         // acquisitions that read a "released" marker
 	AcquiredUnclean     int64         // acquisitions after a key that went without a handover
 	AcquiredNew         int64         // acquisitions of a shard never owned
+	AcquiredAdopted     int64         // of those, acquire Txns whose answer was lost but were applied (counted in their kind too)
 	ReleasedPlanned     int64         // handovers with the marker (drained)
 	ReleasedUndrained   int64         // handovers without it (Drain nil or failed)
 	Lost                int64         // shards lost without a handover (key gone, lease lost)
-	LockDelayWaits      int64         // unclean acquisitions that had to wait
+	LockDelayWaits      int64         // acquisitions that had to wait (unclean; planned within the rest of a lock-delay)
 	LockDelayWaitTotal  time.Duration // sum of those waits (admitAfter - acquisition time)
 	KeepAliveFailures   int64         // keepalive requests that failed
 	ValidityLapses      int64         // times the validity deadline passed
 	Sessions            int64         // leases granted (1 + re-registrations after a lost lease)
+	MemberReregistered  int64         // member keys put again after they were deleted while the lease lived
+	DuplicateID         bool          // another live replica uses this ID: this one takes no shard
 	MembersSeen         int           // live replicas in this replica's view
 	LastKeepAliveSentAt time.Time     // send time of the last confirmed keepalive
 }
@@ -240,7 +306,12 @@ type Owner struct {
 	k    keys
 	ttl  time.Duration // granted by etcd
 	log  *slog.Logger
-	base time.Time // monotonic origin of the atomic deadlines
+	// clk reads the boot-time clock (bootClock; a test's own), in ns:
+	// every deadline below is on it. wallBase and bootBase map it onto the
+	// wall clock for the exported times.
+	clk      func() int64
+	wallBase time.Time // wall clock at Start, without a monotonic reading
+	bootBase int64     // clk at Start
 
 	slots []slot
 	sess  atomic.Pointer[session]
@@ -261,14 +332,21 @@ type Owner struct {
 	// Test switches (the test with teeth turns protections off).
 	noValidity bool
 	noLockWait bool
+	// fault, when set, injects etcd failures: called with "acquire" after
+	// an acquire Txn was committed (an error replaces its answer: applied,
+	// the answer lost) and with "readback" before the read that follows
+	// (an error fails it).
+	fault func(op string, shard int) error
 }
 
 type counters struct {
 	acquiredPlanned, acquiredUnclean, acquiredNew atomic.Int64
+	adopted                                       atomic.Int64
 	releasedPlanned, releasedUndrained, lost      atomic.Int64
 	lockWaits, lockWaitNanos                      atomic.Int64
-	kaFailures, lapses, sessions                  atomic.Int64
-	lastSent                                      atomic.Int64 // ns since base
+	kaFailures, lapses, sessions, reregistered    atomic.Int64
+	duplicate                                     atomic.Bool
+	lastSent                                      atomic.Int64 // boot-time ns
 }
 
 type slot struct {
@@ -287,7 +365,7 @@ type watcher struct {
 type holding struct {
 	sess       *session
 	epoch      int64
-	admitAfter time.Time
+	admitAfter int64 // boot-time ns
 	releasing  atomic.Bool
 	lossCalled bool // loop only
 }
@@ -296,12 +374,18 @@ type holding struct {
 type session struct {
 	lease  clientv3.LeaseID
 	ttl    time.Duration
-	valid  atomic.Int64 // deadline, ns since Owner.base
+	valid  atomic.Int64 // deadline, boot-time ns
 	lost   atomic.Bool
 	lapsed atomic.Bool
-	timer  *time.Timer
-	stop   chan struct{}
+	stop   chan struct{} // closed by halt: its keepalive and validity loops end
+	// memberRev is the revision of the put of the member key on it (the
+	// loop's, after Start).
+	memberRev int64
+	once      sync.Once
 }
+
+// halt ends s's keepalive and validity loops.
+func (s *session) halt() { s.once.Do(func() { close(s.stop) }) }
 
 type keys struct{ prefix string }
 
@@ -322,8 +406,15 @@ func (o *Owner) Shards() int { return o.opts.Shards }
 // TTL returns the lease TTL etcd granted.
 func (o *Owner) TTL() time.Duration { return o.ttl }
 
-func (o *Owner) at(ns int64) time.Time { return o.base.Add(time.Duration(ns)) }
-func (o *Owner) ns(t time.Time) int64  { return int64(t.Sub(o.base)) }
+// now reads the boot-time clock: every validity and admission decision
+// compares its readings.
+func (o *Owner) now() int64 { return o.clk() }
+
+// wall maps a boot-time reading onto the wall clock (for the exported times
+// only): the wall clock at Start plus the boot-time elapsed since, without
+// a monotonic reading, so that time.Now() compares with it by the wall
+// clock, which a suspend advances too.
+func (o *Owner) wall(ns int64) time.Time { return o.wallBase.Add(time.Duration(ns - o.bootBase)) }
 
 // MayAdmit answers whether this replica may admit a write of shard now: it
 // owns the shard, is not handing it over, the lock-delay is over and its
@@ -334,12 +425,13 @@ func (o *Owner) MayAdmit(shard int) (Grant, bool) {
 	if h == nil || h.releasing.Load() || h.sess.lost.Load() {
 		return Grant{}, false
 	}
-	now := time.Now()
-	g := Grant{Shard: shard, Epoch: h.epoch, AdmitAfter: h.admitAfter, ValidUntil: o.at(h.sess.valid.Load())}
+	now := o.now() // the one clock read
+	valid := h.sess.valid.Load()
 	if o.noValidity {
-		g.ValidUntil = now.Add(time.Hour)
+		valid = now + int64(time.Hour)
 	}
-	if now.Before(g.AdmitAfter) || !now.Before(g.ValidUntil) {
+	g := Grant{Shard: shard, Epoch: h.epoch, AdmitAfter: o.wall(h.admitAfter), ValidUntil: o.wall(valid)}
+	if now < h.admitAfter || now >= valid {
 		return g, false
 	}
 	return g, true
@@ -353,7 +445,7 @@ func (o *Owner) State(shard int) (g Grant, ok bool) {
 	if h == nil {
 		return Grant{}, false
 	}
-	return Grant{Shard: shard, Epoch: h.epoch, AdmitAfter: h.admitAfter, ValidUntil: o.at(h.sess.valid.Load())}, true
+	return Grant{Shard: shard, Epoch: h.epoch, AdmitAfter: o.wall(h.admitAfter), ValidUntil: o.wall(h.sess.valid.Load())}, true
 }
 
 // Owned returns the shards this replica holds now.
@@ -378,8 +470,9 @@ func (o *Owner) OwnerOf(shard int) (Member, bool) {
 
 // Context returns a context derived from parent that is cancelled when this
 // replica's ownership of shard ends: its validity passes (cause
-// ErrValidityEnded) or the shard is lost (ErrLost). A handover does not
-// cancel it (Drain waits for it). It fails with ErrNotAdmitting when MayAdmit
+// ErrValidityEnded) or the shard is lost (ErrLost). A drained handover
+// does not cancel it (Drain waits for it); one without a drain does, before
+// the owner key is deleted. It fails with ErrNotAdmitting when MayAdmit
 // answers false. Call cancel when the request ends.
 func (o *Owner) Context(parent context.Context, shard int) (context.Context, context.CancelFunc, error) {
 	sl := &o.slots[shard]
@@ -425,6 +518,7 @@ func (o *Owner) Stats() Stats {
 		AcquiredPlanned:    o.stats.acquiredPlanned.Load(),
 		AcquiredUnclean:    o.stats.acquiredUnclean.Load(),
 		AcquiredNew:        o.stats.acquiredNew.Load(),
+		AcquiredAdopted:    o.stats.adopted.Load(),
 		ReleasedPlanned:    o.stats.releasedPlanned.Load(),
 		ReleasedUndrained:  o.stats.releasedUndrained.Load(),
 		Lost:               o.stats.lost.Load(),
@@ -433,9 +527,11 @@ func (o *Owner) Stats() Stats {
 		KeepAliveFailures:  o.stats.kaFailures.Load(),
 		ValidityLapses:     o.stats.lapses.Load(),
 		Sessions:           o.stats.sessions.Load(),
+		MemberReregistered: o.stats.reregistered.Load(),
+		DuplicateID:        o.stats.duplicate.Load(),
 	}
 	if ns := o.stats.lastSent.Load(); ns != 0 {
-		st.LastKeepAliveSentAt = o.at(ns)
+		st.LastKeepAliveSentAt = o.wall(ns)
 	}
 	st.Owned = len(o.Owned())
 	o.mu.RLock()

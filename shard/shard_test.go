@@ -420,9 +420,21 @@ func TestStickyRestart(t *testing.T) {
 	if got := a3.o.Owned(); !slices.Equal(got, want) {
 		t.Errorf("after a crash and restart, a owns %v, before %v", got, want)
 	}
+	// a3's Start waited for a2's member key to expire with its lease: b
+	// and c took the shards first (unclean) and handed them over within
+	// the lock-delay, or a3 took them itself after the lease; either way
+	// it waited the lock-delay after a2's validity.
 	st := a3.o.Stats()
-	if st.AcquiredUnclean == 0 {
-		t.Errorf("after a crash: %+v, want unclean acquisitions", st)
+	if st.LockDelayWaits != int64(len(want)) {
+		t.Errorf("after a crash: %+v, want %d acquisitions that waited the lock-delay", st, len(want))
+	}
+	for _, n := range want {
+		old, ok1 := a2.o.State(n)
+		g, ok2 := a3.o.State(n)
+		if !ok1 || !ok2 || g.AdmitAfter.Sub(old.ValidUntil) < testLockDelay {
+			t.Errorf("shard %d: a#3 admits from %s, a#2 was valid until %s: less than the lock-delay %v apart",
+				n, g.AdmitAfter.Format("15:04:05.000"), old.ValidUntil.Format("15:04:05.000"), testLockDelay)
+		}
 	}
 	t.Logf("restart after a crash: a took back %v %v after the crash (TTL %v + lock-delay %v after the old key went); %+v",
 		want, time.Since(crash).Round(time.Millisecond), testTTL, testLockDelay, st)
