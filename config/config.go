@@ -263,6 +263,9 @@ func Parse(environ map[string]string) (Config, []string, error) {
 			warnings = append(warnings, fmt.Sprintf("unknown variable %s is ignored", name))
 		}
 	}
+	if cfg.Store == "etcd" && cfg.LockDelay == 0 {
+		warnings = append(warnings, Prefix+"LOCK_DELAY is 0s: after a replica's crash or cut-off, its writes still on their way may be applied after the next owner's (for tests only)")
+	}
 	if !cfg.RequireToken {
 		warnings = append(warnings, Prefix+"REQUIRE_TOKEN is false: fenced writes without a token are forwarded unchecked; use it only while rolling out")
 	}

@@ -306,13 +306,13 @@ type exchange struct {
 
 	owner    context.Context // cluster mode: Ownership.Context, nil otherwise
 	admitted bool            // the barrier admitted the write: finish and the release run after forwarding
-	up       fence.Upload // the body as the barrier sees it
-	in       clientBody   // r.Body's wrapper for the upstream client, when it has a body
-	body     uploadBody   // in's wrapper when hasBody
-	hasBody  bool         // an admitted write with a body
-	answered bool         // upstreamError answered (or aborted) the client itself and logged it
-	traced   bool         // wrote counts the copies sent (the write is replayable)
-	wrote    atomic.Int32 // copies of the request written upstream, when traced
+	up       fence.Upload    // the body as the barrier sees it
+	in       clientBody      // r.Body's wrapper for the upstream client, when it has a body
+	body     uploadBody      // in's wrapper when hasBody
+	hasBody  bool            // an admitted write with a body
+	answered bool            // upstreamError answered (or aborted) the client itself and logged it
+	traced   bool            // wrote counts the copies sent (the write is replayable)
+	wrote    atomic.Int32    // copies of the request written upstream, when traced
 }
 
 // resource is the write's first resource, "" before resolve.

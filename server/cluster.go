@@ -130,7 +130,7 @@ func (c *cluster) start(clientCfg clientv3.Config) error {
 		ID:           c.cfg.ReplicaID,
 		Advertise:    c.cfg.PeerAdvertise,
 		TTL:          c.cfg.ShardTTL,
-		LockDelay:    c.cfg.LockDelay,
+		LockDelay:    lockDelay(c.cfg.LockDelay),
 		DrainTimeout: c.cfg.ShutdownTimeout,
 		OnAcquire: func(n int, admitAfter time.Time) {
 			c.log.Info("shard acquired", "shard", n, "admit_after", admitAfter.UTC().Format(time.RFC3339Nano))
@@ -185,6 +185,14 @@ func (c *cluster) owns(name string) bool {
 	}
 	_, ok := c.owner.State(c.shardOf(name))
 	return ok
+}
+
+// lockDelay is LOCK_DELAY as shard.Options takes it: 0s is none.
+func lockDelay(d time.Duration) time.Duration {
+	if d == 0 {
+		return shard.NoLockDelay
+	}
+	return d
 }
 
 // shardOf is the shard of resource.
@@ -300,12 +308,10 @@ func (c *cluster) forgetOnce(grants []shard.Grant) {
 }
 
 // valid reports whether this replica still holds every grant, its validity
-// not passed. Cheap: atomic loads and one clock read.
+// not passed (shard.Owner.Holds: atomic loads and a boot-time clock read).
 func (c *cluster) valid(grants []shard.Grant) bool {
-	now := time.Now()
 	for _, g := range grants {
-		cur, ok := c.owner.State(g.Shard)
-		if !ok || cur.Epoch != g.Epoch || !now.Before(cur.ValidUntil) {
+		if !c.owner.Holds(g) {
 			return false
 		}
 	}

@@ -163,8 +163,11 @@ func (opts *Options) setDefaults() error {
 	if opts.KeepAliveInterval == 0 {
 		opts.KeepAliveInterval = opts.TTL / 4
 	}
-	if opts.LockDelay == 0 {
+	switch {
+	case opts.LockDelay == 0:
 		opts.LockDelay = DefaultLockDelay
+	case opts.LockDelay == NoLockDelay:
+		opts.LockDelay = 0
 	}
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = DefaultDrainTimeout

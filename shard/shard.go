@@ -131,11 +131,13 @@ import (
 
 // Defaults for the zero values of Options.
 const (
-	DefaultPrefix         = "/fenceproxy/"
-	DefaultTTL            = 10 * time.Second
-	DefaultLockDelay      = 15 * time.Second
-	DefaultDrainTimeout   = 30 * time.Second
-	DefaultRequestTimeout = 5 * time.Second
+	DefaultPrefix    = "/fenceproxy/"
+	DefaultTTL       = 10 * time.Second
+	DefaultLockDelay = 15 * time.Second
+	// NoLockDelay as Options.LockDelay turns the lock-delay off.
+	NoLockDelay           time.Duration = -1
+	DefaultDrainTimeout                 = 30 * time.Second
+	DefaultRequestTimeout               = 5 * time.Second
 )
 
 // Sentinel errors; test them with errors.Is.
@@ -214,7 +216,9 @@ type Options struct {
 	KeepAliveInterval time.Duration
 	// LockDelay: a new owner after an unclean loss waits TTL plus this
 	// after it saw the old key go. It must cover the longest forwarded
-	// request and the abandon grace. 0: DefaultLockDelay.
+	// request and the abandon grace. 0: DefaultLockDelay; NoLockDelay:
+	// none, the TTL alone (unsafe: for tests that must find what it
+	// prevents).
 	LockDelay time.Duration
 	// DrainTimeout bounds one Drain call. 0: DefaultDrainTimeout.
 	DrainTimeout time.Duration
@@ -435,6 +439,19 @@ func (o *Owner) MayAdmit(shard int) (Grant, bool) {
 		return g, false
 	}
 	return g, true
+}
+
+// Holds reports whether the ownership that granted g still holds now: the
+// same ownership of g.Shard (its epoch), its session not lost and its
+// validity not ended, by the boot-time clock. A handover in progress does
+// not end it (Drain waits for the requests admitted under it). For a
+// request admitted under g, to check before each step that may complete it.
+func (o *Owner) Holds(g Grant) bool {
+	h := o.slots[g.Shard].h.Load()
+	if h == nil || h.epoch != g.Epoch || h.sess.lost.Load() {
+		return false
+	}
+	return o.noValidity || o.now() < h.sess.valid.Load()
 }
 
 // State returns this replica's grant of shard, whether it may admit now or

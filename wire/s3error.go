@@ -31,22 +31,22 @@ type S3Error struct {
 // itself defines are used where one fits (a client may already handle it);
 // the fencing refusals have their own. Statuses stay the problem's.
 var s3Codes = map[string]string{
-	ReasonStale:        "StaleFencingToken",            // 409, also an upload cut off by a larger token
-	ReasonMissing:      "MissingFencingToken",          // 428
-	ReasonMalformed:    "InvalidFencingToken",          // 400
-	ReasonBadResource:  "InvalidURI",                   // 400: no fenceable resource, or a Host that is no S3 domain
-	ReasonHopByHop:     "InvalidRequest",               // 400
-	ReasonUnsupported:  "NotImplemented",               // 400: a write the proxy cannot fence
-	ReasonBadBody:      "IncompleteBody",               // 400: the body broke its framing or ended early
-	ReasonMalformedXML: "MalformedXML",                 // 400: a DeleteObjects body S3 would not read either
-	ReasonSignature:    "InvalidFencingTokenSignature", // 403
-	ReasonForbidden:    "AccessDenied",                 // 403
-	ReasonJump:         "FencingTokenTooFarAhead",      // 403
-	ReasonDrainTimeout: "FencingDrainTimeout",          // 503 with Retry-After
-	ReasonStoreError:   "ServiceUnavailable",           // 503 with Retry-After
-	ReasonShardUnavailable: "ServiceUnavailable",       // 503 with Retry-After
-	ReasonClientGone:   "RequestCanceled",              // 499, logged; nobody reads it
-	ReasonInternal:     "InternalError",                // 500
+	ReasonStale:            "StaleFencingToken",            // 409, also an upload cut off by a larger token
+	ReasonMissing:          "MissingFencingToken",          // 428
+	ReasonMalformed:        "InvalidFencingToken",          // 400
+	ReasonBadResource:      "InvalidURI",                   // 400: no fenceable resource, or a Host that is no S3 domain
+	ReasonHopByHop:         "InvalidRequest",               // 400
+	ReasonUnsupported:      "NotImplemented",               // 400: a write the proxy cannot fence
+	ReasonBadBody:          "IncompleteBody",               // 400: the body broke its framing or ended early
+	ReasonMalformedXML:     "MalformedXML",                 // 400: a DeleteObjects body S3 would not read either
+	ReasonSignature:        "InvalidFencingTokenSignature", // 403
+	ReasonForbidden:        "AccessDenied",                 // 403
+	ReasonJump:             "FencingTokenTooFarAhead",      // 403
+	ReasonDrainTimeout:     "FencingDrainTimeout",          // 503 with Retry-After
+	ReasonStoreError:       "ServiceUnavailable",           // 503 with Retry-After
+	ReasonShardUnavailable: "ServiceUnavailable",           // 503 with Retry-After
+	ReasonClientGone:       "RequestCanceled",              // 499, logged; nobody reads it
+	ReasonInternal:         "InternalError",                // 500
 }
 
 // s3StatusCodes are the codes of the proxy's answers without a reason (not
