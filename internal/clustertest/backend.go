@@ -50,13 +50,14 @@ type Backend struct {
 	srv      *httptest.Server
 	maxDelay time.Duration
 
-	mu         sync.Mutex
-	applies    []Apply
-	last       map[string]uint64
-	decreases  int
-	incomplete int                      // bodies that did not arrive whole (not applied)
-	started    map[string]chan struct{} // by write id: closed when its headers arrived
-	rng        *rand.Rand
+	mu             sync.Mutex
+	applies        []Apply
+	last           map[string]uint64
+	decreases      int
+	incomplete     int                      // bodies that did not arrive whole (not applied)
+	incompleteErrs []string                 // the first few reasons
+	started        map[string]chan struct{} // by write id: closed when its headers arrived
+	rng            *rand.Rand
 }
 
 // NewBackend starts a Backend whose random delay before applying is at
@@ -103,9 +104,12 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !readWhole(r) {
+	if err := readWhole(r); err != nil {
 		b.mu.Lock()
 		b.incomplete++
+		if len(b.incompleteErrs) < 5 {
+			b.incompleteErrs = append(b.incompleteErrs, fmt.Sprintf("%s token %d write %s: %v", resource, tok, id, err))
+		}
 		b.mu.Unlock()
 		http.Error(w, "body did not arrive whole", http.StatusBadRequest)
 		return
@@ -129,13 +133,16 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 
 // readWhole reads the request body and reports whether all of it arrived:
 // Content-Length bytes, or a chunked body up to its last chunk.
-func readWhole(r *http.Request) bool {
+func readWhole(r *http.Request) error {
 	if r.ContentLength < 0 {
 		_, err := io.Copy(io.Discard, r.Body)
-		return err == nil
+		return err
 	}
 	n, err := io.CopyN(io.Discard, r.Body, r.ContentLength)
-	return err == nil && n == r.ContentLength
+	if err == nil && n != r.ContentLength {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 func (b *Backend) markStarted(id string) {
@@ -207,5 +214,5 @@ func (b *Backend) Incomplete() int {
 func (b *Backend) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return fmt.Sprintf("%d writes applied on %d resources, %d bodies not whole (not applied)", len(b.applies), len(b.last), b.incomplete)
+	return fmt.Sprintf("%d writes applied on %d resources, %d bodies not whole (not applied; the first: %q)", len(b.applies), len(b.last), b.incomplete, b.incompleteErrs)
 }

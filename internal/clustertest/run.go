@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -291,7 +292,11 @@ func errClass(err error) string {
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	}
-	return "other"
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return "other: " + err.Error()
 }
 
 // writeOpts are the variations of a write.
