@@ -31,20 +31,20 @@ const (
 )
 
 // The cluster's timing: the shortest lease etcd grants with the members'
-// election timeout of 1s is 2s. The slow writes take 2.5-2.8s to apply
+// election timeout of 1s is 2s. The slow writes take 2.6-3.6s to apply
 // after their body arrived: within the abandon grace (a write the proxy gave
 // up on is applied within it) and the TTL plus the lock-delay, but past the
-// TTL plus the validity margin, so that a new owner that waits no lock-delay
-// admits before they are applied.
+// TTL plus the validity margin (2.4s), so that a new owner that waits no
+// lock-delay admits before some of them are applied.
 const (
 	clusterShards    = 16
 	clusterTTL       = 2 * time.Second
-	clusterLockDelay = 3 * time.Second
-	clusterAbandon   = 3 * time.Second
+	clusterLockDelay = 4 * time.Second
+	clusterAbandon   = 4 * time.Second
 	clusterAdmin     = "cluster-admin-token"
 )
 
-var clusterSlowApply = [2]time.Duration{2500 * time.Millisecond, 2800 * time.Millisecond}
+var clusterSlowApply = [2]time.Duration{2600 * time.Millisecond, 3600 * time.Millisecond}
 
 // clusterTeethEnvironment switches the protection off in the replicas: no
 // lock-delay after an unclean loss (and no abandon grace, which may not

@@ -152,6 +152,10 @@ type run struct {
 	ids       atomic.Uint64
 
 	down []atomic.Bool // replica i is stopped, killed or restarting: workers avoid it
+	// reserved[ri]: a fault's scenario runs on resource ri; workers leave
+	// it alone (their raises would cut the scenario's upload or make its
+	// token stale before the fault).
+	reserved []atomic.Bool
 
 	mu        sync.Mutex
 	faults    map[string]int
@@ -186,6 +190,7 @@ func Run(t testing.TB, cfg Config) *Report {
 		r.resources = append(r.resources, fmt.Sprintf("fault/r%02d", i))
 	}
 	r.next = make([]atomic.Uint64, len(r.resources))
+	r.reserved = make([]atomic.Bool, len(r.resources))
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration)
 	defer cancel()
@@ -285,6 +290,8 @@ func errClass(err error) string {
 		return "refused"
 	case errors.Is(err, syscall.ECONNRESET):
 		return "reset"
+	case errors.Is(err, syscall.EPIPE):
+		return "broken pipe"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "eof"
 	case errors.As(err, &ne) && ne.Timeout():
@@ -459,6 +466,9 @@ func (r *run) read(ctx context.Context, ri, i int) {
 func (r *run) worker(ctx context.Context, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		ri := rng.IntN(len(r.resources))
+		if r.reserved[ri].Load() {
+			continue
+		}
 		var failed bool
 		switch p := rng.Float64(); {
 		case p < 0.62:
@@ -568,7 +578,10 @@ func (r *run) ownedBy(i int) []int {
 // not until one is acknowledged or until deadline; it returns when it was.
 func (r *run) takeover(rng *rand.Rand, ri, not int, deadline time.Time) (time.Time, bool) {
 	for time.Now().Before(deadline) {
-		op := r.write(context.Background(), ri, r.pickReplica(rng, not), r.token(ri), writeOpts{})
+		// Bounded: a replica that forwards to the stopped owner may hang.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		op := r.write(ctx, ri, r.pickReplica(rng, not), r.token(ri), writeOpts{})
+		cancel()
 		if op.Acked {
 			return op.End, true
 		}
@@ -615,6 +628,9 @@ func (r *run) stopMidUpload(ctx context.Context, rng *rand.Rand) {
 	if owner < 0 {
 		owner = r.pickReplica(rng, -1)
 	}
+	r.reserved[ri].Store(true)
+	defer r.reserved[ri].Store(false)
+	time.Sleep(100 * time.Millisecond) // the workers' requests on it end
 	gate := make(chan struct{})
 	id := r.newID()
 	var up sync.WaitGroup
@@ -640,7 +656,7 @@ func (r *run) stopMidUpload(ctx context.Context, rng *rand.Rand) {
 	if long && started {
 		// Past the owner's validity, its key's expiry, the TTL and the
 		// lock-delay: another replica admits.
-		stop := 2*r.cfg.TTL + r.cfg.LockDelay + jitter(rng, 1500*time.Millisecond, 2500*time.Millisecond)
+		stop := 2*r.cfg.TTL + r.cfg.LockDelay + jitter(rng, 2*time.Second, 3*time.Second)
 		end := time.Now().Add(stop)
 		r.takeover(rng, ri, owner, end.Add(-300*time.Millisecond))
 		time.Sleep(time.Until(end))
@@ -669,6 +685,11 @@ func (r *run) cutOff(ctx context.Context, rng *rand.Rand) {
 	owned := r.ownedBy(i)
 	rng.Shuffle(len(owned), func(a, b int) { owned[a], owned[b] = owned[b], owned[a] })
 	owned = owned[:min(4, len(owned))]
+	for _, ri := range owned {
+		r.reserved[ri].Store(true)
+		defer r.reserved[ri].Store(false)
+	}
+	time.Sleep(100 * time.Millisecond) // the workers' requests on them end
 	toks := map[int]uint64{}
 	for _, ri := range owned {
 		tok := r.token(ri)
