@@ -48,7 +48,28 @@ type Config struct {
 
 	// DataDir is the Badger directory holding the durable maxima. Required: a
 	// maximum lost to a wrong working directory would let stale writes through.
-	DataDir string `env:"DATA_DIR,required,notEmpty" help:"directory of the durable fencing-token maxima (Badger); one process per directory"`
+	DataDir string `env:"DATA_DIR" help:"with STORE=badger, required: directory of the durable fencing-token maxima (Badger); one process per directory"`
+
+	// Store is where the maxima, lease and upload records live: "badger"
+	// (DataDir, one process) or "etcd" (cluster mode: several replicas).
+	Store string `env:"STORE" envDefault:"badger" help:"badger: the maxima in DATA_DIR, one process; etcd: cluster mode, the maxima in etcd (ETCD_*), several replicas sharing the resources by shard (docs/CLUSTER.md)"`
+
+	// Cluster mode (Store "etcd"): docs/CLUSTER.md.
+	EtcdEndpoints []string      `env:"ETCD_ENDPOINTS" envSeparator:"," help:"with STORE=etcd, required: comma-separated etcd client URLs, e.g. https://etcd-0:2379,https://etcd-1:2379"`
+	EtcdPrefix    string        `env:"ETCD_PREFIX" envDefault:"/fenceproxy/" help:"with STORE=etcd, the key prefix of this deployment in etcd; two deployments on one etcd need prefixes neither of which starts with the other"`
+	EtcdCAFile    string        `env:"ETCD_CA_FILE" help:"with STORE=etcd, PEM CA bundle trusted for https:// etcd endpoints instead of the system roots"`
+	EtcdCertFile  string        `env:"ETCD_CERT_FILE" help:"with STORE=etcd, PEM client certificate for etcd (with ETCD_KEY_FILE)"`
+	EtcdKeyFile   string        `env:"ETCD_KEY_FILE" help:"with STORE=etcd, PEM private key of ETCD_CERT_FILE"`
+	EtcdUsername  string        `env:"ETCD_USERNAME" help:"with STORE=etcd, etcd user (with ETCD_PASSWORD); unset: no etcd authentication"`
+	EtcdPassword  string        `env:"ETCD_PASSWORD" help:"with STORE=etcd, password of ETCD_USERNAME; never logged"`
+	Shards        int           `env:"SHARDS" envDefault:"64" help:"with STORE=etcd, the number of shards resources hash to; stored in etcd at the first start, and a replica with another value refuses to start; a few times the replica count"`
+	ReplicaID     string        `env:"REPLICA_ID" help:"with STORE=etcd, this replica's name, unique among the live replicas and stable across restarts (a pod name); unset: the host name"`
+	PeerListen    string        `env:"PEER_LISTEN" envDefault:":8081" help:"with STORE=etcd, address of the peer listener: writes, lease and admin calls for shards this replica owns, forwarded by the other replicas (authenticated by PEER_SECRET)"`
+	PeerAdvertise string        `env:"PEER_ADVERTISE" help:"with STORE=etcd, required: host:port at which the other replicas reach PEER_LISTEN (in Kubernetes $(POD_IP):8081)"`
+	PeerSecrets   []string      `env:"PEER_SECRET" envSeparator:"," help:"with STORE=etcd, required: comma-separated secrets of at least 16 characters each, shared by every replica; the first authenticates the requests this replica forwards, any of them is accepted (to rotate: add the new one second, roll out, move it first, roll out, drop the old one); never logged"`
+	EtcdMaxTxnOps int           `env:"ETCD_MAX_TXN_OPS" envDefault:"128" help:"with STORE=etcd, the etcd cluster's --max-txn-ops: concurrent raises are committed together in Txns of at most this many operations; a value above the cluster's makes those Txns fail; at least 3"`
+	ShardTTL      time.Duration `env:"SHARD_TTL" envDefault:"10s" help:"with STORE=etcd, TTL of the etcd lease that holds this replica's shards: a replica cut off from etcd stops admitting within it, and its shards move after it plus LOCK_DELAY; at least 2s"`
+	LockDelay     time.Duration `env:"LOCK_DELAY" envDefault:"15s" help:"with STORE=etcd, how long a new owner of a shard waits, after SHARD_TTL, when the old owner lost it without handing it over (crash, cut off), for writes the old owner sent to still land; at least ABANDON_GRACE; planned handovers (SIGTERM, scaling) do not wait"`
 
 	// TokenHeader names the request header that carries the fencing token.
 	TokenHeader string `env:"TOKEN_HEADER" envDefault:"X-Fencing-Token" help:"request header carrying the fencing token; not one that HTTP or the proxy already gives a meaning (Host, Content-Length, hop-by-hop headers, Destination, Authorization, method overrides, X-Fencing-Token-Signature, ...)"`
@@ -212,6 +233,9 @@ func Parse(environ map[string]string) (Config, []string, error) {
 	for i, m := range cfg.UnfencedMethods {
 		cfg.UnfencedMethods[i] = strings.TrimSpace(m)
 	}
+	if cfg.Store == "etcd" && cfg.ReplicaID == "" {
+		cfg.ReplicaID, _ = os.Hostname() // Validate names it when that failed too
+	}
 	if _, set := environ[Prefix+"ABANDON_GRACE"]; !set {
 		// At least 0: a bad DRAIN_TIMEOUT is reported once, as itself, not
 		// again through a default derived from it.
@@ -339,8 +363,15 @@ func (c Config) Validate() error {
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
 		bad("UPSTREAM", "%q must not have a query or fragment", u.Redacted())
 	}
-	if c.DataDir == "" {
-		bad("DATA_DIR", "is required")
+	switch c.Store {
+	case "badger", "": // "": a Config built in code, the default
+		if c.DataDir == "" {
+			bad("DATA_DIR", "is required with FENCEPROXY_STORE=badger")
+		}
+	case "etcd":
+		c.validateCluster(bad)
+	default:
+		bad("STORE", "%q must be badger or etcd", c.Store)
 	}
 	for name, addr := range map[string]string{"LISTEN": c.Listen, "CONTROL_LISTEN": c.ControlListen} {
 		if !strings.Contains(addr, ":") {
@@ -468,6 +499,82 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateCluster checks the cluster-mode variables (STORE=etcd).
+func (c Config) validateCluster(bad func(name, format string, args ...any)) {
+	if len(c.EtcdEndpoints) == 0 {
+		bad("ETCD_ENDPOINTS", "is required with FENCEPROXY_STORE=etcd: etcd client URLs such as http://etcd-0:2379")
+	}
+	for _, e := range c.EtcdEndpoints {
+		if u, err := url.Parse(strings.TrimSpace(e)); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("ETCD_ENDPOINTS", "%q is not an http:// or https:// URL with a host", e)
+		}
+	}
+	if !strings.HasPrefix(c.EtcdPrefix, "/") || !strings.HasSuffix(c.EtcdPrefix, "/") {
+		bad("ETCD_PREFIX", "%q must start and end with /", c.EtcdPrefix)
+	}
+	if (c.EtcdCertFile == "") != (c.EtcdKeyFile == "") {
+		bad("ETCD_CERT_FILE", "and FENCEPROXY_ETCD_KEY_FILE must be set both or neither")
+	} else if c.EtcdCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(c.EtcdCertFile, c.EtcdKeyFile); err != nil {
+			bad("ETCD_CERT_FILE", "cannot load the certificate and key: %v", err)
+		}
+	}
+	if c.EtcdCAFile != "" {
+		if _, err := loadCAs(c.EtcdCAFile); err != nil {
+			bad("ETCD_CA_FILE", "%v", err)
+		}
+	}
+	if (c.EtcdUsername == "") != (c.EtcdPassword == "") {
+		bad("ETCD_USERNAME", "and FENCEPROXY_ETCD_PASSWORD must be set both or neither")
+	}
+	if c.Shards < 1 || c.Shards > maxShards {
+		bad("SHARDS", "%d must be from 1 to %d", c.Shards, maxShards)
+	}
+	if !strings.Contains(c.PeerListen, ":") {
+		bad("PEER_LISTEN", "%q is not a host:port address (for example :8081)", c.PeerListen)
+	} else if c.PeerListen == c.Listen || c.PeerListen == c.ControlListen {
+		if _, port, _ := net.SplitHostPort(c.PeerListen); port != "0" {
+			bad("PEER_LISTEN", "%q is the address of another listener", c.PeerListen)
+		}
+	}
+	if c.PeerAdvertise == "" {
+		bad("PEER_ADVERTISE", "is required with FENCEPROXY_STORE=etcd: the host:port at which the other replicas reach FENCEPROXY_PEER_LISTEN")
+	} else if host, port, err := net.SplitHostPort(c.PeerAdvertise); err != nil || host == "" || port == "" || port == "0" {
+		bad("PEER_ADVERTISE", "%q is not a host:port address that peers can dial (for example 10.0.0.7:8081)", c.PeerAdvertise)
+	}
+	if c.ReplicaID == "" {
+		bad("REPLICA_ID", "is required with FENCEPROXY_STORE=etcd when the host name is unknown: a name unique among the replicas, stable across restarts")
+	} else if strings.ContainsAny(c.ReplicaID, "/ \t\n") {
+		bad("REPLICA_ID", "%q must not contain a slash or white space", c.ReplicaID)
+	}
+	if len(c.PeerSecrets) == 0 {
+		bad("PEER_SECRET", "is required with FENCEPROXY_STORE=etcd: a secret of at least %d characters shared by every replica", minPeerSecret)
+	}
+	for i, sec := range c.PeerSecrets {
+		if len(sec) < minPeerSecret {
+			bad("PEER_SECRET", "secret %d of %d has %d characters; each needs at least %d", i+1, len(c.PeerSecrets), len(sec), minPeerSecret)
+		}
+	}
+	if c.EtcdMaxTxnOps < 3 {
+		bad("ETCD_MAX_TXN_OPS", "%d must be at least 3 (and at most the etcd cluster's --max-txn-ops)", c.EtcdMaxTxnOps)
+	}
+	if c.ShardTTL < 2*time.Second {
+		bad("SHARD_TTL", "%s is below the minimum of 2s (etcd leases count whole seconds)", c.ShardTTL)
+	}
+	if c.LockDelay < c.AbandonGrace {
+		bad("LOCK_DELAY", "%s is below FENCEPROXY_ABANDON_GRACE %s: a write the old owner gave up on could land after the next owner's", c.LockDelay, c.AbandonGrace)
+	}
+	if c.Mode == "observe" {
+		bad("MODE", "observe is not available with FENCEPROXY_STORE=etcd (it forwards writes outside the barrier that a handover drains)")
+	}
+}
+
+// maxShards bounds SHARDS: each shard is an etcd key and a watch event.
+const maxShards = 4096
+
+// minPeerSecret is the shortest PEER_SECRET.
+const minPeerSecret = 16
+
 // minCacheSize is the smallest CACHE_SIZE, in bytes (1MiB).
 const minCacheSize = 1 << 20
 
@@ -524,13 +631,43 @@ func (c Config) UpstreamCAs() (*x509.CertPool, error) {
 	if c.UpstreamCAFile == "" {
 		return nil, nil
 	}
-	pem, err := os.ReadFile(c.UpstreamCAFile)
+	return loadCAs(c.UpstreamCAFile)
+}
+
+// EtcdTLS returns the TLS configuration for etcd's client from ETCD_CA_FILE,
+// ETCD_CERT_FILE and ETCD_KEY_FILE; nil when none is set (plain or
+// https:// with the system roots decided by the endpoints). Errors name the file.
+func (c Config) EtcdTLS() (*tls.Config, error) {
+	if c.EtcdCAFile == "" && c.EtcdCertFile == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.EtcdCAFile != "" {
+		pool, err := loadCAs(c.EtcdCAFile)
+		if err != nil {
+			return nil, err
+		}
+		tc.RootCAs = pool
+	}
+	if c.EtcdCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.EtcdCertFile, c.EtcdKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.EtcdCertFile, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// loadCAs reads a PEM CA bundle.
+func loadCAs(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", c.UpstreamCAFile)
+		return nil, fmt.Errorf("%s holds no PEM certificate", file)
 	}
 	return pool, nil
 }

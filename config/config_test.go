@@ -36,6 +36,17 @@ func with(kv ...string) map[string]string {
 
 const unset = "\x00unset"
 
+// cluster is a minimal cluster-mode environment (no DATA_DIR).
+func cluster() map[string]string {
+	return clusterWith()
+}
+
+func clusterWith(kv ...string) map[string]string {
+	base := []string{"FENCEPROXY_DATA_DIR", unset, "FENCEPROXY_STORE", "etcd", "FENCEPROXY_ETCD_ENDPOINTS", "http://127.0.0.1:2379",
+		"FENCEPROXY_PEER_ADVERTISE", "10.0.0.7:8081", "FENCEPROXY_PEER_SECRET", "0123456789abcdef"}
+	return with(append(base, kv...)...)
+}
+
 func TestParseDefaults(t *testing.T) {
 	cfg, warnings, err := Parse(minimal())
 	if err != nil {
@@ -87,6 +98,25 @@ func TestParse(t *testing.T) {
 		check  func(t *testing.T, cfg Config, warnings []string)
 	}{
 		{name: "minimal", env: minimal()},
+		{name: "cluster minimal", env: cluster(),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.Store != "etcd" || cfg.Shards != 64 || cfg.EtcdPrefix != "/fenceproxy/" || cfg.PeerListen != ":8081" ||
+					cfg.ShardTTL != 10*time.Second || cfg.LockDelay != 15*time.Second || cfg.EtcdMaxTxnOps != 128 || cfg.ReplicaID == "" {
+					t.Errorf("cluster defaults: %+v", cfg)
+				}
+			}},
+		{name: "cluster needs endpoints, advertise, secret", env: clusterWith("FENCEPROXY_ETCD_ENDPOINTS", unset, "FENCEPROXY_PEER_ADVERTISE", unset, "FENCEPROXY_PEER_SECRET", unset),
+			wantErr: []string{"FENCEPROXY_ETCD_ENDPOINTS", "FENCEPROXY_PEER_ADVERTISE", "FENCEPROXY_PEER_SECRET"}, notErr: []string{"FENCEPROXY_DATA_DIR"}},
+		{name: "cluster bad values", env: clusterWith("FENCEPROXY_ETCD_ENDPOINTS", "etcd-0:2379", "FENCEPROXY_PEER_ADVERTISE", ":8081",
+			"FENCEPROXY_PEER_SECRET", "0123456789abcdef,short", "FENCEPROXY_SHARDS", "0", "FENCEPROXY_SHARD_TTL", "1s",
+			"FENCEPROXY_ETCD_PREFIX", "fenceproxy", "FENCEPROXY_MODE", "observe", "FENCEPROXY_ETCD_USERNAME", "u", "FENCEPROXY_ETCD_MAX_TXN_OPS", "2"),
+			wantErr: []string{"FENCEPROXY_ETCD_ENDPOINTS", "FENCEPROXY_PEER_ADVERTISE", "secret 2 of 2 has 5 characters", "FENCEPROXY_SHARDS",
+				"FENCEPROXY_SHARD_TTL", "FENCEPROXY_ETCD_PREFIX", "FENCEPROXY_MODE", "FENCEPROXY_ETCD_USERNAME", "FENCEPROXY_ETCD_MAX_TXN_OPS"},
+			notErr: []string{"0123456789abcdef"}},
+		{name: "cluster lock-delay below the abandon grace", env: clusterWith("FENCEPROXY_LOCK_DELAY", "2s", "FENCEPROXY_ABANDON_GRACE", "3s"),
+			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "below FENCEPROXY_ABANDON_GRACE"}},
+		{name: "store unknown", env: with("FENCEPROXY_STORE", "redis"), wantErr: []string{"FENCEPROXY_STORE"}},
+		{name: "badger needs DATA_DIR", env: with("FENCEPROXY_DATA_DIR", unset), wantErr: []string{"FENCEPROXY_DATA_DIR"}},
 		{name: "UPSTREAM missing", env: with("FENCEPROXY_UPSTREAM", unset), wantErr: []string{"FENCEPROXY_UPSTREAM"}},
 		{name: "UPSTREAM empty", env: with("FENCEPROXY_UPSTREAM", ""), wantErr: []string{"FENCEPROXY_UPSTREAM"}},
 		{name: "UPSTREAM not a url", env: with("FENCEPROXY_UPSTREAM", "not a url"), wantErr: []string{"FENCEPROXY_UPSTREAM"}},

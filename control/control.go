@@ -11,6 +11,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -86,7 +87,19 @@ type Options struct {
 	// answers carry the token's signature (X-Fencing-Token-Signature and
 	// "token_signature"). nil: off.
 	Signer Signer
+	// Owner, in cluster mode, decides where a call that names a resource or
+	// lease runs (every /v1/fences/{key} and /v1/leases/{name} call), once
+	// the name is resolved and before the body is read: here (done is then
+	// called when the call is over), on another replica (forward set: the
+	// request goes to it whole and its answer is returned), or nowhere now
+	// (an error wrapping ErrShardUnavailable: 503 with Retry-After). nil:
+	// every call runs here (one process).
+	Owner func(r *http.Request, name string) (done func(), forward http.Handler, err error)
 }
+
+// ErrShardUnavailable is wrapped by Options.Owner's errors when no replica
+// may run calls on the name's shard now (503 shard_unavailable).
+var ErrShardUnavailable = errors.New("no replica may run calls on this name's shard now")
 
 // Handler returns the control API router:
 //

@@ -75,6 +75,19 @@ func handle[In, Out any](s *server, rt route, op func(ctx context.Context, req r
 				return
 			}
 			req.Name = name
+			if s.opts.Owner != nil {
+				done, forward, err := s.opts.Owner(r, name)
+				switch {
+				case err != nil:
+					s.fail(w, r, rt, name, err)
+					return
+				case forward != nil:
+					forward.ServeHTTP(w, r)
+					return
+				case done != nil:
+					defer done()
+				}
+			}
 		}
 		if _, takesNone := any(req.Body).(none); !takesNone {
 			if err := decode(w, r, &req.Body); err != nil {

@@ -67,6 +67,8 @@ var table = []problemRow{
 		retry: true, level: slog.LevelWarn, detail: "writes on this resource did not finish within the drain timeout; nothing changed, retry later"},
 	{err: errNotReady, status: http.StatusServiceUnavailable, reason: wire.ReasonUnavailable, title: "Not ready", level: slog.LevelWarn,
 		detail: "shutting down, or the token store is closed, its directory is gone or its disk is below FENCEPROXY_MIN_FREE_SPACE"},
+	{err: ErrShardUnavailable, status: http.StatusServiceUnavailable, reason: wire.ReasonShardUnavailable, title: "Shard unavailable",
+		retry: true, level: slog.LevelWarn},
 	{err: errLeaseStore, status: http.StatusServiceUnavailable, reason: wire.ReasonUnavailable, title: "Lease store unavailable",
 		retry: true, level: slog.LevelError, detail: "the lease could not be read or written; nothing changed"},
 

@@ -407,6 +407,18 @@ func TestErrorTable(t *testing.T) {
 		{name: "raise store failing", fakes: func(rig *problemRig) { rig.admin.raiseErr = fmt.Errorf("%w: %w", fence.ErrStore, secret) },
 			method: "PUT", target: "/v1/fences/bkt/a", body: `{"token":"8"}`, bearer: "adm",
 			status: 503, reason: "unavailable", title: "Fencing store unavailable", retry: true, level: slog.LevelError},
+		{name: "shard unavailable (cluster mode)", method: "GET", target: "/v1/fences/bkt/a",
+			opts: func(o *Options) {
+				o.Owner = func(*http.Request, string) (func(), http.Handler, error) {
+					return nil, nil, fmt.Errorf("%w: shard 3 has no owner now", ErrShardUnavailable)
+				}
+			},
+			status: 503, reason: "shard_unavailable", title: "Shard unavailable", retry: true, level: slog.LevelWarn,
+			check: func(t *testing.T, rig *problemRig, p wire.Problem, _ answer) {
+				if !strings.Contains(p.Detail, "shard 3 has no owner") {
+					t.Errorf("detail %q does not say why", p.Detail)
+				}
+			}},
 		{name: "client gone", leases: errLeases{context.Canceled},
 			method: "POST", target: "/v1/leases/bkt/a", body: `{"holder":"A","ttl":"10s"}`,
 			status: 499, reason: "client_gone", title: "Client closed request", level: slog.LevelInfo},

@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -40,6 +41,7 @@ type manifests struct {
 	pvcs         []*corev1.PersistentVolumeClaim
 	policies     []*networkingv1.NetworkPolicy
 	accounts     []*corev1.ServiceAccount
+	budgets      []*policyv1.PodDisruptionBudget
 }
 
 // build runs kustomize in-process on dir (relative to this package) and decodes
@@ -82,6 +84,9 @@ func build(t *testing.T, dir string) *manifests {
 		case "ServiceAccount":
 			a := &corev1.ServiceAccount{}
 			m.accounts, obj, apiVersion = append(m.accounts, a), a, "v1"
+		case "PodDisruptionBudget":
+			b := &policyv1.PodDisruptionBudget{}
+			m.budgets, obj, apiVersion = append(m.budgets, b), b, "policy/v1"
 		default:
 			t.Fatalf("%s: kind %s is not checked by this test; add it here", r.CurId(), r.GetKind())
 		}
@@ -120,7 +125,9 @@ type workload struct {
 	// claim returns the spec of the claim behind a pod volume, or nil when the
 	// volume is not a claim of this build.
 	claim func(volume string) *corev1.PersistentVolumeClaimSpec
-	extra func() []string // kind-specific problems
+	// extra lists kind-specific problems; cluster: the pod runs in cluster
+	// mode (FENCEPROXY_STORE=etcd), several replicas on one etcd.
+	extra func(cluster bool) []string
 }
 
 func (m *manifests) workloads() []workload {
@@ -131,8 +138,8 @@ func (m *manifests) workloads() []workload {
 			claim: func(volume string) *corev1.PersistentVolumeClaimSpec {
 				return m.podVolumeClaim(&d.Spec.Template, volume)
 			},
-			extra: func() []string {
-				if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+			extra: func(cluster bool) []string {
+				if !cluster && d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 					return []string{fmt.Sprintf("strategy %q: must be Recreate (a rolling update runs two writers on one DATA_DIR)", d.Spec.Strategy.Type)}
 				}
 				return nil
@@ -150,7 +157,7 @@ func (m *manifests) workloads() []workload {
 				}
 				return m.podVolumeClaim(&s.Spec.Template, volume)
 			},
-			extra: func() []string {
+			extra: func(cluster bool) []string {
 				var p []string
 				for _, vct := range s.Spec.VolumeClaimTemplates {
 					if !slices.Equal(vct.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}) {
@@ -207,6 +214,14 @@ type proxyConfig struct {
 	// credentialsFile is FENCEPROXY_S3_CREDENTIALS_FILE as the pod sees it
 	// (parsing reads credentialsStandIn in its place).
 	credentialsFile string
+	// environ is what config.Parse read: the literal values with $(VAR)
+	// references expanded, and stand-ins for the downward API and for the
+	// Secret values of cluster mode.
+	environ map[string]string
+	// cluster: FENCEPROXY_STORE=etcd; peerPort is FENCEPROXY_PEER_LISTEN's.
+	cluster  bool
+	peerPort int32
+	drain    time.Duration
 }
 
 // credentialsStandIn is a valid credentials file that config.Parse reads in
@@ -245,14 +260,23 @@ func proxyOf(w workload, known map[string]bool) proxyConfig {
 			}
 		}
 	}
-	// The literal values must pass fenceproxy's own parsing (valueFrom ones are
-	// optional secrets, unknown here).
+	// The values must pass fenceproxy's own parsing: the literal ones, with
+	// $(VAR) references expanded as the kubelet does, and stand-ins for the
+	// downward API and for the Secret values cluster mode requires (other
+	// valueFrom ones are optional secrets, left unset here).
 	environ := map[string]string{}
 	for _, e := range pc.c.Env {
-		if e.ValueFrom == nil {
-			environ[e.Name] = e.Value
+		switch {
+		case e.ValueFrom == nil:
+			environ[e.Name] = expandEnv(e.Value, environ)
+		case e.ValueFrom.FieldRef != nil && fieldStandIns[e.ValueFrom.FieldRef.FieldPath] != "":
+			environ[e.Name] = fieldStandIns[e.ValueFrom.FieldRef.FieldPath]
+		case e.ValueFrom.SecretKeyRef != nil && secretStandIns[e.Name] != "":
+			environ[e.Name] = secretStandIns[e.Name]
 		}
 	}
+	pc.environ = environ
+	pc.cluster = environ[config.Prefix+"STORE"] == "etcd"
 	if f, ok := environ[config.Prefix+"S3_CREDENTIALS_FILE"]; ok && f != "" {
 		pc.credentialsFile = f
 		environ[config.Prefix+"S3_CREDENTIALS_FILE"] = credentialsStandIn
@@ -271,7 +295,76 @@ func proxyOf(w workload, known map[string]bool) proxyConfig {
 	pc.upstreamHost = cfg.Upstream.Hostname()
 	pc.dataDir = filepath.Clean(cfg.DataDir)
 	pc.shutdown = cfg.ShutdownTimeout
+	pc.drain = cfg.DrainTimeout
+	if pc.cluster {
+		peer, ok := environ[config.Prefix+"PEER_LISTEN"]
+		if !ok {
+			peer = configDefault(config.Prefix + "PEER_LISTEN")
+		}
+		pc.peerPort = portOf(peer)
+	}
 	return pc
+}
+
+// Stand-ins config.Parse reads for values the pod gets at run time.
+var (
+	// fieldStandIns: the downward API's fields, by path.
+	fieldStandIns = map[string]string{
+		"metadata.name": "fenceproxy-cluster-6c9f7d8b5-x2kqp",
+		"status.podIP":  "10.244.1.17",
+	}
+	// secretStandIns: cluster mode's Secret values, by variable.
+	secretStandIns = map[string]string{
+		config.Prefix + "ETCD_ENDPOINTS": "http://etcd-0.etcd:2379,http://etcd-1.etcd:2379,http://etcd-2.etcd:2379",
+		config.Prefix + "ETCD_USERNAME":  "fenceproxy",
+		config.Prefix + "ETCD_PASSWORD":  "stand-in-etcd-password",
+		config.Prefix + "PEER_SECRET":    "stand-in-peer-secret-0123456789",
+	}
+)
+
+// expandEnv expands $(NAME) references to variables defined before, as the
+// kubelet does: $$ is a literal $, and a reference to an undefined name stays
+// as written.
+func expandEnv(v string, defined map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if v[i] != '$' || i+1 == len(v) {
+			b.WriteByte(v[i])
+			continue
+		}
+		switch v[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+			continue
+		case '(':
+			if end := strings.IndexByte(v[i+2:], ')'); end >= 0 {
+				name := v[i+2 : i+2+end]
+				if val, ok := defined[name]; ok {
+					b.WriteString(val)
+				} else {
+					b.WriteString(v[i : i+3+end])
+				}
+				i += 2 + end
+				continue
+			}
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
+}
+
+// configDefault is a variable's default from config.Config's envDefault tag
+// (the one place defaults are defined); "" when it has none.
+func configDefault(variable string) string {
+	typ := reflect.TypeFor[config.Config]()
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("env"), ",")
+		if name != "" && config.Prefix+name == variable {
+			return typ.Field(i).Tag.Get("envDefault")
+		}
+	}
+	return ""
 }
 
 func portOf(addr string) int32 {
@@ -317,14 +410,26 @@ func (m *manifests) problems(known map[string]bool) []string {
 	proxies := map[string]proxyConfig{}
 	claimUsers := map[string][]string{}
 	for _, w := range ws {
-		for _, p := range w.extra() {
-			add(w.id, "%s", p)
-		}
-		if w.replicas == nil || *w.replicas != 1 {
-			add(w.id, "replicas must be set to exactly 1 (one DATA_DIR, one writer)")
-		}
 		pc := proxyOf(w, known)
 		proxies[w.id] = pc
+		for _, p := range w.extra(pc.cluster) {
+			add(w.id, "%s", p)
+		}
+		switch {
+		case pc.cluster && (w.replicas == nil || *w.replicas < 3):
+			add(w.id, "cluster mode: replicas must be set to at least 3 (one lost or drained, two carry its shards)")
+		case !pc.cluster && (w.replicas == nil || *w.replicas != 1):
+			add(w.id, "replicas must be set to exactly 1 (one DATA_DIR, one writer)")
+		}
+		// Secrets come from Secrets: a literal value is in the manifest, in
+		// every copy of it and in the API server's object for all to read.
+		for _, x := range pc.allContainers {
+			for _, e := range x.Env {
+				if secretVariables[e.Name] && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+					add(w.id, "container %s: %s must come from a Secret (secretKeyRef), not a literal value", x.Name, e.Name)
+				}
+			}
+		}
 		if pc.containerLookupProblem != "" {
 			add(w.id, "%s", pc.containerLookupProblem)
 			continue
@@ -338,10 +443,14 @@ func (m *manifests) problems(known map[string]bool) []string {
 		spec := &w.tmpl.Spec
 		c := pc.c
 
-		// Ports: the proxy declares its two listeners; nothing else is exposed.
-		for _, want := range []int32{pc.listenPort, pc.ctrlPort} {
+		// Ports: the proxy declares its listeners; nothing else is exposed.
+		listeners := []int32{pc.listenPort, pc.ctrlPort}
+		if pc.cluster {
+			listeners = append(listeners, pc.peerPort)
+		}
+		for _, want := range listeners {
 			if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == want && p.Name != "" }) {
-				add(w.id, "container %s declares no named port %d (from FENCEPROXY_LISTEN / FENCEPROXY_CONTROL_LISTEN)", c.Name, want)
+				add(w.id, "container %s declares no named port %d (from FENCEPROXY_LISTEN / FENCEPROXY_CONTROL_LISTEN / FENCEPROXY_PEER_LISTEN)", c.Name, want)
 			}
 		}
 		if spec.HostNetwork {
@@ -387,28 +496,34 @@ func (m *manifests) problems(known map[string]bool) []string {
 			}
 		}
 
-		// DATA_DIR on a writable mount of a ReadWriteOncePod claim of this build.
-		var mount *corev1.VolumeMount
-		for i, vm := range c.VolumeMounts {
-			if rel, err := filepath.Rel(filepath.Clean(vm.MountPath), pc.dataDir); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-				mount = &c.VolumeMounts[i]
+		if pc.cluster {
+			for _, p := range m.clusterProblems(w, pc) {
+				add(w.id, "%s", p)
 			}
-		}
-		switch {
-		case mount == nil:
-			add(w.id, "FENCEPROXY_DATA_DIR %s is not on a mounted volume (the root filesystem is read-only and not durable)", pc.dataDir)
-		case mount.ReadOnly:
-			add(w.id, "the volume of FENCEPROXY_DATA_DIR is mounted read-only")
-		default:
-			claim := w.claim(mount.Name)
-			if claim == nil {
-				add(w.id, "FENCEPROXY_DATA_DIR's volume %s is not a PersistentVolumeClaim of this build", mount.Name)
-			} else if !slices.Equal(claim.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}) {
-				add(w.id, "FENCEPROXY_DATA_DIR's claim has accessModes %v, want [ReadWriteOncePod]", claim.AccessModes)
+		} else {
+			// DATA_DIR on a writable mount of a ReadWriteOncePod claim of this build.
+			var mount *corev1.VolumeMount
+			for i, vm := range c.VolumeMounts {
+				if rel, err := filepath.Rel(filepath.Clean(vm.MountPath), pc.dataDir); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+					mount = &c.VolumeMounts[i]
+				}
 			}
-			for _, v := range spec.Volumes {
-				if v.Name == mount.Name && v.PersistentVolumeClaim != nil {
-					claimUsers[v.PersistentVolumeClaim.ClaimName] = append(claimUsers[v.PersistentVolumeClaim.ClaimName], w.id)
+			switch {
+			case mount == nil:
+				add(w.id, "FENCEPROXY_DATA_DIR %s is not on a mounted volume (the root filesystem is read-only and not durable)", pc.dataDir)
+			case mount.ReadOnly:
+				add(w.id, "the volume of FENCEPROXY_DATA_DIR is mounted read-only")
+			default:
+				claim := w.claim(mount.Name)
+				if claim == nil {
+					add(w.id, "FENCEPROXY_DATA_DIR's volume %s is not a PersistentVolumeClaim of this build", mount.Name)
+				} else if !slices.Equal(claim.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}) {
+					add(w.id, "FENCEPROXY_DATA_DIR's claim has accessModes %v, want [ReadWriteOncePod]", claim.AccessModes)
+				}
+				for _, v := range spec.Volumes {
+					if v.Name == mount.Name && v.PersistentVolumeClaim != nil {
+						claimUsers[v.PersistentVolumeClaim.ClaimName] = append(claimUsers[v.PersistentVolumeClaim.ClaimName], w.id)
+					}
 				}
 			}
 		}
@@ -487,8 +602,14 @@ func (m *manifests) problems(known map[string]bool) []string {
 				add(w.id, "preStop sleep must be positive")
 			}
 		}
-		if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= preStop+pc.shutdown {
+		if g := spec.TerminationGracePeriodSeconds; !pc.cluster && (g == nil || time.Duration(*g)*time.Second <= preStop+pc.shutdown) {
 			add(w.id, "terminationGracePeriodSeconds must exceed the preStop sleep (%s) + FENCEPROXY_SHUTDOWN_TIMEOUT (%s)", preStop, pc.shutdown)
+		}
+		// In cluster mode the shards are handed over too, each drained for up
+		// to FENCEPROXY_DRAIN_TIMEOUT; a replica killed before it handed a shard
+		// over makes that shard wait SHARD_TTL + LOCK_DELAY.
+		if g := spec.TerminationGracePeriodSeconds; pc.cluster && (g == nil || time.Duration(*g)*time.Second <= preStop+pc.shutdown+pc.drain) {
+			add(w.id, "terminationGracePeriodSeconds must exceed the preStop sleep (%s) + FENCEPROXY_SHUTDOWN_TIMEOUT (%s) + the handover's FENCEPROXY_DRAIN_TIMEOUT (%s)", preStop, pc.shutdown, pc.drain)
 		}
 	}
 	for claim, users := range claimUsers {
@@ -526,11 +647,13 @@ func (m *manifests) problems(known map[string]bool) []string {
 			if target.Type == intstr.Int && target.IntVal == 0 {
 				target = intstr.FromInt32(p.Port)
 			}
-			switch containerPort(pc.c, target) {
-			case pc.listenPort:
+			switch tp := containerPort(pc.c, target); {
+			case tp == pc.listenPort:
 				roles["proxy"] = true
-			case pc.ctrlPort:
+			case tp == pc.ctrlPort:
 				roles["control"] = true
+			case pc.cluster && tp == pc.peerPort:
+				add(id, "port %s targets the peer listener %d of %s, which takes forwarded writes on a shared secret: only the replicas reach it, at their pod IPs", p.Name, pc.peerPort, w.id)
 			default:
 				add(id, "port %s targets %s, which is neither FENCEPROXY_LISTEN (%d) nor FENCEPROXY_CONTROL_LISTEN (%d) of %s", p.Name, target.String(), pc.listenPort, pc.ctrlPort, w.id)
 			}
@@ -557,6 +680,118 @@ func (m *manifests) problems(known map[string]bool) []string {
 	}
 	out = append(out, m.policyProblems(ws, proxies)...)
 	slices.Sort(out)
+	return out
+}
+
+// secretVariables are the variables whose values are secrets.
+var secretVariables = map[string]bool{
+	config.Prefix + "ADMIN_TOKEN":   true,
+	config.Prefix + "LEASE_TOKEN":   true,
+	config.Prefix + "TOKEN_KEY":     true,
+	config.Prefix + "ETCD_USERNAME": true,
+	config.Prefix + "ETCD_PASSWORD": true,
+	config.Prefix + "PEER_SECRET":   true,
+}
+
+// clusterProblems checks cluster mode (FENCEPROXY_STORE=etcd), where the
+// maxima live in etcd and several replicas share them: the pod keeps no state
+// (no DATA_DIR, no volume but Secrets); each replica has its own id, from its
+// pod's name, and advertises its own pod IP with the peer listener's port; the
+// etcd endpoints and the peer secret come from a Secret the pod cannot start
+// without; a PodDisruptionBudget lets at most one replica go at a time; the
+// replicas prefer distinct nodes.
+func (m *manifests) clusterProblems(w workload, pc proxyConfig) []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	spec := &w.tmpl.Spec
+	env := map[string]corev1.EnvVar{}
+	var order []string
+	for _, e := range pc.c.Env {
+		env[e.Name] = e
+		order = append(order, e.Name)
+	}
+	if _, ok := env[config.Prefix+"DATA_DIR"]; ok {
+		add("cluster mode: FENCEPROXY_DATA_DIR is set; the maxima live in etcd and a pod keeps no state")
+	}
+	for _, v := range spec.Volumes {
+		if v.Secret == nil {
+			add("cluster mode: volume %s: a cluster pod keeps no state (only Secret volumes, e.g. etcd's TLS files)", v.Name)
+		}
+	}
+	if len(m.pvcs) > 0 {
+		add("cluster mode: the build has PersistentVolumeClaims")
+	}
+
+	// Identity: the pod's name, never a literal (every replica would share it).
+	if e, ok := env[config.Prefix+"REPLICA_ID"]; !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		add("cluster mode: FENCEPROXY_REPLICA_ID must come from the pod's metadata.name (downward API): unique among the live replicas")
+	}
+	// PEER_ADVERTISE: $(V):port, V the pod's IP from the downward API (set
+	// before it, or the kubelet does not expand it), port the peer listener's.
+	adv, ok := env[config.Prefix+"PEER_ADVERTISE"]
+	host, port, _ := strings.Cut(adv.Value, "):")
+	ref := strings.TrimPrefix(host, "$(")
+	ipVar, defined := env[ref]
+	switch {
+	case !ok || adv.ValueFrom != nil:
+		add("cluster mode: FENCEPROXY_PEER_ADVERTISE must be set as $(POD_IP):<peer port>")
+	case !strings.HasPrefix(host, "$(") || !defined || slices.Index(order, ref) > slices.Index(order, adv.Name) ||
+		ipVar.ValueFrom == nil || ipVar.ValueFrom.FieldRef == nil || ipVar.ValueFrom.FieldRef.FieldPath != "status.podIP":
+		add("cluster mode: FENCEPROXY_PEER_ADVERTISE %q must be $(V):<peer port>, V a variable set before it from status.podIP (each replica its own address)", adv.Value)
+	case portOf(":"+port) != pc.peerPort:
+		add("cluster mode: FENCEPROXY_PEER_ADVERTISE %q does not name the peer listener's port %d (FENCEPROXY_PEER_LISTEN)", adv.Value, pc.peerPort)
+	}
+	// Required Secret values: without them the pod must not start.
+	for _, name := range []string{"ETCD_ENDPOINTS", "PEER_SECRET"} {
+		e, ok := env[config.Prefix+name]
+		switch {
+		case !ok:
+			add("cluster mode: FENCEPROXY_%s is not set", name)
+		case e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil:
+			add("cluster mode: FENCEPROXY_%s must come from a Secret (secretKeyRef)", name)
+		case e.ValueFrom.SecretKeyRef.Optional != nil && *e.ValueFrom.SecretKeyRef.Optional:
+			add("cluster mode: the Secret key of FENCEPROXY_%s must not be optional", name)
+		}
+	}
+
+	// At most one replica voluntarily disrupted at a time.
+	replicas := int32(1)
+	if w.replicas != nil {
+		replicas = *w.replicas
+	}
+	var budgets int
+	for _, b := range m.budgets {
+		if b.Spec.Selector == nil || !selects(b.Spec.Selector, w.tmpl.Labels) {
+			continue
+		}
+		budgets++
+		switch sp := b.Spec; {
+		case sp.MaxUnavailable != nil && sp.MinAvailable == nil && sp.MaxUnavailable.Type == intstr.Int && sp.MaxUnavailable.IntVal == 1:
+		case sp.MinAvailable != nil && sp.MaxUnavailable == nil && sp.MinAvailable.Type == intstr.Int && sp.MinAvailable.IntVal == replicas-1:
+		default:
+			add("PodDisruptionBudget %s must be maxUnavailable: 1 or minAvailable: %d (replicas - 1)", b.Name, replicas-1)
+		}
+	}
+	if budgets != 1 {
+		add("cluster mode: %d PodDisruptionBudgets select its pods, want 1", budgets)
+	}
+
+	// Replicas on distinct nodes when possible.
+	spread := false
+	if a := spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+		terms := a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+		for _, wt := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+			terms = append(terms, wt.PodAffinityTerm)
+		}
+		for _, t := range terms {
+			if t.TopologyKey == "kubernetes.io/hostname" && selects(t.LabelSelector, w.tmpl.Labels) {
+				spread = true
+			}
+		}
+	}
+	if !spread {
+		add("cluster mode: no pod anti-affinity on kubernetes.io/hostname over its own pods (one node could carry every replica)")
+	}
 	return out
 }
 
@@ -622,6 +857,7 @@ type source struct {
 	namespace      map[string]string // its namespace's labels
 	labels         map[string]string
 	proxy, control bool // must reach the proxy port; the control port
+	peer           bool // cluster mode: must reach the peer port
 }
 
 // sources covers each kind of peer the policies admit and the ones they must not.
@@ -725,6 +961,13 @@ func (m *manifests) policyProblems(ws []workload, proxies map[string]proxyConfig
 			add(w.id, "no NetworkPolicy isolates its pods for ingress: every pod, and with a LoadBalancer anyone, reaches the control port")
 			continue
 		}
+		// In cluster mode the peer port too, from the workload's own pods
+		// only: a replica of it is one more source.
+		srcs := sources
+		if pc.cluster {
+			srcs = append(slices.Clone(sources), source{name: "a replica of " + w.id, sameNamespace: true,
+				namespace: nsLabels("storage"), labels: w.tmpl.Labels, peer: true})
+		}
 		// reach[source][port]: some rule admits the source on the port.
 		reach := map[string]map[int32]bool{}
 		for _, np := range policies {
@@ -735,14 +978,17 @@ func (m *manifests) policyProblems(ws []workload, proxies map[string]proxyConfig
 					add(id, "ingress rule %d admits every port; name the proxy or control port", i)
 				}
 				for _, p := range ports {
-					if p != pc.listenPort && p != pc.ctrlPort {
+					if p != pc.listenPort && p != pc.ctrlPort && (!pc.cluster || p != pc.peerPort) {
 						add(id, "ingress rule %d admits port %d, which is neither FENCEPROXY_LISTEN (%d) nor FENCEPROXY_CONTROL_LISTEN (%d) of %s", i, p, pc.listenPort, pc.ctrlPort, w.id)
 					}
 				}
 				if all {
 					ports = []int32{pc.listenPort, pc.ctrlPort}
+					if pc.cluster {
+						ports = append(ports, pc.peerPort)
+					}
 				}
-				for _, src := range sources {
+				for _, src := range srcs {
 					if len(rule.From) > 0 && !slices.ContainsFunc(rule.From, func(p networkingv1.NetworkPolicyPeer) bool { return peerAdmits(p, src) }) {
 						continue
 					}
@@ -755,12 +1001,20 @@ func (m *manifests) policyProblems(ws []workload, proxies map[string]proxyConfig
 				}
 			}
 		}
-		for _, src := range sources {
-			for _, port := range []struct {
+		for _, src := range srcs {
+			checked := []struct {
 				name string
 				n    int32
 				want bool
-			}{{"proxy", pc.listenPort, src.proxy}, {"control", pc.ctrlPort, src.control}} {
+			}{{"proxy", pc.listenPort, src.proxy}, {"control", pc.ctrlPort, src.control}}
+			if pc.cluster {
+				checked = append(checked, struct {
+					name string
+					n    int32
+					want bool
+				}{"peer", pc.peerPort, src.peer})
+			}
+			for _, port := range checked {
 				switch got := reach[src.name][port.n]; {
 				case got && !port.want:
 					add(w.id, "%s can reach the %s port %d; it must not", src.name, port.name, port.n)
@@ -783,6 +1037,7 @@ func TestKustomizationsBuildAndPass(t *testing.T) {
 		{"k8s/sidecar", 1, 0, 1},
 		{"k8s/gateway", 0, 1, 1},
 		{"k8s/gateway-resign", 0, 1, 1},
+		{"k8s/cluster", 1, 0, 1},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			m := build(t, tc.dir)
@@ -1065,6 +1320,152 @@ func TestResignBase(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := build(t, "k8s/gateway-resign")
+			tc.breakIt(m)
+			problems := m.problems(known)
+			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.want) }) {
+				t.Errorf("no problem mentioning %q; got %q", tc.want, problems)
+			}
+		})
+	}
+}
+
+// TestClusterBase checks the cluster base (FENCEPROXY_STORE=etcd): three
+// replicas, a PodDisruptionBudget, no volume, each replica's id from its pod's
+// name and its peer address from its pod's IP, the peer port on no Service and
+// reachable from the replicas only, the etcd endpoints and the secrets from a
+// Secret, readiness on /readyz; and that the checks name each way of breaking
+// it.
+func TestClusterBase(t *testing.T) {
+	known := knownVariables(t)
+	m := build(t, "k8s/cluster")
+	if len(m.deployments) != 1 || len(m.budgets) != 1 || len(m.pvcs) != 0 {
+		t.Fatalf("%d Deployments, %d PodDisruptionBudgets and %d claims, want 1, 1 and 0", len(m.deployments), len(m.budgets), len(m.pvcs))
+	}
+	pc := proxyOf(m.workloads()[0], known)
+	if !pc.cluster || pc.peerPort <= 0 || pc.peerPort == pc.listenPort || pc.peerPort == pc.ctrlPort {
+		t.Errorf("the cluster base runs FENCEPROXY_STORE=%q with peer port %d", pc.environ[config.Prefix+"STORE"], pc.peerPort)
+	}
+	if got, want := pc.environ[config.Prefix+"PEER_ADVERTISE"], fieldStandIns["status.podIP"]+":"+strconv.Itoa(int(pc.peerPort)); got != want {
+		t.Errorf("FENCEPROXY_PEER_ADVERTISE expands to %q, want %q", got, want)
+	}
+
+	deployment := func(m *manifests) *appsv1.Deployment { return m.deployments[0] }
+	proxy := func(m *manifests) *corev1.Container { return &deployment(m).Spec.Template.Spec.Containers[0] }
+	env := func(m *manifests, name string) *corev1.EnvVar {
+		c := proxy(m)
+		for i := range c.Env {
+			if c.Env[i].Name == name {
+				return &c.Env[i]
+			}
+		}
+		t.Fatalf("no variable %s", name)
+		return nil
+	}
+	literal := func(m *manifests, name, value string) {
+		e := env(m, name)
+		e.Value, e.ValueFrom = value, nil
+	}
+	peerRule := func(m *manifests) *networkingv1.NetworkPolicyIngressRule {
+		np := m.policies[0]
+		for i, r := range np.Spec.Ingress {
+			if len(r.Ports) > 0 && r.Ports[0].Port != nil && r.Ports[0].Port.String() == "peer" {
+				return &np.Spec.Ingress[i]
+			}
+		}
+		t.Fatal("no ingress rule for the peer port")
+		return nil
+	}
+	for _, tc := range []struct {
+		name, want string
+		breakIt    func(m *manifests)
+	}{
+		{"one replica", "replicas must be set to at least 3", func(m *manifests) {
+			one := int32(1)
+			deployment(m).Spec.Replicas = &one
+		}},
+		{"no PodDisruptionBudget", "0 PodDisruptionBudgets select its pods", func(m *manifests) {
+			m.budgets = nil
+		}},
+		{"budget that blocks every eviction", "must be maxUnavailable: 1 or minAvailable: 2", func(m *manifests) {
+			three := intstr.FromInt32(3)
+			m.budgets[0].Spec.MaxUnavailable, m.budgets[0].Spec.MinAvailable = nil, &three
+		}},
+		{"budget that lets two go", "must be maxUnavailable: 1", func(m *manifests) {
+			two := intstr.FromInt32(2)
+			m.budgets[0].Spec.MaxUnavailable = &two
+		}},
+		{"a data volume", "a cluster pod keeps no state", func(m *manifests) {
+			spec := &deployment(m).Spec.Template.Spec
+			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		}},
+		{"DATA_DIR set", "FENCEPROXY_DATA_DIR is set", func(m *manifests) {
+			c := proxy(m)
+			c.Env = append(c.Env, corev1.EnvVar{Name: "FENCEPROXY_DATA_DIR", Value: "/var/lib/fenceproxy"})
+		}},
+		{"one id for every replica", "FENCEPROXY_REPLICA_ID must come from the pod's metadata.name", func(m *manifests) {
+			literal(m, "FENCEPROXY_REPLICA_ID", "fenceproxy")
+		}},
+		{"id from the node", "FENCEPROXY_REPLICA_ID must come from the pod's metadata.name", func(m *manifests) {
+			env(m, "FENCEPROXY_REPLICA_ID").ValueFrom.FieldRef.FieldPath = "spec.nodeName"
+		}},
+		{"one address for every replica", "must be $(V):<peer port>", func(m *manifests) {
+			literal(m, "FENCEPROXY_PEER_ADVERTISE", "fenceproxy-cluster:8081")
+		}},
+		{"address from the host", "must be $(V):<peer port>", func(m *manifests) {
+			env(m, "POD_IP").ValueFrom.FieldRef.FieldPath = "status.hostIP"
+		}},
+		{"address on the proxy port", "does not name the peer listener's port 8081", func(m *manifests) {
+			literal(m, "FENCEPROXY_PEER_ADVERTISE", "$(POD_IP):8080")
+		}},
+		{"peer listener moved", "does not name the peer listener's port 8181", func(m *manifests) {
+			literal(m, "FENCEPROXY_PEER_LISTEN", ":8181")
+		}},
+		{"peer port on the client Service", "targets the peer listener 8081", func(m *manifests) {
+			s := m.service("fenceproxy-cluster")
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "peer", Port: 8081, TargetPort: intstr.FromString("peer")})
+		}},
+		{"peer port undeclared", "declares no named port 8081", func(m *manifests) {
+			c := proxy(m)
+			c.Ports = slices.DeleteFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "peer" })
+		}},
+		{"literal peer secret", "FENCEPROXY_PEER_SECRET must come from a Secret", func(m *manifests) {
+			literal(m, "FENCEPROXY_PEER_SECRET", "0123456789abcdef0123")
+		}},
+		{"literal etcd password", "FENCEPROXY_ETCD_PASSWORD must come from a Secret", func(m *manifests) {
+			literal(m, "FENCEPROXY_ETCD_PASSWORD", "hunter2hunter2")
+		}},
+		{"optional peer secret", "FENCEPROXY_PEER_SECRET must not be optional", func(m *manifests) {
+			yes := true
+			env(m, "FENCEPROXY_PEER_SECRET").ValueFrom.SecretKeyRef.Optional = &yes
+		}},
+		{"literal endpoints", "FENCEPROXY_ETCD_ENDPOINTS must come from a Secret", func(m *manifests) {
+			literal(m, "FENCEPROXY_ETCD_ENDPOINTS", "http://etcd:2379")
+		}},
+		{"peer port open to clients", "a fenceproxy.io/client pod can reach the peer port 8081", func(m *manifests) {
+			peerRule(m).From[0].PodSelector.MatchLabels = map[string]string{clientLabel: "true"}
+		}},
+		{"peer port open to the namespace", "an unlabelled pod of the namespace can reach the peer port 8081", func(m *manifests) {
+			peerRule(m).From = nil
+		}},
+		{"peer port closed to the replicas", "a replica of Deployment/fenceproxy-cluster cannot reach the peer port 8081", func(m *manifests) {
+			np := m.policies[0]
+			np.Spec.Ingress = slices.DeleteFunc(np.Spec.Ingress, func(r networkingv1.NetworkPolicyIngressRule) bool {
+				return r.Ports[0].Port.String() == "peer"
+			})
+		}},
+		{"readiness on /healthz", `readinessProbe path "/healthz"`, func(m *manifests) {
+			proxy(m).ReadinessProbe.HTTPGet.Path = "/healthz"
+		}},
+		{"grace period without the handover", "+ the handover's FENCEPROXY_DRAIN_TIMEOUT", func(m *manifests) {
+			g := int64(45)
+			deployment(m).Spec.Template.Spec.TerminationGracePeriodSeconds = &g
+		}},
+		{"no anti-affinity", "no pod anti-affinity", func(m *manifests) {
+			deployment(m).Spec.Template.Spec.Affinity = nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := build(t, "k8s/cluster")
 			tc.breakIt(m)
 			problems := m.problems(known)
 			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.want) }) {

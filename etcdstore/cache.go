@@ -106,6 +106,18 @@ func (c *maxCache) drop(resource string) {
 	c.epoch++
 }
 
+// forget drops every resource that match reports and moves the epoch.
+func (c *maxCache) forget(match func(resource string) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for r := range c.m {
+		if match(r) {
+			c.removeLocked(r)
+		}
+	}
+	c.epoch++
+}
+
 func (c *maxCache) liftLocked(resource string, e cacheEntry) {
 	old, ok := c.m[resource]
 	if ok {

@@ -5,13 +5,13 @@
 // tokenstore does on Badger, and passes its conformance suite against a real
 // etcd.
 //
-// NOT WIRED INTO THE SERVER YET, AND ONE PROCESS ONLY: this is step 1 of
-// running several replicas on etcd. The server still opens tokenstore. Until
-// the shard ownership of the next steps exists (each resource's barrier in one
-// replica at a time, ownership bounded in time, lock-delay on handover), no two
-// processes may use one Prefix at the same time: a second process would raise
-// beside this one's barrier and cache (a fence bypass), and each one's cache
-// would miss the other's raises and resets.
+// In cluster mode (FENCEPROXY_STORE=etcd) every replica opens one Store on
+// the same Prefix, and package shard makes sure that the maxima of a
+// resource are raised by one replica at a time, its shard's owner, which
+// calls Forget for the shard when it becomes the owner (another replica's
+// raises never reached this cache). Without that ownership, no two processes
+// may use one Prefix: a second one would raise beside this one's barrier and
+// cache (a fence bypass).
 //
 // # Keys and values
 //
@@ -157,6 +157,9 @@ type Options struct {
 	// counting each by its name's length plus 128 bytes (DefaultCacheBytes
 	// when 0).
 	CacheBytes int64
+	// ObserveRequest, when set, is called with the duration of every
+	// request to etcd (a Get or a Txn; failed ones too), after it. nil: none.
+	ObserveRequest func(time.Duration)
 }
 
 // Store is the storage contract on etcd. It is safe for concurrent use by
@@ -171,6 +174,7 @@ type Store struct {
 	openRev   int64
 	empty     bool
 	cache     *maxCache
+	observe   func(time.Duration) // Options.ObserveRequest
 	raises    raiseGroup
 	leaseMu   [64]sync.Mutex // UpdateLease calls on one name, serialised
 	openMu    sync.Mutex
@@ -210,7 +214,7 @@ func Open(cfg clientv3.Config, opts Options) (*Store, error) {
 	s := &Store{
 		cli: cli, kv: cli.KV, lessor: cli.Lease, prefix: opts.Prefix,
 		maxBatch: opts.MaxTxnOps - 2, timeout: opts.RequestTimeout,
-		cache: newMaxCache(opts.CacheBytes), ctx: ctx, cancel: cancel,
+		cache: newMaxCache(opts.CacheBytes), ctx: ctx, cancel: cancel, observe: opts.ObserveRequest,
 	}
 	rctx, rcancel := s.reqCtx()
 	defer rcancel()
@@ -245,7 +249,13 @@ func (s *Store) do(fn func(ctx context.Context) error) error {
 	}
 	ctx, cancel := s.reqCtx()
 	defer cancel()
-	return fn(ctx)
+	if s.observe == nil {
+		return fn(ctx)
+	}
+	start := time.Now()
+	err := fn(ctx)
+	s.observe(time.Since(start))
+	return err
 }
 
 func (s *Store) fenceKey(resource string) string { return s.prefix + kindFence + resource }
@@ -348,6 +358,14 @@ func (s *Store) Close() error {
 	})
 	return s.closeErr
 }
+
+// Forget drops what this process remembers of the maxima of every resource
+// that match reports (called under the cache's lock: keep it cheap), so that
+// the next Max of one reads etcd. In cluster mode a replica calls it when it
+// becomes a shard's owner: while another replica owned the shard, that one
+// raised maxima this cache never saw. Reads in flight when it runs are not
+// cached afterwards (the epoch moves).
+func (s *Store) Forget(match func(resource string) bool) { s.cache.forget(match) }
 
 // Resources returns how many resources with a maximum above 0 this process
 // holds in memory now.

@@ -312,3 +312,30 @@ func TestRaiseBatchWithinRequestBytes(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d raises of 6 KiB names in %d Txns", raisers, s.raises.txns)
 }
+
+// A maximum another process raised while this one did not own the resource
+// is seen once this one forgets it (a replica that becomes a shard's owner);
+// before, the cache answers the old value. Forget of other resources keeps
+// them cached.
+func TestForget(t *testing.T) {
+	c := etcdtest.Start(t)
+	a, b := open(t, c, Options{}), open(t, c, Options{})
+	for _, r := range []string{"mine/x", "other/y"} {
+		if _, err := a.Raise(r, 5); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Raise(r, 9); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, _ := a.Max("mine/x"); m != 5 {
+		t.Fatalf("Max before Forget = %d, want the cached 5 (else this test shows nothing)", m)
+	}
+	a.Forget(func(r string) bool { return strings.HasPrefix(r, "mine/") })
+	if m, err := a.Max("mine/x"); err != nil || m != 9 {
+		t.Fatalf("Max after Forget = %d, %v; want 9", m, err)
+	}
+	if m, _ := a.Max("other/y"); m != 5 {
+		t.Fatalf("Max of a resource not forgotten = %d, want the cached 5", m)
+	}
+}

@@ -535,6 +535,52 @@ func (b *Barrier) WaitIdle(ctx context.Context) error {
 	}
 }
 
+// WaitIdleWhere is WaitIdle for the resources that match reports: it
+// returns once none of them has an admitted write unfinished (abandoned ones
+// through their abandon grace), or ctx's error. It polls every poll (10ms
+// when 0), calling match under the barrier's locks: keep it cheap. For a
+// handover of part of the resources (cluster mode), once no new write on
+// them can be admitted.
+func (b *Barrier) WaitIdleWhere(ctx context.Context, match func(resource string) bool, poll time.Duration) error {
+	if poll <= 0 {
+		poll = 10 * time.Millisecond
+	}
+	for {
+		if !b.busy(match) {
+			return nil
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// busy reports whether a resource that match reports has an unfinished write.
+func (b *Barrier) busy(match func(resource string) bool) bool {
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		for resource, st := range sh.resources {
+			if !match(resource) {
+				continue
+			}
+			st.mu.Lock()
+			n := len(st.inflight)
+			st.mu.Unlock()
+			if n > 0 {
+				sh.mu.Unlock()
+				return true
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return false
+}
+
 // InFlight returns the number of admitted, unfinished writes on resource.
 func (b *Barrier) InFlight(resource string) int {
 	sh := b.shard(resource)

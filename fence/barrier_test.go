@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -688,6 +689,35 @@ func TestStartGraceOutlastsChanges(t *testing.T) {
 		removed, err := b2.Reset(context.Background(), "old", func() (uint64, error) { return s.Reset("old") })
 		if removed != 5 || err != nil || time.Since(start) != grace {
 			t.Fatalf("Reset after an unclean start: %d, %v after %s; want 5 after the %s grace", removed, err, time.Since(start), grace)
+		}
+	})
+}
+
+// WaitIdleWhere waits for the matching resources only, abandoned writes
+// through their abandon grace included, and not for the others.
+func TestWaitIdleWhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const grace = 5 * time.Second
+		b := newBarrier(t, open(t, memstore.Options{}), fence.Options{AbandonGrace: grace})
+		inA := func(r string) bool { return strings.HasPrefix(r, "a/") }
+		up := &fence.Upload{}
+		relA := mustAdmit(t, b, "a/1", 5, up)
+		relB := mustAdmit(t, b, "b/1", 5, nil)
+		defer relB()
+		up.Send()
+		up.Abandon()
+		start := time.Now()
+		relA()
+		if err := b.WaitIdleWhere(context.Background(), inA, 0); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited < grace {
+			t.Fatalf("WaitIdleWhere returned after %s, inside the abandon grace of a matching write (%s)", waited, grace)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := b.WaitIdleWhere(ctx, func(r string) bool { return !inA(r) }, 0); err == nil {
+			t.Fatal("WaitIdleWhere returned nil with a matching write in flight")
 		}
 	})
 }

@@ -151,6 +151,9 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonDrainTimeout, "Smaller-token writes still in flight"
 		pb.Detail = "writes with smaller tokens on this resource did not finish within the drain timeout; nothing was forwarded, retry later"
 		level = slog.LevelWarn
+	case errors.Is(err, ErrShardUnavailable):
+		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonShardUnavailable, "Shard unavailable"
+		level = slog.LevelWarn
 	case errors.Is(err, fence.ErrStore):
 		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonStoreError, "Fencing store unavailable"
 		pb.Detail = "the maximum could not be read or made durable; nothing was forwarded"

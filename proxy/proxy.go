@@ -101,6 +101,45 @@ type Options struct {
 	// Transport sends requests to the backend. nil: package upstream's
 	// client, built from the timeouts, UpstreamCAs and UpstreamFastPath.
 	Transport http.RoundTripper
+
+	// Owner, in cluster mode, decides where the barrier of a fenced write's
+	// resources runs. It is called once the write is resolved and
+	// authenticated, before the barrier and before its body is read (but a
+	// DeleteObjects's, whose keys are its resources). It returns this
+	// replica's Ownership, or one with Forward set (another replica owns the
+	// resources: the request goes to it whole), or an error: the write is
+	// refused, with 503 shard_unavailable when it wraps ErrShardUnavailable.
+	// nil: this process owns every resource (one process).
+	Owner func(r *http.Request, resources []string) (Ownership, error)
+}
+
+// ErrShardUnavailable is wrapped by Options.Owner's errors when no replica
+// may admit the write now (503 shard_unavailable, with Retry-After).
+var ErrShardUnavailable = errors.New("no replica may admit writes of this resource's shard now")
+
+// errOwnershipEnded: this replica's ownership of the write's shard ended
+// (its validity passed, the shard was lost) while the body was still
+// being sent; it was cut off before its end (503 shard_unavailable).
+var errOwnershipEnded = fmt.Errorf("%w: this replica's ownership of the shard ended while the body was being sent; the upload was cut off", ErrShardUnavailable)
+
+// Ownership is what Options.Owner grants one fenced write.
+type Ownership struct {
+	// Forward, when set, sends the request whole to the replica that owns
+	// its resources and writes that replica's answer; the other fields are
+	// then unused.
+	Forward http.Handler
+	// Context bounds the upstream exchange instead of the client's context
+	// (which a forwarded write never follows): cancelled when the ownership
+	// ends. nil: none.
+	Context context.Context
+	// Valid reports whether the ownership still holds. It is checked before
+	// every read of the body and before its last bytes are handed over, so
+	// that a replica that stalled past its validity never completes an
+	// upload. nil: always.
+	Valid func() bool
+	// Done is called once when the write is over: refused, or forwarded and
+	// answered or abandoned. nil: none.
+	Done func()
 }
 
 // OptionsFrom returns the options that cfg sets, field for field; the rest
@@ -265,7 +304,8 @@ type exchange struct {
 	rawBody io.Reader
 	keyID   string // S3 gateway mode: the verified access key id, for logs
 
-	admitted bool         // the barrier admitted the write: finish and the release run after forwarding
+	owner    context.Context // cluster mode: Ownership.Context, nil otherwise
+	admitted bool            // the barrier admitted the write: finish and the release run after forwarding
 	up       fence.Upload // the body as the barrier sees it
 	in       clientBody   // r.Body's wrapper for the upstream client, when it has a body
 	body     uploadBody   // in's wrapper when hasBody
@@ -343,6 +383,23 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.observe {
 		p.observeWrite(ex, err)
 		return
+	}
+
+	// Cluster mode: the barrier of these resources runs in their shard's
+	// owner, which may be another replica.
+	if err == nil && p.opts.Owner != nil {
+		var own Ownership
+		if own, err = p.opts.Owner(ex.r, ex.resources); err == nil {
+			if own.Forward != nil {
+				p.toOwner(ex, own.Forward)
+				return
+			}
+			if own.Done != nil {
+				defer own.Done()
+			}
+			ex.owner = own.Context
+			ex.body.valid = own.Valid
+		}
 	}
 
 	// An abort of a multipart upload by the token that created it applies no
@@ -597,6 +654,9 @@ func (p *Proxy) forward(ex *exchange) {
 		// client gone mid-upload still ends the exchange, since its body can
 		// no longer be read.
 		ctx = context.WithoutCancel(ctx)
+		if ex.owner != nil {
+			ctx = ex.owner
+		}
 		if replayable(r) {
 			// net/http's Transport silently sends such a request again when a
 			// reused connection fails after sending it; the first copy may
@@ -614,6 +674,17 @@ func (p *Proxy) forward(ex *exchange) {
 		out.Body = &ex.in
 	}
 	p.rp.ServeHTTP(ex.w, out)
+}
+
+// toOwner hands the write to the replica that owns its resources, with the
+// body as the client sent it (a signed stream undecoded).
+func (p *Proxy) toOwner(ex *exchange, forward http.Handler) {
+	r := ex.r
+	if ex.rawBody != nil {
+		r.Body = io.NopCloser(ex.rawBody) // the original is the server's to close
+	}
+	p.opts.Metrics.decision("to_owner")
+	forward.ServeHTTP(ex.w, r)
 }
 
 // hasBody reports a request body that may hold bytes.
@@ -814,6 +885,14 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 		ex.w.Header().Set(wire.HeaderCurrentToken, pb.CurrentToken)
 		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off by a larger token", append(attrs,
 			slog.Int("status", pb.Status), slog.String("current_token", pb.CurrentToken))...)
+	case errOwnershipEnded:
+		p.opts.Metrics.upstreamError("ownership_ended")
+		pb, _ = p.problemFor(why)
+		pb.Token = ex.tokenText
+		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
+		ex.w.Header().Set("Retry-After", "1")
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upload cut off: this replica's ownership of the shard ended", append(attrs,
+			slog.Int("status", pb.Status))...)
 	case errUploadIdle:
 		p.opts.Metrics.upstreamError("upload_timeout")
 		pb = wire.Problem{Status: http.StatusRequestTimeout, Title: "Request body timeout",

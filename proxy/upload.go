@@ -39,6 +39,9 @@ type uploadBody struct {
 	// held: the upstream client reads the body ahead and sends it later
 	// (upstream.HeldBody); its end counts as sent only at Send.
 	held bool
+	// valid, in cluster mode, reports whether this replica still owns the
+	// write's shard (Ownership.Valid); nil: always.
+	valid func() bool
 
 	// Read runs on the upstream client's goroutine, which may still be
 	// reading when the exchange has already failed for another reason.
@@ -60,6 +63,9 @@ func (b *uploadBody) Hold() { b.held = true }
 // a larger token cut it off meanwhile (errUploadCut: nothing is sent). From
 // here on a backend may apply it.
 func (b *uploadBody) Send() error {
+	if b.valid != nil && !b.valid() {
+		return b.stop(errOwnershipEnded)
+	}
 	if !b.up.Send() {
 		return b.stop(errUploadCut)
 	}
@@ -78,6 +84,9 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	if b.up.State() == fence.Cut {
 		return 0, b.stop(errUploadCut)
 	}
+	if b.valid != nil && !b.valid() {
+		return 0, b.stop(errOwnershipEnded)
+	}
 	n, err := b.body.Read(p)
 	if b.remaining > 0 {
 		b.remaining -= int64(n)
@@ -93,7 +102,11 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 		return 0, b.stop(err)
 	case err == io.EOF || b.remaining == 0:
 		// These bytes complete the body: once handed over, a backend may
-		// apply it. A held body is sent later, at Send.
+		// apply it. A held body is sent later, at Send. A replica that
+		// stalled on the read past its ownership hands nothing over.
+		if !b.held && b.valid != nil && !b.valid() {
+			return 0, b.stop(errOwnershipEnded)
+		}
 		if !b.held && !b.up.Send() {
 			return 0, b.stop(errUploadCut)
 		}

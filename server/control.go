@@ -6,13 +6,22 @@ import (
 	"sync/atomic"
 
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
-// readiness is the store as seen by /readyz: not ready once a stop begins.
+// readiness is the store as seen by /readyz: not ready once a stop begins,
+// nor in cluster mode while the replica's etcd lease is unconfirmed.
 type readiness struct {
-	*tokenstore.Store
+	store
+	cluster  func() error // nil: one process
 	draining atomic.Bool
+}
+
+// store is what /readyz and the fence calls read.
+type store interface {
+	Ready() error
+	Max(resource string) (uint64, error)
+	List(prefix, after string, limit int) ([]fence.Record, error)
+	Reset(resource string) (uint64, error)
 }
 
 var errDraining = errors.New("shutting down")
@@ -21,14 +30,20 @@ func (r *readiness) Ready() error {
 	if r.draining.Load() {
 		return errDraining
 	}
-	return r.Store.Ready()
+	if err := r.store.Ready(); err != nil {
+		return err
+	}
+	if r.cluster != nil {
+		return r.cluster()
+	}
+	return nil
 }
 
 // adminFences is the admin API's view of the fences: listed from the store,
 // raised and reset through the fence barrier, so an operator's raise cuts
 // off and drains the smaller-token writes in flight like a write's raise.
 type adminFences struct {
-	store *tokenstore.Store
+	store store
 	fence *fence.Barrier
 }
 

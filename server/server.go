@@ -19,9 +19,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
+	"github.com/fenceproxy/fenceproxy/etcdstore"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/internal/buildinfo"
 	"github.com/fenceproxy/fenceproxy/lease"
@@ -61,6 +63,21 @@ type Options struct {
 type Addrs struct {
 	Proxy   string // the proxy listener (FENCEPROXY_LISTEN)
 	Control string // the control listener (FENCEPROXY_CONTROL_LISTEN)
+	Peer    string // cluster mode: the peer listener (FENCEPROXY_PEER_LISTEN); "" otherwise
+}
+
+// tokenStore is what the server needs of its store: Badger's
+// (tokenstore) or etcd's (etcdstore), which pass one conformance suite.
+type tokenStore interface {
+	fence.Store
+	lease.Store
+	proxy.UploadRecords
+	Ready() error
+	List(prefix, after string, limit int) ([]fence.Record, error)
+	Reset(resource string) (uint64, error)
+	Resources() int
+	ReleaseOpenSnapshot()
+	Close() error
 }
 
 // Server is one fenceproxy. Build it with New, then Run it (its stop ends
@@ -70,12 +87,16 @@ type Server struct {
 	log        *slog.Logger
 	proxyLn    net.Listener
 	controlLn  net.Listener
-	store      *tokenstore.Store
+	store      tokenStore
+	badger     *tokenstore.Store // the embedded store, nil in cluster mode: it keeps the clean-stop mark
+	cluster    *cluster          // cluster mode (FENCEPROXY_STORE=etcd), nil otherwise
 	barrier    *fence.Barrier
 	leases     *lease.Manager
 	ready      *readiness
 	proxySrv   *http.Server
 	controlSrv *http.Server
+	peerLn     net.Listener // cluster mode only
+	peerSrv    *http.Server // cluster mode only
 
 	snapshotTimer *time.Timer     // releases the store's open snapshot after the start-up grace
 	watchCtx      context.Context // the lease watcher's, ended by stopWatch
@@ -135,21 +156,50 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	undo = append(undo, func() { s.controlLn.Close() })
 
-	store, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log, MinFreeSpace: uint64(cfg.MinFreeSpace), CacheBytes: int64(cfg.CacheSize)})
-	if err != nil {
-		return nil, fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
+	var cleanStart, newStore bool
+	var store tokenStore
+	var etcdCfg clientv3.Config
+	var etcdRequests prometheus.Histogram
+	if cfg.Store == "etcd" {
+		if s.peerLn, err = net.Listen("tcp", cfg.PeerListen); err != nil {
+			return nil, fmt.Errorf("FENCEPROXY_PEER_LISTEN: %w", err)
+		}
+		undo = append(undo, func() { s.peerLn.Close() })
+		if etcdCfg, err = etcdClientConfig(cfg); err != nil {
+			return nil, err
+		}
+		etcdRequests = prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fenceproxy_etcd_request_seconds",
+			Help:    "Duration of the store's requests to etcd (Gets and Txns: raises, group-committed, lease updates, upload records), failed ones included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		})
+		es, err := etcdstore.Open(etcdCfg, etcdstore.Options{Prefix: cfg.EtcdPrefix, CacheBytes: int64(cfg.CacheSize),
+			MaxTxnOps: cfg.EtcdMaxTxnOps, ObserveRequest: func(d time.Duration) { etcdRequests.Observe(d.Seconds()) }})
+		if err != nil {
+			return nil, fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w", err)
+		}
+		store = es
+		undo = append(undo, func() { closeStore(es, storeCloseTimeout, log) })
+		// No clean-stop mark and no start-up grace: a shard's new owner
+		// waits out the lock-delay after an unclean loss instead.
+		cleanStart = true
+	} else {
+		ts, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log, MinFreeSpace: uint64(cfg.MinFreeSpace), CacheBytes: int64(cfg.CacheSize)})
+		if err != nil {
+			return nil, fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
+		}
+		store, s.badger = ts, ts
+		undo = append(undo, func() { closeStore(ts, storeCloseTimeout, log) })
+		// Taken (removed durably) before any write is forwarded: a crash of this
+		// process must never pass for a clean stop.
+		if cleanStart, err = ts.TakeCleanStop(); err != nil {
+			return nil, fmt.Errorf("FENCEPROXY_DATA_DIR: %w", err)
+		}
+		// A store without records is new (or was never written through): no
+		// earlier write can be in flight, so a missing mark is no crash.
+		newStore = ts.EmptyAtOpen()
 	}
 	s.store = store
-	undo = append(undo, func() { closeStore(store, storeCloseTimeout, log) })
-	// Taken (removed durably) before any write is forwarded: a crash of this
-	// process must never pass for a clean stop.
-	cleanStart, err := store.TakeCleanStop()
-	if err != nil {
-		return nil, fmt.Errorf("FENCEPROXY_DATA_DIR: %w", err)
-	}
-	// A store without records is new (or was never written through): no
-	// earlier write can be in flight, so a missing mark is no crash.
-	newStore := store.EmptyAtOpen()
 
 	metrics := prometheus.NewRegistry()
 	proxyMetrics := proxy.NewMetrics(metrics)
@@ -206,6 +256,11 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	if cfg.Store == "etcd" {
+		s.cluster = newCluster(cfg, store.(*etcdstore.Store), s.barrier, log)
+		popts.Owner = s.cluster.proxyOwner
+		metrics.MustRegister(s.cluster, s.cluster.forwards, etcdRequests)
+	}
 	p, err := proxy.New(s.barrier, popts)
 	if err != nil {
 		return nil, err
@@ -218,7 +273,10 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	// the read view would only keep old versions alive.
 	s.snapshotTimer = time.AfterFunc(fopts.StartGrace, store.ReleaseOpenSnapshot)
 
-	s.ready = &readiness{Store: store}
+	s.ready = &readiness{store: store}
+	if s.cluster != nil {
+		s.ready.cluster = s.cluster.ready
+	}
 	lopts := leaseOptionsFrom(cfg)
 	lopts.Logger = log
 	s.leases = lease.NewManager(store, s.barrier, lopts)
@@ -234,20 +292,39 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          errorLog,
 	}
+	copts := control.Options{
+		Leases:        s.leases,
+		Metrics:       metrics,
+		Warning:       warning,
+		LeaseToken:    cfg.LeaseToken,
+		ResourceDepth: cfg.ResourceDepth,
+		Admin:         adminFences{store: store, fence: s.barrier},
+		AdminToken:    cfg.AdminToken,
+		Signer:        signer,
+	}
+	if s.cluster != nil {
+		copts.Owner = s.cluster.controlOwner
+	}
+	controlHandler := control.Handler(s.ready, log, copts)
 	s.controlSrv = &http.Server{
-		Handler: control.Handler(s.ready, log, control.Options{
-			Leases:        s.leases,
-			Metrics:       metrics,
-			Warning:       warning,
-			LeaseToken:    cfg.LeaseToken,
-			ResourceDepth: cfg.ResourceDepth,
-			Admin:         adminFences{store: store, fence: s.barrier},
-			AdminToken:    cfg.AdminToken,
-			Signer:        signer,
-		}),
+		Handler:           controlHandler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          errorLog,
+	}
+	if s.cluster != nil {
+		s.peerSrv = &http.Server{
+			Handler:           s.cluster.peerHandler(p, controlHandler),
+			ReadHeaderTimeout: readHeaderTimeout,
+			IdleTimeout:       idleTimeout,
+			MaxHeaderBytes:    maxHeaderBytes + 4<<10, // the peer headers on top of the client's
+			ErrorLog:          errorLog,
+		}
+		// Last: from here on this replica takes its share of the shards.
+		if err := s.cluster.start(etcdCfg); err != nil {
+			return nil, err
+		}
+		undo = append(undo, func() { s.cluster.stop(context.Background(), true) })
 	}
 
 	log.Info("fenceproxy started",
@@ -267,7 +344,13 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
 		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
 		"s3", cfg.S3, "s3_domains", cfg.S3Domains, "s3_bucket_writes", cfg.S3BucketWrites,
-		"min_free_space", cfg.MinFreeSpace.String(), "cache_size", cfg.CacheSize.String(), "clean_start", cleanStart, "new_store", newStore)
+		"min_free_space", cfg.MinFreeSpace.String(), "cache_size", cfg.CacheSize.String(), "clean_start", cleanStart, "new_store", newStore,
+		"store", cfg.Store)
+	if s.cluster != nil {
+		log.Info("cluster mode", "etcd_endpoints", cfg.EtcdEndpoints, "etcd_prefix", cfg.EtcdPrefix, "etcd_tls", cfg.EtcdCAFile != "" || cfg.EtcdCertFile != "",
+			"etcd_user", cfg.EtcdUsername, "shards", cfg.Shards, "replica_id", cfg.ReplicaID, "peer_listen", s.peerLn.Addr().String(),
+			"peer_advertise", cfg.PeerAdvertise, "shard_ttl", cfg.ShardTTL.String(), "lock_delay", cfg.LockDelay.String())
+	}
 	return s, nil
 }
 
@@ -312,7 +395,11 @@ func leaseOptionsFrom(cfg config.Config) lease.Options {
 
 // Addrs returns the bound listener addresses.
 func (s *Server) Addrs() Addrs {
-	return Addrs{Proxy: s.proxyLn.Addr().String(), Control: s.controlLn.Addr().String()}
+	a := Addrs{Proxy: s.proxyLn.Addr().String(), Control: s.controlLn.Addr().String()}
+	if s.peerLn != nil {
+		a.Peer = s.peerLn.Addr().String()
+	}
+	return a
 }
 
 // Run serves both listeners until ctx is done, a listener fails, or Close is
@@ -342,7 +429,10 @@ func (s *Server) Run(ctx context.Context) error {
 		s.leases.Watch(s.watchCtx, leaseWatchInterval)
 	}()
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	if s.peerSrv != nil {
+		go func() { errc <- fmt.Errorf("peer listener: %w", s.peerSrv.Serve(s.peerLn)) }()
+	}
 	go func() {
 		errc <- fmt.Errorf("proxy listener: %w", serveMaybeTLS(s.proxySrv, s.proxyLn, s.cfg.TLSCertFile, s.cfg.TLSKeyFile))
 	}()
@@ -374,7 +464,12 @@ func (s *Server) drain() {
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	s.ready.draining.Store(true)
-	for _, srv := range []*http.Server{s.proxySrv, s.controlSrv} {
+	if s.cluster != nil {
+		// Hand every shard over, drained, while the listeners still take
+		// requests: new ones go to the next owners, and those admit at once.
+		s.cluster.stop(sctx, false)
+	}
+	for _, srv := range s.servers() {
 		if err := srv.Shutdown(sctx); err != nil {
 			s.log.Warn("shutdown timeout passed; closing remaining connections", "error", err.Error())
 			s.unfinished.Store(true)
@@ -415,7 +510,7 @@ func (s *Server) close() error {
 	s.closing = true
 	s.mu.Unlock()
 	s.ready.draining.Store(true)
-	for _, srv := range []*http.Server{s.proxySrv, s.controlSrv} {
+	for _, srv := range s.servers() {
 		// Shutdown with a done context closes the listeners and idle
 		// connections, and returns the context's error when a request is
 		// still running (or a connection has not sent its first one yet).
@@ -429,19 +524,36 @@ func (s *Server) close() error {
 	// Serve closes them, but Run may never have served.
 	s.proxyLn.Close()
 	s.controlLn.Close()
+	if s.peerLn != nil {
+		s.peerLn.Close()
+	}
+	if s.cluster != nil {
+		// Requests were cut above; their shards' contexts end with it.
+		s.cluster.stop(context.Background(), true)
+	}
 	s.stopWatch()
 	s.background.Wait()
 	s.snapshotTimer.Stop()
 
 	clean := s.cfg.Mode != "observe" && !s.unfinished.Load() && s.idle()
-	if clean {
-		if err := s.store.MarkCleanStop(); err != nil {
+	if clean && s.badger != nil {
+		if err := s.badger.MarkCleanStop(); err != nil {
 			s.log.Warn("could not mark the stop as clean; the next start waits its start-up grace", "error", err.Error())
 			clean = false
 		}
 	}
 	s.log.Info("fenceproxy stopped", "clean_stop", clean)
 	return closeStore(s.store, storeCloseTimeout, s.log)
+}
+
+// servers are the HTTP servers, in the order they stop: the proxy first,
+// the control listener (its /readyz) last but the peer listener, which
+// serves writes forwarded from replicas that still see this one as owner.
+func (s *Server) servers() []*http.Server {
+	if s.peerSrv != nil {
+		return []*http.Server{s.proxySrv, s.peerSrv, s.controlSrv}
+	}
+	return []*http.Server{s.proxySrv, s.controlSrv}
 }
 
 // idle reports whether no admitted write is unfinished, without waiting.
@@ -452,7 +564,7 @@ func (s *Server) idle() bool {
 }
 
 // closeStore closes store, giving up after timeout; errors are logged and returned.
-func closeStore(store *tokenstore.Store, timeout time.Duration, log *slog.Logger) error {
+func closeStore(store interface{ Close() error }, timeout time.Duration, log *slog.Logger) error {
 	done := make(chan error, 1)
 	go func() { done <- store.Close() }()
 	select {

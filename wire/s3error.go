@@ -44,6 +44,7 @@ var s3Codes = map[string]string{
 	ReasonJump:         "FencingTokenTooFarAhead",      // 403
 	ReasonDrainTimeout: "FencingDrainTimeout",          // 503 with Retry-After
 	ReasonStoreError:   "ServiceUnavailable",           // 503 with Retry-After
+	ReasonShardUnavailable: "ServiceUnavailable",       // 503 with Retry-After
 	ReasonClientGone:   "RequestCanceled",              // 499, logged; nobody reads it
 	ReasonInternal:     "InternalError",                // 500
 }

@@ -53,6 +53,10 @@ const (
 	ReasonJump         = "jump"          // 403: the token jumps too far above the maximum
 	ReasonDrainTimeout = "drain_timeout" // 503: smaller-token writes still in flight
 	ReasonStoreError   = "store_error"   // 503: the maximum could not be read or made durable
+	// ReasonShardUnavailable, 503 (cluster mode): no replica may admit writes of
+	// the resource's shard now (a new owner's lock-delay, an owner cut off from
+	// etcd, a handover), or the write's resources have different owners.
+	ReasonShardUnavailable = "shard_unavailable"
 	ReasonClientGone   = "client_gone"   // 499 (logged): the client went away while waiting
 	ReasonInternal     = "internal"      // 500
 )

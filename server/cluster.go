@@ -1,0 +1,524 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/control"
+	"github.com/fenceproxy/fenceproxy/etcdstore"
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/shard"
+	"github.com/fenceproxy/fenceproxy/wire"
+)
+
+// Headers of a request forwarded to the owner over the peer listener. The
+// owner removes both before its handlers see the request.
+const (
+	// headerPeerSecret carries FENCEPROXY_PEER_SECRET.
+	headerPeerSecret = "Fenceproxy-Peer-Secret"
+	// headerPeerTarget names the owner's handler: "proxy" or "control".
+	headerPeerTarget = "Fenceproxy-Peer-Target"
+)
+
+// drainPoll is how often a handover looks whether a shard's writes are done.
+const drainPoll = 5 * time.Millisecond
+
+// fromPeerKey marks the context of a request that came over the peer
+// listener: it is never forwarded again.
+type fromPeerKey struct{}
+
+// cluster is this replica's part in cluster mode (FENCEPROXY_STORE=etcd):
+// the shard ownership, the count of writes per shard that a handover drains,
+// and the forwarding to a shard's owner over the peer listener. See
+// docs/CLUSTER.md.
+type cluster struct {
+	cfg     config.Config
+	log     *slog.Logger
+	store   *etcdstore.Store
+	barrier *fence.Barrier
+	owner   *shard.Owner     // set by start
+	cli     *clientv3.Client // the ownership's own etcd client
+
+	// inflight counts, per shard, the writes and named control calls that
+	// entered before their ownership check and have not ended: a handover
+	// waits for it, so a request that passed the check is never missed.
+	inflight []atomic.Int64
+	// forgotten holds, per shard, the ownership epoch for which the
+	// store's cached maxima of the shard were dropped: what another owner
+	// raised meanwhile is read from etcd.
+	forgotten []atomic.Int64
+	forgetMu  sync.Mutex
+
+	peer    *httputil.ReverseProxy
+	peerLn  net.Listener
+	peerSrv *http.Server
+
+	forwards *prometheus.CounterVec // by result
+	stopOnce sync.Once
+}
+
+// newCluster opens nothing: it prepares the forwarding and the counts.
+func newCluster(cfg config.Config, store *etcdstore.Store, barrier *fence.Barrier, log *slog.Logger) *cluster {
+	c := &cluster{
+		cfg: cfg, log: log, store: store, barrier: barrier,
+		inflight:  make([]atomic.Int64, cfg.Shards),
+		forgotten: make([]atomic.Int64, cfg.Shards),
+		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_peer_forwards_total",
+			Help: "Requests forwarded to the replica that owns their shard, by result: ok (an answer came back), unreachable (not sent: 503), failed (sent, no answer: 502).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"ok", "unreachable", "failed"} {
+		c.forwards.WithLabelValues(r)
+	}
+	c.peer = &httputil.ReverseProxy{
+		Rewrite:       c.rewrite,
+		Transport:     peerTransport(cfg.UpstreamDialTimeout),
+		FlushInterval: -1,
+		ErrorHandler:  c.forwardError,
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ModifyResponse: func(*http.Response) error {
+			c.forwards.WithLabelValues("ok").Inc()
+			return nil
+		},
+	}
+	return c
+}
+
+// peerTransport sends forwarded requests: no proxy from the environment, no
+// compression added, connections kept for reuse.
+func peerTransport(dial time.Duration) *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+		ExpectContinueTimeout: 0, // the client's own Expect is passed on; the owner answers it
+	}
+}
+
+// start connects the shard ownership to etcd (a client of its own, so that
+// keepalives never queue behind the store's transactions) and starts
+// acquiring this replica's share. Errors: etcd unreachable, the shard count
+// stored differs (naming both), the options.
+func (c *cluster) start(clientCfg clientv3.Config) error {
+	cli, err := clientv3.New(clientCfg)
+	if err != nil {
+		return fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w", err)
+	}
+	o, err := shard.Start(context.Background(), cli, shard.Options{
+		Prefix:       c.cfg.EtcdPrefix,
+		Shards:       c.cfg.Shards,
+		ID:           c.cfg.ReplicaID,
+		Advertise:    c.cfg.PeerAdvertise,
+		TTL:          c.cfg.ShardTTL,
+		LockDelay:    c.cfg.LockDelay,
+		DrainTimeout: c.cfg.ShutdownTimeout,
+		OnAcquire: func(n int, admitAfter time.Time) {
+			c.log.Info("shard acquired", "shard", n, "admit_after", admitAfter.UTC().Format(time.RFC3339Nano))
+		},
+		OnLoss: func(n int) { c.log.Info("shard no longer admitted here", "shard", n) },
+		Drain:  c.drain,
+		Logger: c.log,
+	})
+	if err != nil {
+		cli.Close()
+		if errors.Is(err, shard.ErrShardCount) {
+			return fmt.Errorf("FENCEPROXY_SHARDS: %w", err)
+		}
+		return fmt.Errorf("cluster: %w", err)
+	}
+	c.owner, c.cli = o, cli
+	return nil
+}
+
+// stop hands this replica's shards over and leaves the cluster, once:
+// drained with the "released" marker (the next owners admit at once) within
+// ctx, or, with now or after ctx, dropped with the lease (the next owners
+// wait the TTL plus the lock-delay). It closes the ownership's etcd client.
+func (c *cluster) stop(ctx context.Context, now bool) {
+	c.stopOnce.Do(func() {
+		if c.owner == nil {
+			return
+		}
+		if now {
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			ctx = done
+		}
+		start := time.Now()
+		err := c.owner.Close(ctx)
+		st := c.owner.Stats()
+		if err != nil {
+			c.log.Warn("left the cluster without handing every shard over; their next owners wait the lock-delay",
+				"error", err.Error(), "released_planned", st.ReleasedPlanned, "released_undrained", st.ReleasedUndrained)
+		} else {
+			c.log.Info("left the cluster: every shard handed over", "took", time.Since(start).Round(time.Millisecond).String(),
+				"released_planned", st.ReleasedPlanned, "released_undrained", st.ReleasedUndrained)
+		}
+		c.cli.Close()
+	})
+}
+
+// shardOf is the shard of resource.
+func (c *cluster) shardOf(resource string) int { return shard.Of(resource, c.cfg.Shards) }
+
+// drain is shard.Options.Drain: it returns once no write or named control
+// call of shard n that passed its ownership check is running, and no write
+// on the shard's resources is unfinished in the barrier (abandoned ones
+// through their abandon grace).
+func (c *cluster) drain(ctx context.Context, n int) error {
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for c.inflight[n].Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d requests of shard %d still running: %w", c.inflight[n].Load(), n, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return c.barrier.WaitIdleWhere(ctx, func(r string) bool { return c.shardOf(r) == n }, drainPoll)
+}
+
+// placement is where the requests on a set of shards go.
+type placement struct {
+	shards  []int
+	local   bool // this replica may admit them all now
+	grants  []shard.Grant
+	forward shard.Member // local false: the owner of them all, when there is one
+	why     string       // neither: why no replica may take them now
+}
+
+// enter counts the request in flight on its shards and then decides where it
+// goes: the count comes first, so that a handover that starts after the
+// ownership check waits for the request. The counts are taken back unless
+// the route is local; then leave must be called.
+func (c *cluster) enter(r *http.Request, names []string) placement {
+	rt := placement{shards: make([]int, 0, 1)}
+	for _, name := range names {
+		if n := c.shardOf(name); !slices.Contains(rt.shards, n) {
+			rt.shards = append(rt.shards, n)
+		}
+	}
+	for _, n := range rt.shards {
+		c.inflight[n].Add(1)
+	}
+	rt.local = true
+	for _, n := range rt.shards {
+		g, ok := c.owner.MayAdmit(n)
+		if !ok {
+			rt.local = false
+			break
+		}
+		rt.grants = append(rt.grants, g)
+	}
+	if rt.local {
+		c.forgetOnce(rt.grants)
+		return rt
+	}
+	c.leave(rt)
+	rt.grants = nil
+	held := false
+	var owners []shard.Member
+	for _, n := range rt.shards {
+		if _, ok := c.owner.State(n); ok {
+			held = true
+		}
+		m, ok := c.owner.OwnerOf(n)
+		if !ok {
+			rt.why = fmt.Sprintf("shard %d has no owner now (a replica is taking it over)", n)
+			return rt
+		}
+		if !slices.Contains(owners, m) {
+			owners = append(owners, m)
+		}
+	}
+	switch {
+	case held:
+		rt.why = fmt.Sprintf("this replica owns shard %d but may not admit its writes now (waiting out the lock-delay after an unclean handover, handing it over, or cut off from etcd)", rt.shards[0])
+	case len(owners) > 1:
+		rt.why = fmt.Sprintf("the request touches %d shards owned by different replicas; cluster mode fences a request in one replica (RESOURCE_DEPTH can put related keys in one resource)", len(rt.shards))
+	case owners[0].ID == c.cfg.ReplicaID:
+		rt.why = "etcd names this replica the owner, but it does not hold the shard (its view is catching up)"
+	case r.Context().Value(fromPeerKey{}) != nil:
+		rt.why = "forwarded by another replica, but this one no longer owns the shard (it moved)"
+	default:
+		rt.forward = owners[0]
+	}
+	return rt
+}
+
+// leave ends what enter counted.
+func (c *cluster) leave(rt placement) {
+	for _, n := range rt.shards {
+		c.inflight[n].Add(-1)
+	}
+}
+
+// forgetOnce drops the store's cached maxima of each granted shard once per
+// ownership epoch, before the first request of that ownership reads them.
+func (c *cluster) forgetOnce(grants []shard.Grant) {
+	for _, g := range grants {
+		if c.forgotten[g.Shard].Load() == g.Epoch {
+			continue
+		}
+		c.forgetMu.Lock()
+		if c.forgotten[g.Shard].Load() != g.Epoch {
+			n := g.Shard
+			c.store.Forget(func(r string) bool { return c.shardOf(r) == n })
+			c.forgotten[n].Store(g.Epoch)
+		}
+		c.forgetMu.Unlock()
+	}
+}
+
+// valid reports whether this replica still holds every grant, its validity
+// not passed. Cheap: atomic loads and one clock read.
+func (c *cluster) valid(grants []shard.Grant) bool {
+	now := time.Now()
+	for _, g := range grants {
+		cur, ok := c.owner.State(g.Shard)
+		if !ok || cur.Epoch != g.Epoch || !now.Before(cur.ValidUntil) {
+			return false
+		}
+	}
+	return true
+}
+
+// proxyOwner is proxy.Options.Owner.
+func (c *cluster) proxyOwner(r *http.Request, resources []string) (proxy.Ownership, error) {
+	rt := c.enter(r, resources)
+	switch {
+	case rt.local:
+	case rt.forward.Addr != "":
+		return proxy.Ownership{Forward: c.forwardTo(rt.forward, "proxy")}, nil
+	default:
+		return proxy.Ownership{}, fmt.Errorf("%w: %s", proxy.ErrShardUnavailable, rt.why)
+	}
+	// The upstream exchange follows the ownership, never the client.
+	ctx, cancel := context.Context(context.WithoutCancel(r.Context())), context.CancelFunc(func() {})
+	var cancels []context.CancelFunc
+	for _, n := range rt.shards {
+		sctx, scancel, err := c.owner.Context(ctx, n)
+		if err != nil {
+			for _, f := range cancels {
+				f()
+			}
+			cancel()
+			c.leave(rt)
+			return proxy.Ownership{}, fmt.Errorf("%w: %v", proxy.ErrShardUnavailable, err)
+		}
+		ctx = sctx
+		cancels = append(cancels, scancel)
+	}
+	grants := rt.grants
+	return proxy.Ownership{
+		Context: ctx,
+		Valid:   func() bool { return c.valid(grants) },
+		Done: func() {
+			for _, f := range cancels {
+				f()
+			}
+			cancel()
+			c.leave(rt)
+		},
+	}, nil
+}
+
+// controlOwner is control.Options.Owner.
+func (c *cluster) controlOwner(r *http.Request, name string) (func(), http.Handler, error) {
+	rt := c.enter(r, []string{name})
+	switch {
+	case rt.local:
+		return func() { c.leave(rt) }, nil, nil
+	case rt.forward.Addr != "":
+		return nil, c.forwardTo(rt.forward, "control"), nil
+	default:
+		return nil, nil, fmt.Errorf("%w: %s", control.ErrShardUnavailable, rt.why)
+	}
+}
+
+type peerAddrKey struct{}
+type peerTargetKey struct{}
+
+// forwardTo returns the handler that sends a request whole to the owner m's
+// handler target ("proxy" or "control").
+func (c *cluster) forwardTo(m shard.Member, target string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := context.WithValue(context.WithValue(r.Context(), peerAddrKey{}, m.Addr), peerTargetKey{}, target)
+		c.peer.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// rewrite is the forwarding's Rewrite: the request as the client sent it
+// (Host, the path's bytes, query, headers, X-Forwarded-* included), to the
+// owner's peer address, with the peer secret and the target handler.
+func (c *cluster) rewrite(pr *httputil.ProxyRequest) {
+	in, out := pr.In, pr.Out
+	out.URL.Scheme, out.URL.Host = "http", in.Context().Value(peerAddrKey{}).(string)
+	out.Host = in.Host
+	// The target's bytes as received: a re-encoded path could name another
+	// resource or break a signature over it.
+	if raw, _, _ := strings.Cut(in.RequestURI, "?"); strings.HasPrefix(raw, "/") && !strings.HasPrefix(raw, "//") {
+		out.URL.Opaque = raw
+	}
+	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+		if v, ok := in.Header[h]; ok {
+			out.Header[h] = v
+		}
+	}
+	out.Header.Set(headerPeerSecret, c.cfg.PeerSecrets[0])
+	out.Header.Set(headerPeerTarget, in.Context().Value(peerTargetKey{}).(string))
+}
+
+// forwardError answers a forward that failed: 503 shard_unavailable (with
+// Retry-After) when the owner could not be reached, so nothing was sent;
+// 502 when the request was sent and no answer came (its outcome unknown).
+func (c *cluster) forwardError(w http.ResponseWriter, r *http.Request, err error) {
+	addr, _ := r.Context().Value(peerAddrKey{}).(string)
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		c.forwards.WithLabelValues("unreachable").Inc()
+		c.log.Warn("owner replica unreachable", "peer", addr, "method", r.Method, "error", err.Error())
+		w.Header().Set("Retry-After", "1")
+		c.writeProblem(w, r, wire.Problem{Status: http.StatusServiceUnavailable, Reason: wire.ReasonShardUnavailable,
+			Title: "Shard unavailable", Detail: "the replica that owns this resource's shard could not be reached; nothing was forwarded"})
+		return
+	}
+	if r.Context().Err() != nil {
+		return // the client went away
+	}
+	c.forwards.WithLabelValues("failed").Inc()
+	c.log.Warn("forward to the owner replica failed", "peer", addr, "method", r.Method, "error", err.Error())
+	c.writeProblem(w, r, wire.Problem{Status: http.StatusBadGateway, Title: http.StatusText(http.StatusBadGateway),
+		Detail: "the replica that owns this resource's shard did not answer; the write may or may not have been applied"})
+}
+
+// writeProblem answers p as the proxy would: an S3 <Error> in S3 mode on
+// the proxy listener, else a problem.
+func (c *cluster) writeProblem(w http.ResponseWriter, r *http.Request, p wire.Problem) {
+	if c.cfg.S3 != "off" && r.Context().Value(peerTargetKey{}) == "proxy" {
+		wire.WriteS3Error(w, p.Status, wire.S3ErrorOf(p, r.URL.Path))
+		return
+	}
+	wire.WriteProblem(w, p)
+}
+
+// peerHandler serves the peer listener: requests forwarded by other
+// replicas, with the peer secret, to the proxy or the control API.
+func (c *cluster) peerHandler(proxyH, controlH http.Handler) http.Handler {
+	secrets := make([][]byte, len(c.cfg.PeerSecrets))
+	for i, s := range c.cfg.PeerSecrets {
+		secrets[i] = []byte(s)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := []byte(r.Header.Get(headerPeerSecret)), 0
+		for _, s := range secrets {
+			ok |= subtle.ConstantTimeCompare(got, s) // every one compared: no timing of which
+		}
+		if ok != 1 {
+			c.log.Warn("peer request refused: wrong or missing peer secret", "remote", r.RemoteAddr, "method", r.Method)
+			wire.WriteProblem(w, wire.Problem{Status: http.StatusForbidden, Reason: wire.ReasonForbidden, Title: "Forbidden",
+				Detail: "the peer listener serves only other fenceproxy replicas (FENCEPROXY_PEER_SECRET)"})
+			return
+		}
+		target := r.Header.Get(headerPeerTarget)
+		r.Header.Del(headerPeerSecret)
+		r.Header.Del(headerPeerTarget)
+		r = r.WithContext(context.WithValue(r.Context(), fromPeerKey{}, true))
+		switch target {
+		case "proxy":
+			proxyH.ServeHTTP(w, r)
+		case "control":
+			controlH.ServeHTTP(w, r)
+		default:
+			wire.WriteProblem(w, wire.Problem{Status: http.StatusBadRequest, Reason: wire.ReasonBadRequest, Title: "Bad peer request",
+				Detail: "unknown " + headerPeerTarget})
+		}
+	})
+}
+
+// ready is /readyz's cluster part: the replica has confirmed its etcd lease
+// within the shard TTL.
+func (c *cluster) ready() error {
+	if c.owner == nil {
+		return errors.New("cluster: not started")
+	}
+	st := c.owner.Stats()
+	if st.LastKeepAliveSentAt.IsZero() || time.Since(st.LastKeepAliveSentAt) > c.cfg.ShardTTL {
+		return fmt.Errorf("cluster: no confirmed etcd keepalive within FENCEPROXY_SHARD_TTL %s", c.cfg.ShardTTL)
+	}
+	return nil
+}
+
+// Describe and Collect export the shard ownership's counters, read at each
+// scrape.
+func (c *cluster) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+var (
+	descShardsOwned = prometheus.NewDesc("fenceproxy_shards_owned", "Shards this replica holds now (admitting, waiting out a lock-delay or handing over).", nil, nil)
+	descAcquired    = prometheus.NewDesc("fenceproxy_shard_acquisitions_total", "Shards this replica acquired, by kind: planned (the last owner handed it over drained), unclean (its key went without a handover: the lock-delay applies), new (never owned).", []string{"kind"}, nil)
+	descReleased    = prometheus.NewDesc("fenceproxy_shard_releases_total", "Shards this replica handed over, by kind: planned (drained, with the marker), undrained (without it: the next owner waits the lock-delay).", []string{"kind"}, nil)
+	descLost        = prometheus.NewDesc("fenceproxy_shard_losses_total", "Shards this replica lost without a handover (its key or lease went).", nil, nil)
+	descLockWaits   = prometheus.NewDesc("fenceproxy_shard_lock_delay_waits_total", "Unclean acquisitions that had to wait out the TTL plus the lock-delay.", nil, nil)
+	descLockSeconds = prometheus.NewDesc("fenceproxy_shard_lock_delay_seconds_total", "Sum of those waits, in seconds.", nil, nil)
+	descKAFailures  = prometheus.NewDesc("fenceproxy_shard_keepalive_failures_total", "etcd keepalive requests of the ownership lease that failed.", nil, nil)
+	descLapses      = prometheus.NewDesc("fenceproxy_shard_validity_lapses_total", "Times this replica's ownership validity ended (no confirmed keepalive in time): it admitted nothing until the next one.", nil, nil)
+	descMembers     = prometheus.NewDesc("fenceproxy_cluster_members", "Live replicas in this replica's view of etcd.", nil, nil)
+)
+
+func (c *cluster) Collect(ch chan<- prometheus.Metric) {
+	if c.owner == nil {
+		return
+	}
+	st := c.owner.Stats()
+	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
+	ch <- prometheus.MustNewConstMetric(descShardsOwned, gauge, float64(st.Owned))
+	ch <- prometheus.MustNewConstMetric(descAcquired, counter, float64(st.AcquiredPlanned), "planned")
+	ch <- prometheus.MustNewConstMetric(descAcquired, counter, float64(st.AcquiredUnclean), "unclean")
+	ch <- prometheus.MustNewConstMetric(descAcquired, counter, float64(st.AcquiredNew), "new")
+	ch <- prometheus.MustNewConstMetric(descReleased, counter, float64(st.ReleasedPlanned), "planned")
+	ch <- prometheus.MustNewConstMetric(descReleased, counter, float64(st.ReleasedUndrained), "undrained")
+	ch <- prometheus.MustNewConstMetric(descLost, counter, float64(st.Lost))
+	ch <- prometheus.MustNewConstMetric(descLockWaits, counter, float64(st.LockDelayWaits))
+	ch <- prometheus.MustNewConstMetric(descLockSeconds, counter, st.LockDelayWaitTotal.Seconds())
+	ch <- prometheus.MustNewConstMetric(descKAFailures, counter, float64(st.KeepAliveFailures))
+	ch <- prometheus.MustNewConstMetric(descLapses, counter, float64(st.ValidityLapses))
+	ch <- prometheus.MustNewConstMetric(descMembers, gauge, float64(st.MembersSeen))
+}
+
+// etcdClientConfig is the etcd client configuration of cfg: endpoints, TLS,
+// user and password.
+func etcdClientConfig(cfg config.Config) (clientv3.Config, error) {
+	tlsCfg, err := cfg.EtcdTLS()
+	if err != nil {
+		return clientv3.Config{}, fmt.Errorf("FENCEPROXY_ETCD_CA_FILE / _CERT_FILE: %w", err)
+	}
+	eps := make([]string, len(cfg.EtcdEndpoints))
+	for i, e := range cfg.EtcdEndpoints {
+		eps[i] = strings.TrimSpace(e)
+	}
+	return clientv3.Config{
+		Endpoints:   eps,
+		DialTimeout: 5 * time.Second,
+		TLS:         tlsCfg,
+		Username:    cfg.EtcdUsername,
+		Password:    cfg.EtcdPassword,
+	}, nil
+}

@@ -1,0 +1,272 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
+)
+
+const peerSecret = "cluster-test-peer-secret"
+
+// freeAddr returns a loopback address with a port free a moment ago: the
+// advertised peer address must be known before the replica starts.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startReplicas starts n replicas in-process on one etcd, over backend.
+func startReplicas(t *testing.T, c *etcdtest.Cluster, backend string, n int, overlay map[string]string) []*servertest.Instance {
+	t.Helper()
+	var out []*servertest.Instance
+	for i := range n {
+		peer := freeAddr(t)
+		env := servertest.Env(map[string]string{
+			"FENCEPROXY_UPSTREAM":       backend,
+			"FENCEPROXY_STORE":          "etcd",
+			"FENCEPROXY_ETCD_ENDPOINTS": strings.Join(c.Endpoints(), ","),
+			"FENCEPROXY_SHARDS":         "8",
+			"FENCEPROXY_REPLICA_ID":     "r" + strconv.Itoa(i),
+			"FENCEPROXY_PEER_LISTEN":    peer,
+			"FENCEPROXY_PEER_ADVERTISE": peer,
+			"FENCEPROXY_PEER_SECRET":    peerSecret,
+			"FENCEPROXY_SHARD_TTL":      "2s",
+			"FENCEPROXY_LOCK_DELAY":     "20s",
+			"FENCEPROXY_ABANDON_GRACE":  "1s",
+			"FENCEPROXY_ADMIN_TOKEN":    "admin-secret",
+		}, overlay)
+		out = append(out, servertest.Start(t, env))
+	}
+	return out
+}
+
+// put sends PUT base+path with token and returns the status and body.
+func put(t *testing.T, client *http.Client, base, path string, token uint64) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, base+path, strings.NewReader("body of "+strconv.FormatUint(token, 10)))
+	req.Header.Set("X-Fencing-Token", strconv.FormatUint(token, 10))
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("PUT %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// settle waits until a write of every resource through every replica is
+// answered by its owner (no 503), so that every shard has one.
+func settle(t *testing.T, client *http.Client, reps []*servertest.Instance, paths []string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, p := range paths {
+		for _, r := range reps {
+			for {
+				status, body := put(t, client, r.ProxyURL(), p, 1)
+				if status < 300 {
+					break
+				}
+				if status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+					t.Fatalf("PUT %s through %s: %d %s", p, r.Proxy, status, body)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// Writes, lease calls and admin raises through any replica reach the
+// shard's owner, which fences them in one barrier: a token below what
+// another replica admitted is refused, and every replica answers alike.
+func TestClusterForwardsToOwner(t *testing.T) {
+	c := etcdtest.Start(t)
+	backend := servertest.NewRecordingBackend(t)
+	reps := startReplicas(t, c, backend.URL(), 3, nil)
+	client := servertest.NewClient(t)
+	var paths []string
+	for i := range 16 {
+		paths = append(paths, fmt.Sprintf("/bkt/obj-%d", i))
+	}
+	settle(t, client, reps, paths)
+
+	for i, p := range paths {
+		if status, body := put(t, client, reps[i%3].ProxyURL(), p, 10); status >= 300 {
+			t.Fatalf("PUT %s token 10 through r%d: %d %s", p, i%3, status, body)
+		}
+		for j, r := range reps {
+			if status, _ := put(t, client, r.ProxyURL(), p, 9); status != http.StatusConflict {
+				t.Fatalf("PUT %s token 9 through r%d after 10 through r%d: %d, want 409", p, j, i%3, status)
+			}
+		}
+	}
+	backend.CheckOrder(t)
+
+	// Every shard is owned once, and writes were forwarded.
+	owned, forwarded := 0.0, 0.0
+	for _, r := range reps {
+		owned += metric(t, client, r.Control, "fenceproxy_shards_owned")
+		forwarded += metric(t, client, r.Control, `fenceproxy_peer_forwards_total{result="ok"}`)
+		if v := metric(t, client, r.Control, "fenceproxy_cluster_members"); v != 3 {
+			t.Errorf("%s sees %v members, want 3", r.Control, v)
+		}
+	}
+	if owned != 8 || forwarded == 0 {
+		t.Errorf("shards owned %v (want 8), forwards %v (want > 0)", owned, forwarded)
+	}
+
+	// Admin raise through one replica, write through another.
+	req, _ := http.NewRequest(http.MethodPut, reps[1].ControlURL()+"/v1/fences/bkt/obj-3", strings.NewReader(`{"token":50}`))
+	req.Header.Set("Authorization", "Bearer admin-secret")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("admin raise: %d", resp.StatusCode)
+	}
+	for j, r := range reps {
+		if status, _ := put(t, client, r.ProxyURL(), "/bkt/obj-3", 49); status != http.StatusConflict {
+			t.Fatalf("PUT token 49 through r%d after an admin raise to 50: %d, want 409", j, status)
+		}
+		if m := servertest.FenceMax(t, client, r.Control, "bkt/obj-3"); m != 50 {
+			t.Fatalf("GET fence through r%d = %d, want 50", j, m)
+		}
+	}
+
+	// A lease acquired through one replica is renewed through another, and
+	// its token fences writes everywhere.
+	resp, err = client.Post(reps[0].ControlURL()+"/v1/leases/bkt/obj-5", "application/json", strings.NewReader(`{"holder":"w1","ttl":"30s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("acquire: %d %s", resp.StatusCode, b)
+	}
+	var acquired struct{ Token string }
+	if err := json.Unmarshal(b, &acquired); err != nil || acquired.Token == "" {
+		t.Fatalf("acquire answered no token: %s (%v)", b, err)
+	}
+	tok := acquired.Token
+	req, _ = http.NewRequest(http.MethodPut, reps[2].ControlURL()+"/v1/leases/bkt/obj-5", strings.NewReader(`{"holder":"w1","token":"`+tok+`"}`))
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("renew through another replica: %d %s", resp.StatusCode, b)
+	}
+	leaseTok, _ := strconv.ParseUint(tok, 10, 64)
+	if status, _ := put(t, client, reps[1].ProxyURL(), "/bkt/obj-5", leaseTok-1); status != http.StatusConflict {
+		t.Fatalf("PUT below the lease token: %d, want 409", status)
+	}
+	if status, body := put(t, client, reps[1].ProxyURL(), "/bkt/obj-5", leaseTok); status >= 300 {
+		t.Fatalf("PUT with the lease token: %d %s", status, body)
+	}
+}
+
+// The peer listener serves only replicas: without the secret, 403 and
+// nothing reaches the backend.
+func TestClusterPeerListenerNeedsSecret(t *testing.T) {
+	c := etcdtest.Start(t)
+	backend := servertest.NewRecordingBackend(t)
+	reps := startReplicas(t, c, backend.URL(), 1, nil)
+	client := servertest.NewClient(t)
+	for _, secret := range []string{"", "wrong-secret-of-some-length"} {
+		req, _ := http.NewRequest(http.MethodPut, "http://"+reps[0].Peer+"/bkt/x", strings.NewReader("x"))
+		req.Header.Set("X-Fencing-Token", "7")
+		req.Header.Set("Fenceproxy-Peer-Target", "proxy")
+		if secret != "" {
+			req.Header.Set("Fenceproxy-Peer-Secret", secret)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("peer PUT with secret %q: %d, want 403", secret, resp.StatusCode)
+		}
+	}
+	if n := len(backend.Requests()); n != 0 {
+		t.Fatalf("the backend received %d requests", n)
+	}
+}
+
+// A replica that stops (SIGTERM) hands its shards over drained: the others
+// admit their writes at once, not after the TTL plus the 20s lock-delay.
+func TestClusterPlannedHandover(t *testing.T) {
+	c := etcdtest.Start(t)
+	backend := servertest.NewRecordingBackend(t)
+	reps := startReplicas(t, c, backend.URL(), 2, nil)
+	client := servertest.NewClient(t)
+	var paths []string
+	for i := range 16 {
+		paths = append(paths, fmt.Sprintf("/bkt/h-%d", i))
+	}
+	settle(t, client, reps, paths)
+	start := time.Now()
+	if err := reps[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Since(start)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range paths {
+		for {
+			status, body := put(t, client, reps[1].ProxyURL(), p, 2)
+			if status < 300 {
+				break
+			}
+			if status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+				t.Fatalf("PUT %s after the other replica stopped: %d %s", p, status, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if took := time.Since(start); took > 8*time.Second {
+		t.Fatalf("the writes of the stopped replica's shards were admitted after %s (stop took %s): not a planned handover", took, stopped)
+	}
+	if !strings.Contains(reps[0].Logs.String(), "every shard handed over") {
+		t.Fatalf("the stopped replica did not log a full handover:\n%s", reps[0].Logs)
+	}
+}
+
+// metric reads one sample (name with its labels, as exposed) from /metrics.
+func metric(t *testing.T, client *http.Client, control, series string) float64 {
+	t.Helper()
+	resp, err := client.Get("http://" + control + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in /metrics", series)
+	return 0
+}
