@@ -47,10 +47,11 @@ const (
 var clusterSlowApply = [2]time.Duration{2600 * time.Millisecond, 3600 * time.Millisecond}
 
 // clusterTeethEnvironment switches the protection off in the replicas: no
-// lock-delay after an unclean loss (and no abandon grace, which may not
-// exceed it).
+// lock-delay after an unclean loss (1ms: 0s is taken as the default, 15s)
+// and no abandon grace (0s: off), which may not exceed it. A new owner then
+// admits a TTL after it saw the old key go.
 var clusterTeethEnvironment = map[string]string{
-	"FENCEPROXY_LOCK_DELAY":    "0s",
+	"FENCEPROXY_LOCK_DELAY":    "1ms",
 	"FENCEPROXY_ABANDON_GRACE": "0s",
 }
 
@@ -146,7 +147,11 @@ func loopbackPorts(t *testing.T, n int) []string {
 func startCluster(t *testing.T, extra map[string]string) clustertest.Config {
 	t.Helper()
 	fenceproxyBinary(t) // skips under -short, before etcd starts
-	etcd := etcdtest.StartCluster(t, 3)
+	// Without fsync: the faults are process faults (SIGKILL, SIGSTOP), which
+	// the page cache survives, so fsync adds nothing the test checks, and on
+	// a small machine's disk it makes the leader's heartbeats late (spurious
+	// elections, requests over a second) beside the faults injected.
+	etcd := etcdtest.StartCluster(t, 3, "--unsafe-no-fsync")
 	backend := clustertest.NewBackend(t, 3*time.Millisecond)
 	cfg := clustertest.Config{
 		Etcd: etcd, Backend: backend, Shards: clusterShards, AdminToken: clusterAdmin,

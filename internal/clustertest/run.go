@@ -65,7 +65,7 @@ type Config struct {
 	SlowApply [2]time.Duration
 
 	Resources int           // number of resources (default 20)
-	Workers   int           // concurrent workers (default 12)
+	Workers   int           // concurrent workers (default 32)
 	Duration  time.Duration // how long the workers and faults run
 	Seed      uint64
 	// Teeth: the replicas run without the protection; the faults are the
@@ -170,7 +170,7 @@ func Run(t testing.TB, cfg Config) *Report {
 		cfg.Resources = 20
 	}
 	if cfg.Workers == 0 {
-		cfg.Workers = 12
+		cfg.Workers = 32
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = shard.DefaultPrefix
@@ -292,6 +292,8 @@ func errClass(err error) string {
 		return "reset"
 	case errors.Is(err, syscall.EPIPE):
 		return "broken pipe"
+	case errors.Is(err, net.ErrClosed):
+		return "closed"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "eof"
 	case errors.As(err, &ne) && ne.Timeout():
@@ -829,7 +831,7 @@ func (r *run) etcdFaults(ctx context.Context, rng *rand.Rand) {
 				r.t.Errorf("etcd after a fault: %v", err)
 			}
 		}
-		sleep(ctx, jitter(rng, time.Second, 2500*time.Millisecond))
+		sleep(ctx, jitter(rng, 2500*time.Millisecond, 5*time.Second))
 	}
 }
 
