@@ -89,8 +89,22 @@ func (c *clusterReplica) Kill() {
 	<-p.exited
 }
 
-// Restart starts the process (again) and waits until /healthz answers.
+// Restart starts the process (again) and waits until /healthz answers. Its
+// ports are fixed, so an outgoing connection of another process may hold
+// one for a moment: a start that fails with "address already in use" is
+// tried again.
 func (c *clusterReplica) Restart() error {
+	var err error
+	for range 5 {
+		if err = c.start(); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return err
+}
+
+func (c *clusterReplica) start() error {
 	p := startProcess(c.t, c.env)
 	c.mu.Lock()
 	c.p = p
@@ -113,6 +127,7 @@ func (c *clusterReplica) Restart() error {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			_ = p.cmd.Process.Kill()
 			return fmt.Errorf("replica %s: /healthz not 200 within 30s (last error %v)", c.id, err)
 		}
 	}
@@ -157,24 +172,29 @@ func startCluster(t *testing.T, extra map[string]string) clustertest.Config {
 		Etcd: etcd, Backend: backend, Shards: clusterShards, AdminToken: clusterAdmin,
 		TTL: clusterTTL, LockDelay: clusterLockDelay, SlowApply: clusterSlowApply,
 	}
-	ports := loopbackPorts(t, 9)
-	var replicas []*clusterReplica
-	for i := range 3 {
+	var endpoints [][]string
+	for range 3 {
 		var cut []*etcdtest.Proxy
-		var endpoints []string
+		var eps []string
 		for _, m := range etcd.Members {
 			p := etcdtest.NewProxy(t, m.ClientURL)
 			cut = append(cut, p)
-			endpoints = append(endpoints, p.URL())
+			eps = append(eps, p.URL())
 		}
 		cfg.Cut = append(cfg.Cut, cut)
+		endpoints = append(endpoints, eps)
+	}
+	// The replicas' ports, fixed so that a restart runs where it ran.
+	ports := loopbackPorts(t, 9)
+	var replicas []*clusterReplica
+	for i := range 3 {
 		r := &clusterReplica{t: t, id: "replica-" + strconv.Itoa(i), proxy: ports[3*i], control: ports[3*i+1]}
 		r.env = map[string]string{
 			"FENCEPROXY_UPSTREAM":            backend.URL(),
 			"FENCEPROXY_LISTEN":              r.proxy,
 			"FENCEPROXY_CONTROL_LISTEN":      r.control,
 			"FENCEPROXY_STORE":               "etcd",
-			"FENCEPROXY_ETCD_ENDPOINTS":      strings.Join(endpoints, ","),
+			"FENCEPROXY_ETCD_ENDPOINTS":      strings.Join(endpoints[i], ","),
 			"FENCEPROXY_SHARDS":              strconv.Itoa(clusterShards),
 			"FENCEPROXY_REPLICA_ID":          r.id,
 			"FENCEPROXY_PEER_LISTEN":         ports[3*i+2],

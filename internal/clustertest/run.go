@@ -600,7 +600,7 @@ func (r *run) replicaFaults(ctx context.Context, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		p := rng.Float64()
 		switch {
-		case r.cfg.Teeth && p < 0.5, !r.cfg.Teeth && p < 0.4:
+		case r.cfg.Teeth && p < 0.25, !r.cfg.Teeth && p < 0.4:
 			r.stopMidUpload(ctx, rng)
 		case r.cfg.Teeth, p < 0.7:
 			r.cutOff(ctx, rng)
