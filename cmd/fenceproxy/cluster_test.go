@@ -47,11 +47,11 @@ const (
 var clusterSlowApply = [2]time.Duration{2600 * time.Millisecond, 3600 * time.Millisecond}
 
 // clusterTeethEnvironment switches the protection off in the replicas: no
-// lock-delay after an unclean loss (1ms: 0s is taken as the default, 15s)
-// and no abandon grace (0s: off), which may not exceed it. A new owner then
+// lock-delay after an unclean loss (0s: none) and no abandon grace (0s:
+// off), which may not exceed it. A new owner then
 // admits a TTL after it saw the old key go.
 var clusterTeethEnvironment = map[string]string{
-	"FENCEPROXY_LOCK_DELAY":    "1ms",
+	"FENCEPROXY_LOCK_DELAY":    "0s",
 	"FENCEPROXY_ABANDON_GRACE": "0s",
 }
 
