@@ -5,9 +5,9 @@
 // Chubby's lock-delay, so that a replica that stalls or is cut off from etcd
 // stops admitting writes before another one starts.
 //
-// NOT WIRED INTO THE SERVER YET: this is step 2 of running several replicas on
-// etcd (step 1 is etcdstore). The proxy does not consult it; forwarding to the
-// owner, the 503s and the metrics' export come with the next steps.
+// The server's cluster mode (FENCEPROXY_STORE=etcd) runs one Owner per
+// replica: a fenced write is admitted only under MayAdmit and Context, counted
+// in flight before them, and Drain waits for that count and the barrier.
 //
 // # Keys
 //
@@ -94,7 +94,9 @@
 // put on another lease logs an error and takes no shard until that key is
 // gone. A member key deleted while its lease lives is put back. Never delete owner keys by hand: revoke the replica's lease. To
 // change the count: stop every replica, wait the TTL plus the lock-delay,
-// delete the prefix, start them with the new count. A replica that sees the
+// delete the count, member and shard keys (Prefix+"shards/" and
+// Prefix+"members/"; never the whole prefix: etcdstore keeps the maxima
+// under it), start them with the new count. A replica that sees the
 // count deleted or changed under it admits nothing more, and Start refuses
 // to store a count where member or shard keys are left.
 //
