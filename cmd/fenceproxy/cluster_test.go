@@ -307,6 +307,20 @@ func TestClusterFaults(t *testing.T) {
 	if n := rep.FaultCount(); n < clusterMinFaults {
 		t.Errorf("%d faults injected, want at least %d", n, clusterMinFaults)
 	}
+	// Every kind the issue names, at least once.
+	kinds := map[string]int{}
+	for kind, n := range rep.Faults {
+		for _, k := range []string{"replica SIGSTOP mid-upload", "replica SIGKILL", "replica cut off from etcd", "etcd leader SIGSTOP", "etcd leader SIGKILL"} {
+			if strings.HasPrefix(kind, k) {
+				kinds[k] += n
+			}
+		}
+	}
+	for _, k := range []string{"replica SIGSTOP mid-upload", "replica SIGKILL", "replica cut off from etcd", "etcd leader SIGSTOP", "etcd leader SIGKILL"} {
+		if kinds[k] == 0 && d >= time.Minute {
+			t.Errorf("no fault of kind %q in %s", k, d)
+		}
+	}
 }
 
 // TestClusterFaultsWithoutProtection is TestClusterFaults with the

@@ -619,28 +619,48 @@ func (r *run) replicaFaults(ctx context.Context, rng *rand.Rand) {
 // sent while the owner is still stopped, so that it is there to read the
 // moment it continues (SIGCONT). The owner must not send it on.
 func (r *run) stopMidUpload(ctx context.Context, rng *rand.Rand) {
-	ri, owner := -1, -1
-	for range 10 {
-		ri = rng.IntN(len(r.resources))
-		if o, ok := r.ownerOf(ri); ok && !r.down[o].Load() {
-			owner = o
+	// A few tries to find an owner that admits the upload now (not in a
+	// lock-delay after an earlier fault).
+	var (
+		ri, owner int
+		gate      chan struct{}
+		up        sync.WaitGroup
+		started   bool
+	)
+	for try := 0; try < 5 && ctx.Err() == nil; try++ {
+		ri, owner = -1, -1
+		for range 10 {
+			ri = rng.IntN(len(r.resources))
+			if o, ok := r.ownerOf(ri); ok && !r.down[o].Load() {
+				owner = o
+				break
+			}
+		}
+		if owner < 0 {
+			owner = r.pickReplica(rng, -1)
+		}
+		r.reserved[ri].Store(true)
+		time.Sleep(100 * time.Millisecond) // the workers' requests on it end
+		gate = make(chan struct{})
+		id := r.newID()
+		g, o := gate, owner
+		up.Go(func() {
+			r.write(context.Background(), ri, o, r.token(ri), writeOpts{size: 128 << 10, gate: g, id: id})
+		})
+		started = r.cfg.Backend.WaitStarted(id, 2*time.Second)
+		r.cfg.Backend.Forget(id)
+		if started {
 			break
 		}
+		close(gate)
+		up.Wait()
+		r.reserved[ri].Store(false)
+		time.Sleep(500 * time.Millisecond)
 	}
-	if owner < 0 {
-		owner = r.pickReplica(rng, -1)
-	}
-	r.reserved[ri].Store(true)
 	defer r.reserved[ri].Store(false)
-	time.Sleep(100 * time.Millisecond) // the workers' requests on it end
-	gate := make(chan struct{})
-	id := r.newID()
-	var up sync.WaitGroup
-	up.Go(func() {
-		r.write(context.Background(), ri, owner, r.token(ri), writeOpts{size: 128 << 10, gate: gate, id: id})
-	})
-	started := r.cfg.Backend.WaitStarted(id, 2*time.Second)
-	r.cfg.Backend.Forget(id)
+	if !started {
+		gate = make(chan struct{}) // nothing waits on it
+	}
 	long := rng.Float64() < 0.5 || r.cfg.Teeth
 	switch {
 	case !started:
