@@ -62,13 +62,6 @@ func (l *Ledger) Ops() []Op {
 	return append([]Op(nil), l.ops...)
 }
 
-// Len is the number of ops recorded.
-func (l *Ledger) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.ops)
-}
-
 // Violation is a broken invariant.
 type Violation struct {
 	Check    string // which invariant
