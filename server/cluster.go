@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
@@ -531,7 +533,14 @@ func etcdClientConfig(cfg config.Config) (clientv3.Config, error) {
 	for i, e := range cfg.EtcdEndpoints {
 		eps[i] = strings.TrimSpace(e)
 	}
+	// The client's own log (zap, JSON on stderr, as etcd's): warnings and
+	// errors only; its info lines are per connection.
+	zl, err := logutil.CreateDefaultZapLogger(zapcore.WarnLevel)
+	if err != nil {
+		return clientv3.Config{}, fmt.Errorf("etcd client log: %w", err)
+	}
 	return clientv3.Config{
+		Logger:      zl,
 		Endpoints:   eps,
 		DialTimeout: 5 * time.Second,
 		TLS:         tlsCfg,
