@@ -474,12 +474,15 @@ func (c *cluster) peerHandler(proxyH, controlH http.Handler) http.Handler {
 }
 
 // ready is /readyz's cluster part: the replica has confirmed its etcd lease
-// within the shard TTL.
+// within the shard TTL, and no other live replica uses its REPLICA_ID.
 func (c *cluster) ready() error {
 	if c.owner == nil {
 		return errors.New("cluster: not started")
 	}
 	st := c.owner.Stats()
+	if st.DuplicateID {
+		return fmt.Errorf("cluster: another live replica uses FENCEPROXY_REPLICA_ID %q; this one takes no shards", c.cfg.ReplicaID)
+	}
 	if st.LastKeepAliveSentAt.IsZero() || time.Since(st.LastKeepAliveSentAt) > c.cfg.ShardTTL {
 		return fmt.Errorf("cluster: no confirmed etcd keepalive within FENCEPROXY_SHARD_TTL %s", c.cfg.ShardTTL)
 	}
