@@ -263,6 +263,9 @@ func Parse(environ map[string]string) (Config, []string, error) {
 			warnings = append(warnings, fmt.Sprintf("unknown variable %s is ignored", name))
 		}
 	}
+	if cfg.Store == "etcd" && cfg.DataDir != "" {
+		warnings = append(warnings, Prefix+"DATA_DIR is ignored with FENCEPROXY_STORE=etcd: the maxima are in etcd (a switch from badger moves none of them; see docs/CLUSTER.md)")
+	}
 	if cfg.Store == "etcd" && cfg.LockDelay == 0 {
 		warnings = append(warnings, Prefix+"LOCK_DELAY is 0s: after a replica's crash or cut-off, its writes still on their way may be applied after the next owner's (for tests only)")
 	}

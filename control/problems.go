@@ -127,7 +127,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, rt route, name str
 		p.Name, p.Holder, p.ExpiresAt, p.GraceEnds = name, held.Holder, &held.ExpiresAt, &held.GraceEnds
 	}
 	if row.retry {
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", wire.RetryAfter(err))
 	}
 	if s.log.Enabled(r.Context(), row.level) {
 		attrs := []slog.Attr{slog.String("op", rt.op), slog.Int("status", row.status), slog.String("reason", row.reason),

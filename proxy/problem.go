@@ -33,7 +33,7 @@ func (p *Proxy) refuse(ex *exchange, err error) {
 		h.Set(wire.HeaderCurrentToken, pb.CurrentToken)
 	}
 	if pb.Status == http.StatusServiceUnavailable {
-		h.Set("Retry-After", "1")
+		h.Set("Retry-After", wire.RetryAfter(err))
 	}
 	h.Set(wire.HeaderRefused, pb.Reason)
 	p.opts.Metrics.decision(pb.Reason)

@@ -83,22 +83,19 @@ func newCluster(cfg config.Config, store *etcdstore.Store, barrier *fence.Barrie
 		forgotten: make([]atomic.Int64, cfg.Shards),
 		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_peer_forwards_total",
-			Help: "Requests forwarded to the replica that owns their shard, by result: ok (an answer came back), unreachable (not sent: 503), failed (sent, no answer: 502).",
+			Help: "Requests forwarded to the replica that owns their shard, by result: ok (an answer came back), unreachable (not sent: 503), refused (the owner refused this replica's PEER_SECRET: 503), failed (sent, no answer: 502).",
 		}, []string{"result"}),
 	}
-	for _, r := range []string{"ok", "unreachable", "failed"} {
+	for _, r := range []string{"ok", "unreachable", "failed", "refused"} {
 		c.forwards.WithLabelValues(r)
 	}
 	c.peer = &httputil.ReverseProxy{
-		Rewrite:       c.rewrite,
-		Transport:     peerTransport(cfg.UpstreamDialTimeout, cfg.DrainTimeout),
-		FlushInterval: -1,
-		ErrorHandler:  c.forwardError,
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		ModifyResponse: func(*http.Response) error {
-			c.forwards.WithLabelValues("ok").Inc()
-			return nil
-		},
+		Rewrite:        c.rewrite,
+		Transport:      peerTransport(cfg.UpstreamDialTimeout, cfg.DrainTimeout, cfg.DrainTimeout+cfg.UpstreamResponseTimeout+5*time.Second),
+		FlushInterval:  -1,
+		ErrorHandler:   c.forwardError,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ModifyResponse: c.checkPeerAnswer,
 	}
 	return c
 }
@@ -106,14 +103,17 @@ func newCluster(cfg config.Config, store *etcdstore.Store, barrier *fence.Barrie
 // peerTransport sends forwarded requests: no proxy from the environment, no
 // compression added, connections kept for reuse. A client's Expect:
 // 100-continue holds its body back until the owner admits the write (up to
-// expect, the owner's longest wait at its barrier), as without the hop.
-func peerTransport(dial, expect time.Duration) *http.Transport {
+// expect, the owner's longest wait at its barrier), as without the hop. An
+// owner that stalls (a frozen process still accepts connections) is given
+// up on after answer: its longest wait at the barrier plus the backend's.
+func peerTransport(dial, expect, answer time.Duration) *http.Transport {
 	return &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true,
 		ExpectContinueTimeout: expect,
+		ResponseHeaderTimeout: answer,
 	}
 }
 
@@ -134,12 +134,8 @@ func (c *cluster) start(clientCfg clientv3.Config) error {
 		TTL:          c.cfg.ShardTTL,
 		LockDelay:    lockDelay(c.cfg.LockDelay),
 		DrainTimeout: c.cfg.ShutdownTimeout,
-		OnAcquire: func(n int, admitAfter time.Time) {
-			c.log.Info("shard acquired", "shard", n, "admit_after", admitAfter.UTC().Format(time.RFC3339Nano))
-		},
-		OnLoss: func(n int) { c.log.Info("shard no longer admitted here", "shard", n) },
-		Drain:  c.drain,
-		Logger: c.log,
+		Drain:        c.drain, // the shard package logs acquisitions and losses
+		Logger:       c.log,
 	})
 	if err != nil {
 		cli.Close()
@@ -166,9 +162,11 @@ func (c *cluster) stop(ctx context.Context, now bool) {
 			cancel()
 			ctx = done
 		}
-		start := time.Now()
+		start, before := time.Now(), c.owner.Stats()
 		err := c.owner.Close(ctx)
 		st := c.owner.Stats()
+		st.ReleasedPlanned -= before.ReleasedPlanned
+		st.ReleasedUndrained -= before.ReleasedUndrained
 		if err != nil {
 			c.log.Warn("left the cluster without handing every shard over; their next owners wait the lock-delay",
 				"error", err.Error(), "released_planned", st.ReleasedPlanned, "released_undrained", st.ReleasedUndrained)
@@ -222,8 +220,9 @@ type placement struct {
 	shards  []int
 	local   bool // this replica may admit them all now
 	grants  []shard.Grant
-	forward shard.Member // local false: the owner of them all, when there is one
-	why     string       // neither: why no replica may take them now
+	forward shard.Member  // local false: the owner of them all, when there is one
+	why     string        // neither: why no replica may take them now
+	wait    time.Duration // neither, in a lock-delay here: until it ends
 }
 
 // enter counts the request in flight on its shards and then decides where it
@@ -258,8 +257,9 @@ func (c *cluster) enter(r *http.Request, names []string) placement {
 	held := false
 	var owners []shard.Member
 	for _, n := range rt.shards {
-		if _, ok := c.owner.State(n); ok {
+		if g, ok := c.owner.State(n); ok {
 			held = true
+			rt.wait = max(rt.wait, time.Until(g.AdmitAfter))
 		}
 		m, ok := c.owner.OwnerOf(n)
 		if !ok {
@@ -326,9 +326,9 @@ func (c *cluster) proxyOwner(r *http.Request, resources []string) (proxy.Ownersh
 	switch {
 	case rt.local:
 	case rt.forward.Addr != "":
-		return proxy.Ownership{Forward: c.forwardTo(rt.forward, "proxy")}, nil
+		return proxy.Ownership{Forward: c.forwardTo(rt.forward, "proxy", resources[0])}, nil
 	default:
-		return proxy.Ownership{}, fmt.Errorf("%w: %s", proxy.ErrShardUnavailable, rt.why)
+		return proxy.Ownership{}, unavailable{fmt.Errorf("%w: %s", proxy.ErrShardUnavailable, rt.why), rt.wait}
 	}
 	// The upstream exchange follows the ownership, never the client.
 	ctx, cancel := context.Context(context.WithoutCancel(r.Context())), context.CancelFunc(func() {})
@@ -367,22 +367,53 @@ func (c *cluster) controlOwner(r *http.Request, name string) (func(), http.Handl
 	case rt.local:
 		return func() { c.leave(rt) }, nil, nil
 	case rt.forward.Addr != "":
-		return nil, c.forwardTo(rt.forward, "control"), nil
+		return nil, c.forwardTo(rt.forward, "control", name), nil
 	default:
-		return nil, nil, fmt.Errorf("%w: %s", control.ErrShardUnavailable, rt.why)
+		return nil, nil, unavailable{fmt.Errorf("%w: %s", control.ErrShardUnavailable, rt.why), rt.wait}
 	}
 }
+
+// unavailable is a refusal while no replica may admit a shard's writes,
+// with how long until this replica may (a lock-delay), for Retry-After.
+type unavailable struct {
+	err  error
+	wait time.Duration
+}
+
+func (u unavailable) Error() string             { return u.err.Error() }
+func (u unavailable) Unwrap() error             { return u.err }
+func (u unavailable) RetryAfter() time.Duration { return u.wait }
 
 type peerAddrKey struct{}
 type peerTargetKey struct{}
 
-// forwardTo returns the handler that sends a request whole to the owner m's
-// handler target ("proxy" or "control").
-func (c *cluster) forwardTo(m shard.Member, target string) http.Handler {
+type peerResourceKey struct{}
+
+// forwardTo returns the handler that sends a request on resource whole to
+// the owner m's handler target ("proxy" or "control").
+func (c *cluster) forwardTo(m shard.Member, target, resource string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := context.WithValue(context.WithValue(r.Context(), peerAddrKey{}, m.Addr), peerTargetKey{}, target)
+		ctx := context.WithValue(r.Context(), peerAddrKey{}, m.Addr)
+		ctx = context.WithValue(context.WithValue(ctx, peerTargetKey{}, target), peerResourceKey{}, resource)
 		c.peer.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// headerPeerRefused marks the peer listener's own refusal of a request
+// without the peer secret, so that the forwarding replica tells it from an
+// answer of the owner's handlers.
+const headerPeerRefused = "Fenceproxy-Peer-Refused"
+
+// errPeerSecret: the owner refused this replica's PEER_SECRET.
+var errPeerSecret = errors.New("the owner replica refused this replica's FENCEPROXY_PEER_SECRET: the replicas' secret lists share no secret")
+
+// checkPeerAnswer is the forwarding's ModifyResponse.
+func (c *cluster) checkPeerAnswer(resp *http.Response) error {
+	if resp.Header.Get(headerPeerRefused) != "" {
+		return errPeerSecret
+	}
+	c.forwards.WithLabelValues("ok").Inc()
+	return nil
 }
 
 // rewrite is the forwarding's Rewrite: the request as the client sent it
@@ -407,26 +438,43 @@ func (c *cluster) rewrite(pr *httputil.ProxyRequest) {
 }
 
 // forwardError answers a forward that failed: 503 shard_unavailable (with
-// Retry-After) when the owner could not be reached, so nothing was sent;
+// Retry-After) when the owner could not be reached, so nothing was sent, or
+// refused this replica's peer secret (which it checks before anything else);
 // 502 when the request was sent and no answer came (its outcome unknown).
 func (c *cluster) forwardError(w http.ResponseWriter, r *http.Request, err error) {
 	addr, _ := r.Context().Value(peerAddrKey{}).(string)
+	resource, _ := r.Context().Value(peerResourceKey{}).(string)
+	attrs := []any{"peer", addr, "resource", resource, "method", r.Method, "error", err.Error()}
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
+	switch {
+	case errors.Is(err, errPeerSecret):
+		c.forwards.WithLabelValues("refused").Inc()
+		c.log.Error("owner replica refused the peer secret: every replica's FENCEPROXY_PEER_SECRET list must share a secret", attrs...)
+		c.refuse(w, r, wire.Problem{Status: http.StatusServiceUnavailable, Reason: wire.ReasonShardUnavailable, Title: "Shard unavailable",
+			Resource: resource, Detail: "the replica that owns this resource's shard refused this replica's peer secret (a configuration error); nothing was forwarded"})
+		return
+	case errors.As(err, &op) && op.Op == "dial":
 		c.forwards.WithLabelValues("unreachable").Inc()
-		c.log.Warn("owner replica unreachable", "peer", addr, "method", r.Method, "error", err.Error())
-		w.Header().Set("Retry-After", "1")
-		c.writeProblem(w, r, wire.Problem{Status: http.StatusServiceUnavailable, Reason: wire.ReasonShardUnavailable,
-			Title: "Shard unavailable", Detail: "the replica that owns this resource's shard could not be reached; nothing was forwarded"})
+		c.log.Warn("write refused: the owner replica is unreachable", attrs...)
+		c.refuse(w, r, wire.Problem{Status: http.StatusServiceUnavailable, Reason: wire.ReasonShardUnavailable, Title: "Shard unavailable",
+			Resource: resource, Detail: "the replica that owns this resource's shard could not be reached; nothing was forwarded"})
 		return
 	}
 	if r.Context().Err() != nil {
 		return // the client went away
 	}
 	c.forwards.WithLabelValues("failed").Inc()
-	c.log.Warn("forward to the owner replica failed", "peer", addr, "method", r.Method, "error", err.Error())
-	c.writeProblem(w, r, wire.Problem{Status: http.StatusBadGateway, Title: http.StatusText(http.StatusBadGateway),
+	c.log.Warn("forward to the owner replica failed", attrs...)
+	c.writeProblem(w, r, wire.Problem{Status: http.StatusBadGateway, Title: http.StatusText(http.StatusBadGateway), Resource: resource,
 		Detail: "the replica that owns this resource's shard did not answer; the write may or may not have been applied"})
+}
+
+// refuse answers a refusal of the proxy's own: Fencing-Refused and
+// Retry-After, as every 503 the proxy gives.
+func (c *cluster) refuse(w http.ResponseWriter, r *http.Request, p wire.Problem) {
+	w.Header().Set(wire.HeaderRefused, p.Reason)
+	w.Header().Set("Retry-After", "1")
+	c.writeProblem(w, r, p)
 }
 
 // writeProblem answers p as the proxy would: an S3 <Error> in S3 mode on
@@ -452,7 +500,9 @@ func (c *cluster) peerHandler(proxyH, controlH http.Handler) http.Handler {
 			ok |= subtle.ConstantTimeCompare(got, s) // every one compared: no timing of which
 		}
 		if ok != 1 {
-			c.log.Warn("peer request refused: wrong or missing peer secret", "remote", r.RemoteAddr, "method", r.Method)
+			c.log.Error("peer request refused: wrong or missing peer secret (every replica's FENCEPROXY_PEER_SECRET list must share a secret)",
+				"remote", r.RemoteAddr, "method", r.Method)
+			w.Header().Set(headerPeerRefused, "secret")
 			wire.WriteProblem(w, wire.Problem{Status: http.StatusForbidden, Reason: wire.ReasonForbidden, Title: "Forbidden",
 				Detail: "the peer listener serves only other fenceproxy replicas (FENCEPROXY_PEER_SECRET)"})
 			return
@@ -473,8 +523,8 @@ func (c *cluster) peerHandler(proxyH, controlH http.Handler) http.Handler {
 	})
 }
 
-// ready is /readyz's cluster part: the replica has confirmed its etcd lease
-// within the shard TTL, and no other live replica uses its REPLICA_ID.
+// ready is /readyz's cluster part: the replica's etcd lease is confirmed
+// (its validity has not ended), and no other live replica uses its REPLICA_ID.
 func (c *cluster) ready() error {
 	if c.owner == nil {
 		return errors.New("cluster: not started")
@@ -483,8 +533,8 @@ func (c *cluster) ready() error {
 	if st.DuplicateID {
 		return fmt.Errorf("cluster: another live replica uses FENCEPROXY_REPLICA_ID %q; this one takes no shards", c.cfg.ReplicaID)
 	}
-	if st.LastKeepAliveSentAt.IsZero() || time.Since(st.LastKeepAliveSentAt) > c.cfg.ShardTTL {
-		return fmt.Errorf("cluster: no confirmed etcd keepalive within FENCEPROXY_SHARD_TTL %s", c.cfg.ShardTTL)
+	if !c.owner.Valid() {
+		return fmt.Errorf("cluster: this replica's etcd lease is not confirmed (no keepalive answered within FENCEPROXY_SHARD_TTL %s less its margin): it admits no write", c.cfg.ShardTTL)
 	}
 	return nil
 }

@@ -370,3 +370,50 @@ func BenchmarkClusterPut(b *testing.B) {
 		})
 	}
 }
+
+// Replicas whose PEER_SECRET lists share no secret refuse each other's
+// forwards: the forwarding replica answers 503 shard_unavailable with
+// Fencing-Refused, says why, counts it, and nothing reaches the backend.
+func TestClusterPeerSecretMismatch(t *testing.T) {
+	c := etcdtest.Start(t)
+	backend := servertest.NewRecordingBackend(t)
+	a := startReplicas(t, c, backend.URL(), 1, nil)[0]
+	b := startReplicas(t, c, backend.URL(), 1, map[string]string{"FENCEPROXY_REPLICA_ID": "other", "FENCEPROXY_PEER_SECRET": "another-secret-of-16+"})[0]
+	client := servertest.NewClient(t)
+	time.Sleep(time.Second) // the shards split between the two
+	refused := 0
+	for i := range 16 {
+		path := fmt.Sprintf("/bkt/m-%d", i)
+		req, _ := http.NewRequest(http.MethodPut, a.ProxyURL()+path, strings.NewReader("x"))
+		req.Header.Set("X-Fencing-Token", "3")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			continue
+		}
+		if resp.Header.Get("Fencing-Refused") != "shard_unavailable" || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("503 without Fencing-Refused or Retry-After: %v %s", resp.Header, body)
+		}
+		if strings.Contains(string(body), "peer secret") {
+			refused++
+			for _, r := range backend.Requests() {
+				if r.Path == path {
+					t.Fatalf("a write refused for the peer secret reached the backend: %+v", r)
+				}
+			}
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("no write was refused for the peer secret (shards owned by %s: %v)", b.Control, metric(t, client, b.Control, "fenceproxy_shards_owned"))
+	}
+	if v := metric(t, client, a.Control, `fenceproxy_peer_forwards_total{result="refused"}`); v != float64(refused) {
+		t.Fatalf("refused forwards counted %v, want %d", v, refused)
+	}
+	if !strings.Contains(a.Logs.String(), "refused the peer secret") {
+		t.Fatalf("the forwarding replica did not log the refusal:\n%s", a.Logs)
+	}
+}

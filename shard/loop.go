@@ -250,7 +250,7 @@ func (o *Owner) grant(ctx context.Context) (*session, error) {
 	}
 	s.memberRev = rev
 	o.stats.sessions.Add(1)
-	o.log.Info("lease granted", "lease", int64(resp.ID), "ttl", s.ttl)
+	o.log.Info("lease granted", "lease", int64(resp.ID), "ttl", s.ttl.String())
 	o.workers.Add(2)
 	go o.keepAlive(s)
 	go o.watchValidity(s)
@@ -693,7 +693,10 @@ func (o *Owner) reconcile(st *loopState) {
 				held--
 				continue
 			}
-			if closing || (registered && desired[n] != o.opts.ID) {
+			switch {
+			case closing:
+				o.startRelease(st, n, h, "") // whoever takes it
+			case registered && desired[n] != o.opts.ID:
 				o.startRelease(st, n, h, desired[n])
 			}
 			continue
@@ -856,7 +859,7 @@ func (o *Owner) hold(n int, s *session, epoch int64, p pendingAcquire) *holding 
 		o.stats.lockWaits.Add(1)
 		o.stats.lockWaitNanos.Add(w)
 	}
-	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", p.kind, "admit_in", time.Duration(p.admitAfter-o.now()).Round(time.Millisecond))
+	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", p.kind, "admit_in", time.Duration(p.admitAfter-o.now()).Round(time.Millisecond).String())
 	if o.opts.OnAcquire != nil {
 		o.opts.OnAcquire(n, o.wall(p.admitAfter))
 	}

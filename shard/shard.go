@@ -456,6 +456,14 @@ func (o *Owner) Holds(g Grant) bool {
 	return o.noValidity || o.now() < h.sess.valid.Load()
 }
 
+// Valid reports whether this replica's etcd lease is confirmed now: a
+// keepalive sent less than the TTL minus the margin ago was answered (by the
+// boot-time clock). Shards it holds may be admitted only while it is.
+func (o *Owner) Valid() bool {
+	s := o.sess.Load()
+	return s != nil && !s.lost.Load() && o.now() < s.valid.Load()
+}
+
 // State returns this replica's grant of shard, whether it may admit now or
 // not (waiting for the lock-delay, validity lapsed, handing over); ok false
 // when it does not hold the shard.
