@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -59,13 +60,29 @@ func (s *Store) Reset(resource string) (uint64, error) {
 	}
 	fk := s.fenceKey(resource)
 	var removed uint64
-	err := s.do(func(ctx context.Context) error {
-		resp, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.Value(fk), ">", encode(0))).Then(
+	g, err := s.guard(resource)
+	if err != nil {
+		return 0, s.wrap("reset", resource, err)
+	}
+	err = s.do(func(ctx context.Context) error {
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Value(fk), ">", encode(0))}
+		var orElse []clientv3.Op
+		if g != nil {
+			cmps = append(cmps, g.cmp())
+			orElse = append(orElse, clientv3.OpGet(g.key))
+		}
+		resp, err := s.kv.Txn(ctx).If(cmps...).Then(
 			clientv3.OpDelete(fk, clientv3.WithPrevKV()),
 			clientv3.OpDelete(s.leaseKey(resource)),
-		).Commit()
-		if err != nil || !resp.Succeeded {
+		).Else(orElse...).Commit()
+		if err != nil {
 			return err
+		}
+		if !resp.Succeeded {
+			if g != nil && g.lost(resp.Responses[0].GetResponseRange()) {
+				return fmt.Errorf("%w: its shard changed owner", ErrNotOwner)
+			}
+			return nil
 		}
 		prev := resp.Responses[0].GetResponseDeleteRange().GetPrevKvs()
 		if len(prev) != 1 {

@@ -94,6 +94,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -116,6 +117,9 @@ var (
 	// ErrConflict: UpdateLease lost the race for its keys too many times in
 	// a row (maxAttempts).
 	ErrConflict = errors.New("etcdstore: too many conflicting transactions")
+	// ErrNotOwner: Options.Guard refused the write, or its key had another
+	// CreateRevision in etcd (the shard changed owner): nothing was written.
+	ErrNotOwner = errors.New("etcdstore: this process does not own the resource's shard")
 )
 
 const (
@@ -160,6 +164,16 @@ type Options struct {
 	// ObserveRequest, when set, is called with the duration of every
 	// request to etcd (a Get or a Txn; failed ones too), after it. nil: none.
 	ObserveRequest func(time.Duration)
+	// Guard, in cluster mode, ties every write of a resource's maximum or
+	// lease record (Raise, UpdateLease, Reset) to this process's ownership
+	// of it: the write commits only if the key Guard names has the
+	// CreateRevision rev (the owner key of the resource's shard, created
+	// by this replica's acquisition), so a replica that lost the shard
+	// while stalled cannot commit a raise the new owner would not see.
+	// Such a write fails with ErrNotOwner, as does one for which Guard
+	// returns an error (before any request). nil: no guard (one process per
+	// prefix).
+	Guard func(resource string) (key string, rev int64, err error)
 }
 
 // Store is the storage contract on etcd. It is safe for concurrent use by
@@ -174,7 +188,8 @@ type Store struct {
 	openRev   int64
 	empty     bool
 	cache     *maxCache
-	observe   func(time.Duration) // Options.ObserveRequest
+	observe   func(time.Duration)                                      // Options.ObserveRequest
+	guardOf   func(resource string) (key string, rev int64, err error) // Options.Guard
 	raises    raiseGroup
 	leaseMu   [64]sync.Mutex // UpdateLease calls on one name, serialised
 	openMu    sync.Mutex
@@ -214,7 +229,7 @@ func Open(cfg clientv3.Config, opts Options) (*Store, error) {
 	s := &Store{
 		cli: cli, kv: cli.KV, lessor: cli.Lease, prefix: opts.Prefix,
 		maxBatch: opts.MaxTxnOps - 2, timeout: opts.RequestTimeout,
-		cache: newMaxCache(opts.CacheBytes), ctx: ctx, cancel: cancel, observe: opts.ObserveRequest,
+		cache: newMaxCache(opts.CacheBytes), ctx: ctx, cancel: cancel, observe: opts.ObserveRequest, guardOf: opts.Guard,
 	}
 	rctx, rcancel := s.reqCtx()
 	defer rcancel()
@@ -256,6 +271,36 @@ func (s *Store) do(fn func(ctx context.Context) error) error {
 	err := fn(ctx)
 	s.observe(time.Since(start))
 	return err
+}
+
+// guarded is a write's ownership guard: the compare to add to its Txn and
+// the key to read back when the Txn fails (none without Options.Guard).
+type guarded struct {
+	key string
+	rev int64
+}
+
+// guard returns resource's guard; ErrNotOwner (wrapped) when Guard refuses.
+func (s *Store) guard(resource string) (*guarded, error) {
+	if s.guardOf == nil {
+		return nil, nil
+	}
+	key, rev, err := s.guardOf(resource)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotOwner, err)
+	}
+	return &guarded{key, rev}, nil
+}
+
+// cmp is the guard's compare.
+func (g *guarded) cmp() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.rev)
+}
+
+// lost reports, from a Get of the guard's key, that it no longer holds.
+func (g *guarded) lost(r *etcdserverpb.RangeResponse) bool {
+	kvs := r.GetKvs()
+	return len(kvs) != 1 || kvs[0].CreateRevision != g.rev
 }
 
 func (s *Store) fenceKey(resource string) string { return s.prefix + kindFence + resource }
@@ -329,6 +374,9 @@ func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 	}
 	if e, ok := s.cache.get(resource); ok && e.max >= t {
 		return e.max, nil
+	}
+	if _, err := s.guard(resource); err != nil {
+		return 0, s.wrap("raise", resource, err)
 	}
 	return s.groupRaise(resource, t)
 }

@@ -339,3 +339,63 @@ func TestForget(t *testing.T) {
 		t.Fatalf("Max of a resource not forgotten = %d, want the cached 5", m)
 	}
 }
+
+// With Options.Guard, raises, lease updates and resets commit only while the
+// guard key has the CreateRevision the guard names: once it was re-created
+// (the shard changed owner), each fails with ErrNotOwner and etcd keeps the
+// other owner's values. A guard that refuses fails before any request.
+func TestGuard(t *testing.T) {
+	c := etcdtest.Start(t)
+	cli := rawClient(t, c)
+	ctx := context.Background()
+	const ownerKey = "/guard-test/shards/0/owner"
+	put, err := cli.Put(ctx, ownerKey, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := put.Header.Revision
+	var refuse atomic.Bool
+	a := open(t, c, Options{Guard: func(string) (string, int64, error) {
+		if refuse.Load() {
+			return "", 0, errors.New("not held")
+		}
+		return ownerKey, epoch, nil
+	}})
+	b := open(t, c, Options{})
+	if m, err := a.Raise("r", 5); err != nil || m != 5 {
+		t.Fatalf("Raise under the guard = %d, %v", m, err)
+	}
+	// Another replica becomes the owner: the key is re-created.
+	if _, err := cli.Delete(ctx, ownerKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, ownerKey, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Raise("r", 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Raise("r", 1000); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("Raise after the owner changed: %v, want ErrNotOwner", err)
+	}
+	err = a.UpdateLease("r", func(rec []byte, max uint64) ([]byte, uint64, error) { return []byte("stale"), 2000, nil })
+	if !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("UpdateLease after the owner changed: %v, want ErrNotOwner", err)
+	}
+	if _, err := a.Reset("r"); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("Reset after the owner changed: %v, want ErrNotOwner", err)
+	}
+	if m, err := b.Max("r"); err != nil || m != 7 {
+		t.Fatalf("the new owner's maximum = %d, %v; want 7 (the stale replica committed nothing)", m, err)
+	}
+	if rec, err := b.Lease("r"); err != nil || rec != nil {
+		t.Fatalf("lease record %q, %v; want none", rec, err)
+	}
+	refuse.Store(true)
+	if _, err := a.Raise("r2", 3); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("Raise with a refusing guard: %v, want ErrNotOwner", err)
+	}
+	if m, _ := b.Max("r2"); m != 0 {
+		t.Fatalf("a refused raise wrote %d", m)
+	}
+}

@@ -129,25 +129,48 @@ func (s *Store) commitRaises(batch []*raiseReq) {
 	for i, res := range order {
 		ops[i] = raiseOp(s.fenceKey(res), want[res])
 	}
+	// Cluster mode: the batch commits only while this replica owns the
+	// shard of each of its resources (one compare per shard: at most one
+	// per resource, within the Txn's operation count).
+	var cmps []clientv3.Cmp
+	var guardErr error
+	seen := map[guarded]bool{}
+	for _, res := range order {
+		g, err := s.guard(res)
+		if err != nil {
+			guardErr = err
+			break
+		}
+		if g != nil && !seen[*g] {
+			seen[*g] = true
+			cmps = append(cmps, g.cmp())
+		}
+	}
 	ticket := s.cache.ticket()
 	stored := make(map[string]uint64, len(order))
-	err := s.do(func(ctx context.Context) error {
-		resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return err
-		}
-		if len(resp.Responses) != len(order) {
-			return fmt.Errorf("etcd answered %d operations, want %d", len(resp.Responses), len(order))
-		}
-		for i, res := range order {
-			m, err := raised(resp.Responses[i], want[res])
+	err := guardErr
+	if err == nil {
+		err = s.do(func(ctx context.Context) error {
+			resp, err := s.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 			if err != nil {
 				return err
 			}
-			stored[res] = m
-		}
-		return nil
-	})
+			if !resp.Succeeded {
+				return fmt.Errorf("%w: a shard of the batch changed owner", ErrNotOwner)
+			}
+			if len(resp.Responses) != len(order) {
+				return fmt.Errorf("etcd answered %d operations, want %d", len(resp.Responses), len(order))
+			}
+			for i, res := range order {
+				m, err := raised(resp.Responses[i], want[res])
+				if err != nil {
+					return err
+				}
+				stored[res] = m
+			}
+			return nil
+		})
+	}
 	if err == nil {
 		// Cached before any raiser returns (see maxCache).
 		for _, res := range order {

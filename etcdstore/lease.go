@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"math"
 
@@ -74,12 +75,25 @@ func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64)
 				done = true // fn changed nothing: the read was one consistent view
 				return nil
 			}
-			cresp, err := s.kv.Txn(ctx).If(
+			cmps := []clientv3.Cmp{
 				clientv3.Compare(clientv3.ModRevision(fk), "=", frev),
 				clientv3.Compare(clientv3.ModRevision(lk), "=", lrev),
-			).Then(ops...).Commit()
+			}
+			g, err := s.guard(name)
 			if err != nil {
 				return err
+			}
+			var orElse []clientv3.Op
+			if g != nil {
+				cmps = append(cmps, g.cmp())
+				orElse = append(orElse, clientv3.OpGet(g.key))
+			}
+			cresp, err := s.kv.Txn(ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
+			if err != nil {
+				return err
+			}
+			if !cresp.Succeeded && g != nil && g.lost(cresp.Responses[0].GetResponseRange()) {
+				return fmt.Errorf("%w: its shard changed owner", ErrNotOwner)
 			}
 			done = cresp.Succeeded
 			return nil

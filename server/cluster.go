@@ -187,6 +187,22 @@ func (c *cluster) owns(name string) bool {
 	return ok
 }
 
+// guard is etcdstore.Options.Guard: the store commits a write of resource
+// only while the owner key of its shard is the one this replica created
+// (the grant's epoch), so a replica that stalled past its ownership cannot
+// commit a raise, lease or reset that the next owner would not see.
+func (c *cluster) guard(resource string) (string, int64, error) {
+	if c.owner == nil {
+		return "", 0, errors.New("cluster: not started")
+	}
+	n := c.shardOf(resource)
+	g, ok := c.owner.State(n)
+	if !ok {
+		return "", 0, fmt.Errorf("this replica does not hold shard %d", n)
+	}
+	return c.owner.OwnerKey(n), g.Epoch, nil
+}
+
 // lockDelay is LOCK_DELAY as shard.Options takes it: 0s is none.
 func lockDelay(d time.Duration) time.Duration {
 	if d == 0 {

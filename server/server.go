@@ -174,7 +174,8 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		})
 		es, err := etcdstore.Open(etcdCfg, etcdstore.Options{Prefix: cfg.EtcdPrefix, CacheBytes: int64(cfg.CacheSize),
-			MaxTxnOps: cfg.EtcdMaxTxnOps, ObserveRequest: func(d time.Duration) { etcdRequests.Observe(d.Seconds()) }})
+			MaxTxnOps: cfg.EtcdMaxTxnOps, ObserveRequest: func(d time.Duration) { etcdRequests.Observe(d.Seconds()) },
+			Guard: func(resource string) (string, int64, error) { return s.cluster.guard(resource) }})
 		if err != nil {
 			return nil, fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w", err)
 		}

@@ -456,6 +456,12 @@ func (o *Owner) Holds(g Grant) bool {
 	return o.noValidity || o.now() < h.sess.valid.Load()
 }
 
+// OwnerKey returns the etcd key of shard's owner; its CreateRevision is
+// the Epoch of the ownership that created it. A store can guard its writes
+// with it (etcdstore.Options.Guard): a compare on it fails once the shard
+// changed owner.
+func (o *Owner) OwnerKey(shard int) string { return o.k.owner(shard) }
+
 // Valid reports whether this replica's etcd lease is confirmed now: a
 // keepalive sent less than the TTL minus the margin ago was answered (by the
 // boot-time clock). Shards it holds may be admitted only while it is.
