@@ -126,16 +126,22 @@ func (c *cluster) start(clientCfg clientv3.Config) error {
 	if err != nil {
 		return fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w", err)
 	}
-	o, err := shard.Start(context.Background(), cli, shard.Options{
-		Prefix:       c.cfg.EtcdPrefix,
-		Shards:       c.cfg.Shards,
-		ID:           c.cfg.ReplicaID,
-		Advertise:    c.cfg.PeerAdvertise,
-		TTL:          c.cfg.ShardTTL,
-		LockDelay:    lockDelay(c.cfg.LockDelay),
-		DrainTimeout: c.cfg.ShutdownTimeout,
-		Drain:        c.drain, // the shard package logs acquisitions and losses
-		Logger:       c.log,
+	var o *shard.Owner
+	err = retryEtcd(c.log, "join the cluster", func() (err error) {
+		o, err = shard.Start(context.Background(), cli, shard.Options{
+			Prefix:       c.cfg.EtcdPrefix,
+			Shards:       c.cfg.Shards,
+			ID:           c.cfg.ReplicaID,
+			Advertise:    c.cfg.PeerAdvertise,
+			TTL:          c.cfg.ShardTTL,
+			LockDelay:    lockDelay(c.cfg.LockDelay),
+			DrainTimeout: c.cfg.ShutdownTimeout,
+			Drain:        c.drain, // the shard package logs acquisitions and losses
+			Logger:       c.log,
+		})
+		return err
+	}, func(err error) bool {
+		return errors.Is(err, shard.ErrShardCount) || errors.Is(err, shard.ErrDuplicateID)
 	})
 	if err != nil {
 		cli.Close()
@@ -209,6 +215,25 @@ func lockDelay(d time.Duration) time.Duration {
 		return shard.NoLockDelay
 	}
 	return d
+}
+
+// etcdStartBudget bounds the retries of a start step that failed on
+// something passing in etcd (a leader election, a member restarting).
+const etcdStartBudget = 30 * time.Second
+
+// retryEtcd runs step until it succeeds, fails for good (permanent, when
+// set, says so), or etcdStartBudget has passed, logging each failure; it
+// returns the last error.
+func retryEtcd(log *slog.Logger, what string, step func() error, permanent func(error) bool) error {
+	deadline := time.Now().Add(etcdStartBudget)
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 4*time.Second) {
+		err := step()
+		if err == nil || (permanent != nil && permanent(err)) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		log.Warn("etcd: "+what+" failed; retrying", "error", err.Error(), "in", wait.String())
+		time.Sleep(wait)
+	}
 }
 
 // shardOf is the shard of resource.

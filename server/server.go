@@ -173,11 +173,15 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			Help:    "Duration of the store's requests to etcd (Gets and Txns: raises, group-committed, lease updates, upload records), failed ones included.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		})
-		es, err := etcdstore.Open(etcdCfg, etcdstore.Options{Prefix: cfg.EtcdPrefix, CacheBytes: int64(cfg.CacheSize),
-			MaxTxnOps: cfg.EtcdMaxTxnOps, ObserveRequest: func(d time.Duration) { etcdRequests.Observe(d.Seconds()) },
-			Guard: func(resource string) (string, int64, error) { return s.cluster.guard(resource) }})
+		var es *etcdstore.Store
+		err := retryEtcd(log, "open the store in etcd", func() (err error) {
+			es, err = etcdstore.Open(etcdCfg, etcdstore.Options{Prefix: cfg.EtcdPrefix, CacheBytes: int64(cfg.CacheSize),
+				MaxTxnOps: cfg.EtcdMaxTxnOps, ObserveRequest: func(d time.Duration) { etcdRequests.Observe(d.Seconds()) },
+				Guard: func(resource string) (string, int64, error) { return s.cluster.guard(resource) }})
+			return err
+		}, nil)
 		if err != nil {
-			return nil, fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w", err)
+			return nil, fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w (for %s; is etcd running and reachable there?)", err, etcdStartBudget)
 		}
 		store = es
 		undo = append(undo, func() { closeStore(es, storeCloseTimeout, log) })

@@ -285,14 +285,18 @@ func (o *Owner) register(ctx context.Context, s *session) (int64, error) {
 // awaitPredecessor waits until no member key with this replica's ID is
 // left on another lease. A previous instance that crashed (a restart under
 // the same ID) leaves one that goes with its lease within the lease's TTL;
-// a key whose lease is renewed meanwhile (its remaining TTL rises) or
-// outlives its granted TTL belongs to a live replica: ErrDuplicateID.
+// a key whose lease is renewed duplicateRenewals times meanwhile (its
+// remaining TTL rises; an etcd leader election extends it once) belongs to a
+// live replica: ErrDuplicateID, as is one whose lease outlives three of its
+// TTLs (an election or two may extend a dead one's).
 func (o *Owner) awaitPredecessor(ctx context.Context) error {
 	key := o.k.member(o.opts.ID)
 	var (
 		lease    int64
 		lastTTL  int64
-		deadline time.Time
+		rises    int       // times the lease's remaining TTL went up: renewals
+		warned   time.Time // last "still waiting" log
+		deadline time.Time // past it, the key's lease was kept alive: a live replica
 	)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, o.opts.RequestTimeout)
@@ -309,7 +313,7 @@ func (o *Owner) awaitPredecessor(ctx context.Context) error {
 			return &DuplicateIDError{ID: o.opts.ID, Key: key}
 		}
 		if kv.Lease != lease {
-			lease, lastTTL, deadline = kv.Lease, -1, time.Time{}
+			lease, lastTTL, rises, warned, deadline = kv.Lease, -1, 0, time.Now(), time.Time{}
 			o.log.Warn("a member key with this replica's ID is on another lease: waiting for it to expire (a previous instance that crashed?)",
 				"key", key, "lease", lease)
 		}
@@ -320,13 +324,25 @@ func (o *Owner) awaitPredecessor(ctx context.Context) error {
 			return fmt.Errorf("shard: read the lease of the member key %s: %w", key, err)
 		}
 		if err == nil && ttl.TTL >= 0 {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(time.Duration(ttl.GrantedTTL)*time.Second + time.Second)
+			// A live replica renews every KeepAliveInterval; an etcd leader
+			// election also extends every lease, once: only repeated
+			// renewals tell a live duplicate from a crashed predecessor.
+			if lastTTL >= 0 && ttl.TTL > lastTTL {
+				rises++
 			}
-			if (lastTTL >= 0 && ttl.TTL > lastTTL) || time.Now().After(deadline) {
+			if deadline.IsZero() {
+				// A crashed predecessor's lease lives its TTL, and an
+				// election or two may extend it by as much: three TTLs.
+				deadline = time.Now().Add(3*time.Duration(ttl.GrantedTTL)*time.Second + time.Second)
+			}
+			if rises >= duplicateRenewals || time.Now().After(deadline) {
 				return &DuplicateIDError{ID: o.opts.ID, Key: key, Lease: lease}
 			}
 			lastTTL = ttl.TTL
+			if time.Since(warned) > time.Duration(ttl.GrantedTTL)*time.Second+time.Second {
+				warned = time.Now()
+				o.log.Warn("still waiting for the member key of this replica's ID to expire", "key", key, "lease", lease, "ttl_left", ttl.TTL)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -335,6 +351,10 @@ func (o *Owner) awaitPredecessor(ctx context.Context) error {
 		}
 	}
 }
+
+// duplicateRenewals is how many renewals of another lease's member key with
+// this replica's ID Start sees before it calls that key a live duplicate.
+const duplicateRenewals = 3
 
 // keepAlive renews s with KeepAliveOnce every KeepAliveInterval, and moves
 // its validity to each confirmed request's send time + TTL - Margin.
