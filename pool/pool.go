@@ -150,10 +150,10 @@ func CheckName(what, s string) error {
 	return nil
 }
 
-// Names returns the shard names spec defines, checked. ErrInvalid for both
+// Check returns the shard names spec defines, checked. ErrInvalid for both
 // or neither of Shards and Names, a count outside [1, MaxShards], a bad or
 // repeated name.
-func (spec Spec) names() ([]string, error) {
+func (spec Spec) Check() ([]string, error) {
 	switch {
 	case (spec.Shards > 0) == (len(spec.Names) > 0):
 		return nil, fmt.Errorf("%w: give shards (a count) or names, one of them", ErrInvalid)
@@ -258,7 +258,7 @@ func (p *Pools) Define(pool string, spec Spec) ([]string, error) {
 	if err := CheckName("pool", pool); err != nil {
 		return nil, err
 	}
-	names, err := spec.names()
+	names, err := spec.Check()
 	if err != nil {
 		return nil, err
 	}
