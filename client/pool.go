@@ -74,6 +74,9 @@ type Pool struct {
 	// done (never dispatched again), and Run returns nil once the pool has
 	// no open shard left.
 	OneShot bool
+	// MaxShards, when above 0, bounds the shards Run holds at once (below
+	// the holder's share: a worker that takes one task at a time).
+	MaxShards int
 	// Events, when set, is called with every event, from Run's goroutines.
 	Events func(PoolEvent)
 }
@@ -207,6 +210,12 @@ func (p *Pool) Run(ctx context.Context, work func(ctx context.Context, s Shard) 
 	every := p.TTL / 4
 	for {
 		for ctx.Err() == nil {
+			mu.Lock()
+			full := p.MaxShards > 0 && len(shards) >= p.MaxShards
+			mu.Unlock()
+			if full {
+				break
+			}
 			s, err := p.Claim(ctx)
 			var ns *NoShardError
 			if errors.As(err, &ns) {

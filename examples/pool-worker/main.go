@@ -64,6 +64,7 @@ func main() {
 	flag.DurationVar(&w.interval, "interval", time.Second, "pause between writes to a shard")
 	flag.BoolVar(&w.oneShot, "oneshot", false, "shards are one-shot tasks: mark each done after its work")
 	flag.DurationVar(&w.taskTime, "task-time", time.Second, "one-shot: how long a task works between its start and its result")
+	maxShards := flag.Int("max-shards", 0, "most shards held at once, 0 = the fair share")
 	flag.Parse()
 	if ttl < time.Millisecond || *pool == "" || w.holder == "" {
 		fmt.Fprintln(os.Stderr, "pool-worker: need -pool, -holder and a -ttl of at least 1ms")
@@ -73,7 +74,7 @@ func main() {
 	defer stop()
 	p := &client.Pool{
 		Leases: &client.Leases{BaseURL: *control, Bearer: *leaseToken},
-		Name:   *pool, Holder: w.holder, TTL: ttl, OneShot: w.oneShot,
+		Name:   *pool, Holder: w.holder, TTL: ttl, OneShot: w.oneShot, MaxShards: *maxShards,
 		Events: func(ev client.PoolEvent) {
 			attrs := []any{"kind", ev.Kind, "holder", w.holder, "shard", ev.Shard.Shard, "token", ev.Shard.Lease.Token}
 			if ev.Err != nil {
