@@ -265,6 +265,7 @@ func (p *Pool) keep(parent context.Context, h *held, work func(context.Context, 
 	// The local deadline: the TTL from when the grant's request was sent
 	// would be safest; the answer's arrival is close enough below the
 	// server's grace, and renews move it from their own send time.
+	until := time.Now().Add(p.TTL)
 	deadline := time.NewTimer(p.TTL)
 	defer deadline.Stop()
 	var workErr error
@@ -297,21 +298,33 @@ func (p *Pool) keep(parent context.Context, h *held, work func(context.Context, 
 			if lost {
 				continue
 			}
-			sent := time.Now()
-			rctx, rcancel := context.WithTimeout(context.Background(), p.TTL/3)
-			l, back, err := p.Renew(rctx, shard())
-			rcancel()
-			switch {
-			case errors.Is(err, ErrLost):
-				lost = true
-				cancel()
-				p.emit(PoolEvent{Kind: "lost", Shard: shard(), Err: err})
-			case err == nil:
-				cur.Lock()
-				s.Lease = l
-				cur.Unlock()
-				deadline.Reset(p.TTL - time.Since(sent))
-				askBack(back)
+			// A renew that fails (not refused) is tried again within the
+			// tick until the local deadline: a slow answer must not cost
+			// the shard.
+			for {
+				sent := time.Now()
+				rctx, rcancel := context.WithTimeout(context.Background(), p.TTL/2)
+				l, back, err := p.Renew(rctx, shard())
+				rcancel()
+				if errors.Is(err, ErrLost) {
+					lost = true
+					cancel()
+					p.emit(PoolEvent{Kind: "lost", Shard: shard(), Err: err})
+					break
+				}
+				if err == nil {
+					cur.Lock()
+					s.Lease = l
+					cur.Unlock()
+					until = sent.Add(p.TTL)
+					deadline.Reset(time.Until(until))
+					askBack(back)
+					break
+				}
+				if time.Since(sent) > p.TTL/3 || time.Now().After(until) {
+					break // the next tick tries again; the deadline decides
+				}
+				time.Sleep(p.TTL / 20)
 			}
 		}
 	}

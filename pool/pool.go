@@ -17,8 +17,8 @@
 //
 // A live holder is one with a lease on a shard of the pool that is held,
 // suspect or in its grace, or one that found no shard free at its last
-// claim within the claim's TTL (it waits: it is recorded in the pool's
-// record, so the others' shares already make room for it).
+// claim within half the claim's TTL (it waits: it is recorded in the
+// pool's record, so the others' shares already make room for it).
 //
 // One-shot tasks: Done marks a shard complete with its holder's token; it is
 // never dispatched again, and a stale token is refused.
@@ -190,7 +190,19 @@ type Pools struct {
 	mu     sync.Mutex
 	locks  map[string]*sync.Mutex
 	events Events
+	// views caches each pool's view for HandBack (renews come often, and a
+	// view reads every lease of the pool); claims, dones and definitions
+	// of this process drop it.
+	views map[string]cachedView
 }
+
+type cachedView struct {
+	at time.Time
+	v  *view
+}
+
+// viewCacheFor bounds how stale a HandBack's view may be.
+const viewCacheFor = 250 * time.Millisecond
 
 // Events are optional hooks for metrics; nil fields are skipped.
 type Events struct {
@@ -202,7 +214,7 @@ type Events struct {
 
 // New returns Pools over store, granting shards with leases.
 func New(store Store, leases Leases, events Events) *Pools {
-	return &Pools{store: store, leases: leases, locks: map[string]*sync.Mutex{}, events: events}
+	return &Pools{store: store, leases: leases, locks: map[string]*sync.Mutex{}, events: events, views: map[string]cachedView{}}
 }
 
 func (p *Pools) lock(pool string) func() {
@@ -214,7 +226,12 @@ func (p *Pools) lock(pool string) func() {
 	}
 	p.mu.Unlock()
 	l.Lock()
-	return l.Unlock
+	return func() {
+		p.mu.Lock()
+		delete(p.views, pool)
+		p.mu.Unlock()
+		l.Unlock()
+	}
 }
 
 func (p *Pools) read(pool string) (*record, error) {
@@ -423,8 +440,8 @@ type Claim struct {
 // token, the fence raised to it through the barrier. With standby, when no
 // shard is free, the holder is put first in line for a suspect shard.
 // Errors: *NoShardError (ErrNoShard) when the holder is at its share or
-// none is free (the holder then counts as live until ttl has passed, so the
-// others' shares make room for it); ErrNotFound; lease.ErrInvalid for a bad
+// none is free (the holder then counts as live for ttl/2, so the others'
+// shares make room for it; claiming again renews that); ErrNotFound; lease.ErrInvalid for a bad
 // holder or TTL; the lease manager's and the store's errors.
 func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duration, wantStandby bool) (Claim, error) {
 	if holder == "" || ttl <= 0 {
@@ -441,7 +458,9 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 	}
 	share, _ := v.share(holder)
 	held := v.counts[holder]
-	if held >= share {
+	if free := v.free(holder, rec.Standby); held >= share || (held >= v.floor(holder) && free > 0 && free <= v.deficit(holder)) {
+		// At its share; or at the floor while the free shards are all
+		// needed by holders below it (fair within one, not first come).
 		if p.events.NoShard != nil {
 			p.events.NoShard(pool)
 		}
@@ -548,7 +567,10 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 			}
 		}
 		if held == 0 {
-			r.Waiting[holder] = v.now.Add(ttl)
+			// Live for half the claim's TTL: a waiting holder claims again
+			// well within it, and a dead one stops holding up the
+			// others' shares soon.
+			r.Waiting[holder] = v.now.Add(ttl / 2)
 		}
 		if standFor != "" {
 			if r.Standby == nil {
@@ -581,22 +603,32 @@ func boolFirst(a bool) int {
 // than its share, the holder's shards it ranks lowest (by rendezvous
 // hashing), its count above the share. nil when name is no pool shard or
 // the holder is within its share. It reads the store only (any process may
-// answer it). Errors: store errors.
+// answer it), through a view of the pool up to 250 ms old (a claim, done or
+// definition in this process drops it). Errors: store errors.
 func (p *Pools) HandBack(name, holder string) ([]string, error) {
 	pool, _, ok := cutLast(name)
 	if !ok || CheckName("pool", pool) != nil {
 		return nil, nil
 	}
-	rec, err := p.read(pool)
-	if errors.Is(err, ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	v, err := p.view(pool, rec)
-	if err != nil {
-		return nil, err
+	now := p.leases.Now()
+	p.mu.Lock()
+	c, ok := p.views[pool]
+	p.mu.Unlock()
+	v := c.v
+	if !ok || now.Sub(c.at) > viewCacheFor || now.Before(c.at) {
+		rec, err := p.read(pool)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if v, err = p.view(pool, rec); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		p.views[pool] = cachedView{at: now, v: v}
+		p.mu.Unlock()
 	}
 	out := v.handBack(holder)
 	if len(out) > 0 && p.events.HandBack != nil {
@@ -605,9 +637,85 @@ func (p *Pools) HandBack(name, holder string) ([]string, error) {
 	return out, nil
 }
 
+// floor returns the floor of open shards over live holders (with extra
+// counted live too).
+func (v *view) floor(extra string) int {
+	_, live := v.share(extra)
+	if live == 0 {
+		return v.open
+	}
+	return v.open / live
+}
+
+// liveHolders returns the live holders, with extra ("": none).
+func (v *view) liveHolders(extra string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(h string) {
+		if h != "" && !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	for h := range v.counts {
+		add(h)
+	}
+	for h := range v.waiting {
+		add(h)
+	}
+	add(extra)
+	slices.Sort(out)
+	return out
+}
+
+// deficit returns how many shards the live holders other than extra lack
+// to reach the floor.
+func (v *view) deficit(extra string) int {
+	f, d := v.floor(extra), 0
+	for _, h := range v.liveHolders(extra) {
+		if h != extra && v.counts[h] < f {
+			d += f - v.counts[h]
+		}
+	}
+	return d
+}
+
+// free returns the shards a claim of holder could get now.
+func (v *view) free(holder string, standbys map[string]standby) int {
+	n := 0
+	for _, s := range v.order {
+		sv := v.shards[s]
+		if sv.done || sv.live() {
+			continue
+		}
+		if sb, ok := standbys[s]; ok && sb.Holder != holder && sb.Until.After(v.now) {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// handBack returns the shards holder must hand back: those above the share
+// (a holder joined); or, while holders below the floor need more than the
+// free shards, one, when holder is at the share (ceil) beyond the r
+// holders (open mod live, first by name) that may keep it.
 func (v *view) handBack(holder string) []string {
 	share, _ := v.share("")
 	excess := v.counts[holder] - share
+	if excess <= 0 && share > v.floor("") && v.counts[holder] == share && v.deficit("") > v.free("", nil) {
+		_, live := v.share("")
+		r := v.open % live
+		var atShare []string
+		for _, h := range v.liveHolders("") {
+			if v.counts[h] >= share {
+				atShare = append(atShare, h)
+			}
+		}
+		if i := slices.Index(atShare, holder); i >= r {
+			excess = 1
+		}
+	}
 	if excess <= 0 {
 		return nil
 	}

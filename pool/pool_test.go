@@ -351,3 +351,59 @@ func TestConcurrentClaims(t *testing.T) {
 		}
 	}
 }
+
+// Fair within one: 64 shards over 5 holders, then a sixth joins; with the
+// hand-backs done and claims made, the counts are 11,11,11,11,10,10 (not
+// the newcomer left with the remainder, 9).
+func TestFairWithinOneAfterJoin(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 64})
+	held := map[string]map[string]Claim{}
+	holders := []string{"a", "b", "c", "d", "e"}
+	for _, h := range holders {
+		r.claim("p", h) // each claims once first, so all five are live
+	}
+	for _, h := range holders {
+		held[h] = r.claimAll("p", h)
+	}
+	holders = append(holders, "f")
+	held["f"] = map[string]Claim{}
+	for round := range 6 {
+		for _, h := range holders {
+			for s, c := range r.claimAll("p", h) {
+				held[h][s] = c
+			}
+			for _, c := range held[h] {
+				hb, err := r.p.HandBack("p/"+c.Shard, h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range hb {
+					if _, err := r.m.Release("p/"+s, h, held[h][s].Lease.Token); err != nil {
+						t.Fatalf("round %d: release %s of %s: %v", round, s, h, err)
+					}
+					delete(held[h], s)
+				}
+				break
+			}
+		}
+	}
+	st, _ := r.p.Status("p")
+	var got []int
+	for _, h := range st.Holders {
+		got = append(got, h.Shards)
+	}
+	if fmt.Sprint(got) != "[11 11 11 11 10 10]" && fmt.Sprint(got) != "[11 11 11 10 11 10]" {
+		sum := 0
+		for _, n := range got {
+			sum += n
+			if n < 10 || n > 11 {
+				t.Fatalf("counts %v: want each 10 or 11 (64 over 6)", got)
+			}
+		}
+		if sum != 64 {
+			t.Fatalf("counts %v: want 64 held", got)
+		}
+	}
+	t.Logf("counts after the join: %v", got)
+}

@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite of fenceproxy's durable store:
-// per-resource fencing-token maxima, lease records, S3 multipart upload
-// records, the start-up view and the clean-stop mark. Every implementation
+// per-resource fencing-token maxima, lease records, shard-pool records, S3
+// multipart upload records, the start-up view and the clean-stop mark. Every implementation
 // (tokenstore on Badger, memstore in memory for tests, an etcd store later)
 // must pass Run.
 //
