@@ -68,7 +68,10 @@ const FencePrefix = "/v1/fences/"
 type Options struct {
 	// Leases serves /v1/leases/*; nil: no lease API.
 	Leases Leases
-	// LeaseToken is the bearer token every lease call needs; "": none.
+	// Pools serves /v1/pools/* (with Leases); nil: no pool API. A renew
+	// of a pool shard's lease then carries its hand-back list.
+	Pools Pools
+	// LeaseToken is the bearer token every lease and pool call needs; "": none.
 	LeaseToken string
 	// ResourceDepth is FENCEPROXY_RESOURCE_DEPTH: when > 0, lease names
 	// must have exactly this many segments.
@@ -108,6 +111,8 @@ var ErrShardUnavailable = errors.New("no replica may run calls on this name's sh
 //	GET /v1/fences/{key}  wire.Fence; 404 if never raised
 //	GET /v1/fences, PUT and DELETE /v1/fences/{key}  list, raise, reset (with Options.Admin; admin bearer)
 //	POST, PUT, DELETE, GET /v1/leases/{name}  acquire, renew, release, read (with Options.Leases)
+//	PUT, GET /v1/pools/{pool}  define, read a shard pool (with Options.Pools)
+//	POST /v1/pools/{pool}/claim, POST /v1/pools/{pool}/shards/{shard}/done  claim a shard, mark it done
 //	GET /v1/leases        wire.LeaseList (with Options.Leases when it is a LeaseLister; admin bearer)
 //	GET /metrics          Prometheus metrics (with Options.Metrics)
 //	GET /debug/pprof/...  Go profiles, e.g. profile?seconds=10 (with Options.Admin; admin bearer)
@@ -120,6 +125,9 @@ func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	r := chi.NewRouter()
 	if opts.Leases != nil {
 		s.leaseRoutes(r)
+		if opts.Pools != nil {
+			s.poolRoutes(r)
+		}
 	}
 	if opts.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{}))

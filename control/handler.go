@@ -26,6 +26,9 @@ type route struct {
 	// LeaseName). name nil: the route names nothing.
 	prefix string
 	name   func(raw string) (string, error)
+	// owner maps the resolved name to the name Options.Owner routes by
+	// (the pool calls: the pool's); nil: the name itself.
+	owner func(name string) string
 	// badName is the table row of a name that name refuses (the resolver's
 	// error is wrapped in it); nil: the resolver's error as is
 	// (fence.ErrBadResource).
@@ -76,7 +79,11 @@ func handle[In, Out any](s *server, rt route, op func(ctx context.Context, req r
 			}
 			req.Name = name
 			if s.opts.Owner != nil {
-				done, forward, err := s.opts.Owner(r, name)
+				routed := name
+				if rt.owner != nil {
+					routed = rt.owner(name)
+				}
+				done, forward, err := s.opts.Owner(r, routed)
 				switch {
 				case err != nil:
 					s.fail(w, r, rt, name, err)

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/pool"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -136,7 +138,19 @@ func (s *server) renew(_ context.Context, req request[wire.LeaseRequest]) (wire.
 	if l.Released {
 		return leaseOf(l, stateOf(l)), nil
 	}
-	return s.signed(req.Header, leaseOf(l, stateOf(l))), nil
+	out := s.signed(req.Header, leaseOf(l, stateOf(l)))
+	if s.opts.Pools != nil {
+		// A pool shard's renew says which shards to hand back. Its failure
+		// does not fail the renew, which took effect: the next one tells.
+		hb, err := s.opts.Pools.HandBack(req.Name, req.Body.Holder)
+		if err != nil {
+			s.log.Warn("pool hand-back not computed", "lease", req.Name, "error", err.Error())
+		} else if hb != nil || isPoolShard(req.Name) {
+			out.Pool, out.Shard, _ = cutPool(req.Name)
+			out.HandBack = hb
+		}
+	}
+	return out, nil
 }
 
 // release: DELETE /v1/leases/{name} {"holder","token"}; a released token
@@ -205,4 +219,20 @@ func stateOf(l lease.Lease) lease.State {
 func leaseOf(l lease.Lease, st lease.State) wire.Lease {
 	return wire.Lease{Name: l.Name, Holder: l.Holder, Token: wire.Token(l.Token), State: string(st), TTL: l.TTL.String(),
 		AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt}
+}
+
+// cutPool splits a pool shard's lease name "{pool}/{shard}".
+func cutPool(name string) (p, shard string, ok bool) {
+	i := strings.LastIndexByte(name, '/')
+	if i < 0 {
+		return "", "", false
+	}
+	return name[:i], name[i+1:], true
+}
+
+// isPoolShard reports whether name has the shape of a pool shard's lease
+// name (its pool may not exist).
+func isPoolShard(name string) bool {
+	p, sh, ok := cutPool(name)
+	return ok && pool.CheckName("pool", p) == nil && pool.CheckName("shard", sh) == nil
 }

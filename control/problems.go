@@ -9,6 +9,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/pool"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -79,6 +80,14 @@ var table = []problemRow{
 	{err: lease.ErrInvalid, status: http.StatusBadRequest, reason: wire.ReasonBadRequest, title: "Bad lease request", level: slog.LevelDebug},
 	{err: lease.ErrNotFound, status: http.StatusNotFound, reason: wire.ReasonNotFound, title: "Unknown lease", level: slog.LevelDebug},
 
+	// The pools'.
+	{err: errBadPoolName, status: http.StatusBadRequest, reason: wire.ReasonBadResource, title: "Bad pool or shard name", level: slog.LevelDebug},
+	{err: pool.ErrNoShard, status: http.StatusConflict, reason: wire.ReasonNoShard, title: "No shard to claim", level: slog.LevelDebug},
+	{err: pool.ErrBusy, status: http.StatusConflict, reason: wire.ReasonPoolBusy, title: "Pool shards held", level: slog.LevelDebug},
+	{err: pool.ErrDone, status: http.StatusConflict, reason: wire.ReasonShardDone, title: "Shard already done", level: slog.LevelDebug},
+	{err: pool.ErrInvalid, status: http.StatusBadRequest, reason: wire.ReasonBadRequest, title: "Bad pool request", level: slog.LevelDebug},
+	{err: pool.ErrNotFound, status: http.StatusNotFound, reason: wire.ReasonNotFound, title: "Unknown pool or shard", level: slog.LevelDebug},
+
 	// The fencing core's.
 	{err: fence.ErrBadResource, status: http.StatusBadRequest, reason: wire.ReasonBadResource, title: "Bad resource", level: slog.LevelDebug},
 	// A raise (a lease grant's too) that timed out draining stays: the
@@ -125,6 +134,13 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, rt route, name str
 	var held *lease.HeldError
 	if row.reason == wire.ReasonLeaseHeld && errors.As(err, &held) {
 		p.Name, p.Holder, p.ExpiresAt, p.GraceEnds = name, held.Holder, &held.ExpiresAt, &held.GraceEnds
+	}
+	var noShard *pool.NoShardError
+	if row.reason == wire.ReasonNoShard && errors.As(err, &noShard) {
+		p.Share, p.Held, p.AtShare, p.Standby = &noShard.Share, &noShard.Held, noShard.AtShare, noShard.Standby
+		if !noShard.RetryAt.IsZero() {
+			p.RetryAt = &noShard.RetryAt
+		}
 	}
 	if row.retry {
 		w.Header().Set("Retry-After", wire.RetryAfter(err))

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/pool"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -419,6 +420,33 @@ func TestErrorTable(t *testing.T) {
 					t.Errorf("detail %q does not say why", p.Detail)
 				}
 			}},
+		{name: "bad pool name", leases: &memLeases{leases: map[string]lease.Lease{}}, opts: withPools(errPools{nil}),
+			method: "POST", target: "/v1/pools/bad%21name/claim", body: `{"holder":"A","ttl":"10s"}`,
+			status: 400, reason: "bad_resource", title: "Bad pool or shard name", level: slog.LevelDebug},
+		{name: "pool claim at share", leases: &memLeases{leases: map[string]lease.Lease{}},
+			opts:   withPools(errPools{&pool.NoShardError{AtShare: true, Share: 2, Held: 2}}),
+			method: "POST", target: "/v1/pools/jobs/claim", body: `{"holder":"A","ttl":"10s"}`,
+			status: 409, reason: "no_shard", title: "No shard to claim", level: slog.LevelDebug,
+			check: func(t *testing.T, _ *problemRig, p wire.Problem, _ answer) {
+				if !p.AtShare || p.Share == nil || *p.Share != 2 || p.Held == nil || *p.Held != 2 {
+					t.Errorf("no_shard problem %+v: want at_share, share 2, held 2", p)
+				}
+			}},
+		{name: "pool shrink over held shards", leases: &memLeases{leases: map[string]lease.Lease{}},
+			opts:   withPools(errPools{fmt.Errorf("%w: [\"3\"] are held", pool.ErrBusy)}),
+			method: "PUT", target: "/v1/pools/jobs", body: `{"shards":2}`,
+			status: 409, reason: "pool_busy", title: "Pool shards held", level: slog.LevelDebug},
+		{name: "pool shard done with another token", leases: &memLeases{leases: map[string]lease.Lease{}},
+			opts:   withPools(errPools{pool.ErrDone}),
+			method: "POST", target: "/v1/pools/jobs/shards/3/done", body: `{"holder":"A","token":"4"}`,
+			status: 409, reason: "shard_done", title: "Shard already done", level: slog.LevelDebug},
+		{name: "bad pool definition", leases: &memLeases{leases: map[string]lease.Lease{}}, opts: withPools(errPools{nil}),
+			method: "PUT", target: "/v1/pools/jobs", body: `{"shards":2,"names":["a"]}`,
+			status: 400, reason: "bad_request", title: "Bad pool request", level: slog.LevelDebug},
+		{name: "unknown pool", leases: &memLeases{leases: map[string]lease.Lease{}},
+			opts:   withPools(errPools{pool.ErrNotFound}),
+			method: "GET", target: "/v1/pools/nope",
+			status: 404, reason: "not_found", title: "Unknown pool or shard", level: slog.LevelDebug},
 		{name: "client gone", leases: errLeases{context.Canceled},
 			method: "POST", target: "/v1/leases/bkt/a", body: `{"holder":"A","ttl":"10s"}`,
 			status: 499, reason: "client_gone", title: "Client closed request", level: slog.LevelInfo},
@@ -640,3 +668,15 @@ func TestAdminFenceCalls(t *testing.T) {
 		t.Errorf("resets: %s", got)
 	}
 }
+
+// errPools is a Pools whose calls all fail with err (nil: succeed empty).
+type errPools struct{ err error }
+
+func (p errPools) Define(string, pool.Spec) ([]string, error) { return nil, p.err }
+func (p errPools) Claim(context.Context, string, string, time.Duration, bool) (pool.Claim, error) {
+	return pool.Claim{}, p.err
+}
+func (p errPools) Status(string) (pool.Status, error)        { return pool.Status{}, p.err }
+func (p errPools) Done(string, string, string, uint64) error { return p.err }
+func (p errPools) HandBack(string, string) ([]string, error) { return nil, p.err }
+func withPools(p Pools) func(*Options)                       { return func(o *Options) { o.Pools = p } }

@@ -26,6 +26,7 @@ type routeLeases struct {
 	LeaseLister
 }
 type routeAdmin struct{ AdminFences }
+type routePools struct{ Pools }
 
 // TestRoutesMatchOpenAPI checks that the control router serves exactly the
 // operations api/openapi.yaml documents for the control listener, no more and
@@ -35,7 +36,7 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 	doc := loadSpec(t)
 
 	h := Handler(&fakeStore{}, slog.New(slog.DiscardHandler), Options{
-		Leases: routeLeases{}, Admin: routeAdmin{}, Metrics: prometheus.NewRegistry(),
+		Leases: routeLeases{}, Pools: routePools{}, Admin: routeAdmin{}, Metrics: prometheus.NewRegistry(),
 		AdminToken: "admin", LeaseToken: "lease",
 	})
 	routes, ok := h.(chi.Routes)

@@ -23,6 +23,7 @@
 //	Prefix + "u/" + uvarint(len(resource)) + resource + uploadID
 //	                                                     upload record: token (8 bytes BE), expiry (Unix seconds, 8 bytes BE)
 //	Prefix + "m/clean-stop"                              the clean-stop mark
+//	Prefix + "p/" + pool                                 shard-pool record: the record's bytes as given
 //
 // The kind comes before any byte of a name, so each kind is a range of its
 // own whatever a resource key holds ("/"-heavy, empty, "f/...", non-ASCII):
@@ -134,6 +135,7 @@ const (
 	kindLease  = "l/"
 	kindUpload = "u/"
 	kindMeta   = "m/"
+	kindPool   = "p/"
 
 	// maxAttempts bounds UpdateLease's optimistic retries. Calls of one
 	// process on one name are serialised before they reach etcd, so only a
@@ -306,6 +308,7 @@ func (g *guarded) lost(r *etcdserverpb.RangeResponse) bool {
 func (s *Store) fenceKey(resource string) string { return s.prefix + kindFence + resource }
 func (s *Store) leaseKey(name string) string     { return s.prefix + kindLease + name }
 func (s *Store) cleanStopKey() string            { return s.prefix + kindMeta + "clean-stop" }
+func (s *Store) poolKey(pool string) string      { return s.prefix + kindPool + pool }
 
 func encode(t uint64) string {
 	var b [8]byte

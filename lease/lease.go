@@ -150,6 +150,13 @@ func (m *Manager) revokeAfter(ttl time.Duration) time.Duration {
 	return ttl / 2
 }
 
+// GraceEnds returns the moment l's grace ends: from then on (unless its
+// holder renews before) anyone may acquire it.
+func (m *Manager) GraceEnds(l Lease) time.Time { return l.ExpiresAt.Add(m.grace(l.TTL)) }
+
+// Now returns the Manager's clock's time.
+func (m *Manager) Now() time.Time { return m.opts.Now() }
+
 // StateAt returns l's state at now.
 func (m *Manager) StateAt(l Lease, now time.Time) State {
 	switch {

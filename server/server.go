@@ -27,6 +27,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/internal/buildinfo"
 	"github.com/fenceproxy/fenceproxy/lease"
+	"github.com/fenceproxy/fenceproxy/pool"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/tokensig"
 	"github.com/fenceproxy/fenceproxy/tokenstore"
@@ -71,6 +72,7 @@ type Addrs struct {
 type tokenStore interface {
 	fence.Store
 	lease.Store
+	pool.Store
 	proxy.UploadRecords
 	Ready() error
 	List(prefix, after string, limit int) ([]fence.Record, error)
@@ -289,6 +291,15 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	s.leases = lease.NewManager(store, s.barrier, lopts)
 	metrics.MustRegister(s.leases.Collector())
+	var pools *pool.Pools
+	if s.cluster == nil {
+		// Cluster mode has no pools yet: a claim's acquire must run on the
+		// owner of the shard's name, which the pool's owner is not.
+		pm := pool.NewMetrics()
+		pools = pool.New(store, s.leases, pm.Events())
+		pm.Attach(pools)
+		metrics.MustRegister(pm)
+	}
 	build := buildinfo.Read()
 	metrics.MustRegister(buildInfoGauge(build))
 
@@ -309,6 +320,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		Admin:         adminFences{store: store, fence: s.barrier},
 		AdminToken:    cfg.AdminToken,
 		Signer:        signer,
+	}
+	if pools != nil {
+		copts.Pools = pools
 	}
 	if s.cluster != nil {
 		copts.Owner = s.cluster.controlOwner

@@ -13,6 +13,7 @@
 package tokenstore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -152,7 +153,7 @@ func Open(dir string, opts Options) (*Store, error) {
 }
 
 // holdsNoRecord reports whether db has no key at all (Badger's own are
-// hidden from iterators): no maximum, no lease record.
+// hidden from iterators) but pool records: no maximum, no lease record.
 func holdsNoRecord(db *badger.DB) (empty bool, err error) {
 	err = db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
@@ -160,6 +161,9 @@ func holdsNoRecord(db *badger.DB) (empty bool, err error) {
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		it.Rewind()
+		for it.Valid() && bytes.HasPrefix(it.Item().Key(), []byte(poolPrefix)) {
+			it.Next()
+		}
 		empty = !it.Valid()
 		return nil
 	})

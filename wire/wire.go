@@ -75,6 +75,9 @@ const (
 	ReasonLeaseLost       = "lease_lost"         // 409: the caller no longer has the lease
 	ReasonTokensExhausted = "tokens_exhausted"   // 409: the next token would pass 2^63-1
 	ReasonUnavailable     = "unavailable"        // 503: the store is closed or failing, or shutting down
+	ReasonNoShard         = "no_shard"           // 409: a pool claim found no shard for the holder now
+	ReasonPoolBusy        = "pool_busy"          // 409: a pool shrink would remove shards that are held
+	ReasonShardDone       = "shard_done"         // 409: the pool shard was marked done with another token
 )
 
 // Problem is an RFC 9457 problem details body, as the proxy and the control
@@ -97,6 +100,14 @@ type Problem struct {
 	Holder    string     `json:"holder,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	GraceEnds *time.Time `json:"grace_ends,omitempty"`
+
+	// A pool claim that got no shard (no_shard): the holder's share and
+	// count, when a shard may free up, the shard it stands by for.
+	Share   *int       `json:"share,omitempty"`
+	Held    *int       `json:"held,omitempty"`
+	AtShare bool       `json:"at_share,omitempty"`
+	RetryAt *time.Time `json:"retry_at,omitempty"`
+	Standby string     `json:"standby,omitempty"`
 
 	// S3Code, when set, is the S3 error code of the answer in S3 modes in
 	// place of the reason's (S3ErrorCode): S3 gateway mode's refusals of a
@@ -196,6 +207,64 @@ type Lease struct {
 	// TokenSignature is the token's signature in signed-token mode, on
 	// acquire and renew answers only (the holder's proof, not for readers).
 	TokenSignature string `json:"token_signature,omitempty"`
+	// Pool and Shard name the pool shard of a claim's answer, and of a
+	// renew's when the lease is a pool shard's ("{pool}/{shard}").
+	Pool  string `json:"pool,omitempty"`
+	Shard string `json:"shard,omitempty"`
+	// HandBack, on a pool shard's renew answer: the shards ("{shard}", of
+	// the same pool) the holder must hand back (release after its current
+	// write), because a holder joined and it holds more than its share.
+	// Omitted: none.
+	HandBack []string `json:"hand_back,omitempty"`
+}
+
+// PoolSpec defines a pool: PUT /v1/pools/{pool}. Shards (shards "0" to
+// "Shards-1") or Names, one of them.
+type PoolSpec struct {
+	Shards int      `json:"shards,omitempty"`
+	Names  []string `json:"names,omitempty"`
+}
+
+// PoolClaim is a claim's body: POST /v1/pools/{pool}/claim. TTL is a Go
+// duration (the lease's); Standby asks to be first in line for a suspect
+// shard when none is free.
+type PoolClaim struct {
+	Holder  string `json:"holder"`
+	TTL     string `json:"ttl"`
+	Standby bool   `json:"standby,omitempty"`
+}
+
+// PoolShard is one shard of a Pool. State is free, held, suspect, grace or
+// done. Holder is the lease's (for a free shard the last one); Token the
+// lease's, or for a done shard the token that marked it.
+type PoolShard struct {
+	Shard     string     `json:"shard"`
+	Name      string     `json:"name"`
+	State     string     `json:"state"`
+	Holder    string     `json:"holder,omitempty"`
+	Token     Token      `json:"token,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	GraceEnds *time.Time `json:"grace_ends,omitempty"`
+	Standby   string     `json:"standby,omitempty"`
+}
+
+// PoolHolder is one live holder of a Pool with its count.
+type PoolHolder struct {
+	Holder   string   `json:"holder"`
+	Shards   int      `json:"shards"`
+	HandBack []string `json:"hand_back,omitempty"`
+	Waiting  bool     `json:"waiting,omitempty"`
+}
+
+// Pool is a pool's state: GET /v1/pools/{pool}, and PUT's answer. Share is
+// the ceiling of open shards over live holders.
+type Pool struct {
+	Pool    string       `json:"pool"`
+	Share   int          `json:"share"`
+	Open    int          `json:"open"`
+	Done    int          `json:"done"`
+	Shards  []PoolShard  `json:"shards"`
+	Holders []PoolHolder `json:"holders"`
 }
 
 // LeaseList is a page of leases with their state: GET /v1/leases (admin).

@@ -42,6 +42,7 @@ type Disk struct {
 	mu        sync.Mutex
 	fences    map[string]uint64 // resource -> maximum; present = it has a record
 	leases    map[string][]byte // name -> lease record
+	pools     map[string][]byte // pool -> pool record
 	uploads   map[uploadKey]uploadRecord
 	cleanStop bool // the clean-stop mark
 	inUse     bool // a Store has it open
@@ -49,7 +50,7 @@ type Disk struct {
 
 // NewDisk returns an empty Disk: fresh storage.
 func NewDisk() *Disk {
-	return &Disk{fences: map[string]uint64{}, leases: map[string][]byte{}, uploads: map[uploadKey]uploadRecord{}}
+	return &Disk{fences: map[string]uint64{}, leases: map[string][]byte{}, pools: map[string][]byte{}, uploads: map[uploadKey]uploadRecord{}}
 }
 
 // Options injects faults; every hook is optional (nil: none). A hook runs
@@ -234,6 +235,56 @@ func (s *Store) EachLease(fn func(name string, record []byte) error) error {
 		return ErrClosed
 	}
 	view := maps.Clone(s.d.leases)
+	s.d.mu.Unlock()
+	for _, name := range slices.Sorted(maps.Keys(view)) {
+		if err := fn(name, view[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UpdatePool runs fn over pool's record (a copy; nil when there is none)
+// and stores fn's next record (nil: leave it). fn runs once, with the store
+// locked: it must not call the store. Errors: fn's, as is, nothing written;
+// ErrClosed after Close.
+func (s *Store) UpdatePool(pool string, fn func(record []byte) (next []byte, err error)) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	next, err := fn(bytes.Clone(s.d.pools[pool]))
+	if err != nil {
+		return err
+	}
+	if next != nil {
+		s.d.pools[pool] = bytes.Clone(next)
+	}
+	return nil
+}
+
+// Pool returns a copy of pool's record, nil when there is none. Errors:
+// ErrClosed after Close.
+func (s *Store) Pool(pool string) ([]byte, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	return bytes.Clone(s.d.pools[pool]), nil
+}
+
+// EachPool calls fn with every pool record, in name order, from a copy
+// taken at the call; fn's error stops the walk and is returned. Errors:
+// ErrClosed after Close.
+func (s *Store) EachPool(fn func(pool string, record []byte) error) error {
+	s.d.mu.Lock()
+	if s.closed {
+		s.d.mu.Unlock()
+		return ErrClosed
+	}
+	view := maps.Clone(s.d.pools)
 	s.d.mu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(view)) {
 		if err := fn(name, view[name]); err != nil {

@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite of fenceproxy's durable store:
-// per-resource fencing-token maxima, lease records, S3 multipart upload
-// records, the start-up view and the clean-stop mark. Every implementation
+// per-resource fencing-token maxima, lease records, shard-pool records, S3
+// multipart upload records, the start-up view and the clean-stop mark. Every implementation
 // (tokenstore on Badger, memstore in memory for tests, an etcd store later)
 // must pass Run.
 //
@@ -68,6 +68,21 @@ type Store interface {
 	// EachLease calls fn with every lease record, in name (byte) order, from
 	// one consistent view; fn's error stops the walk and is returned as is.
 	EachLease(fn func(name string, record []byte) error) error
+
+	// UpdatePool runs fn in one atomic step over pool's record (nil when
+	// there is none; a shard pool's definition, package pool) and commits
+	// fn's next record (nil: leave it as is) durably before it returns. fn
+	// may run more than once, so it must have no side effects; its error
+	// aborts, writes nothing and is returned as is. Concurrent calls on one
+	// pool serialise. Pool records are a kind of their own: no fence, lease
+	// or upload call reads or changes them (Reset and List included), and
+	// they do not count for EmptyAtOpen.
+	UpdatePool(pool string, fn func(record []byte) (next []byte, err error)) error
+	// Pool returns pool's record, nil when there is none.
+	Pool(pool string) ([]byte, error)
+	// EachPool calls fn with every pool record, in name (byte) order; fn's
+	// error stops the walk and is returned as is.
+	EachPool(fn func(pool string, record []byte) error) error
 
 	// PutUpload records durably, before it returns, that the S3 multipart
 	// upload uploadID of resource was created with the fencing token token,
@@ -146,6 +161,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) Opener) {
 		{"List", listTests},
 		{"Reset", resetTests},
 		{"Upload", uploadTests},
+		{"Pool", poolTests},
 		{"StartView", startViewTests},
 		{"CleanStop", cleanStopTests},
 		{"Lifecycle", lifecycleTests},

@@ -1,0 +1,168 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/pool"
+	"github.com/fenceproxy/fenceproxy/wire"
+)
+
+// PoolPrefix is the URL prefix of the pool API.
+const PoolPrefix = "/v1/pools/"
+
+// Pools is what the pool API needs (pool.Pools provides it). Errors are
+// pool.ErrNotFound, pool.ErrInvalid, pool.ErrBusy, pool.ErrDone,
+// pool.ErrNoShard (a *pool.NoShardError), the lease manager's (Leases) and
+// store failures (503).
+type Pools interface {
+	// Define creates or resizes pool; it returns the shard names.
+	Define(pool string, spec pool.Spec) ([]string, error)
+	// Claim grants holder a lease for ttl on one shard of pool.
+	Claim(ctx context.Context, pool, holder string, ttl time.Duration, standby bool) (pool.Claim, error)
+	// Status returns pool's shards and live holders.
+	Status(pool string) (pool.Status, error)
+	// Done marks shard complete with holder's token.
+	Done(pool, shard, holder string, token uint64) error
+	// HandBack returns the shards the holder of lease name must hand back
+	// (nil when name is no pool shard).
+	HandBack(name, holder string) ([]string, error)
+}
+
+// poolRoutes registers /v1/pools/{pool}, .../claim and
+// .../shards/{shard}/done, with the lease calls' bearer. Pool and shard
+// names are single path segments of [A-Za-z0-9._-]; the lease of a shard
+// is "{pool}/{shard}", which must be a lease name (with
+// FENCEPROXY_RESOURCE_DEPTH set, 2). In cluster mode a call runs on the
+// owner of the pool's name.
+func (s *server) poolRoutes(r chi.Router) {
+	pr := func(op, suffix string, status int) route {
+		return route{
+			op: op, prefix: PoolPrefix, name: s.poolName(suffix), owner: poolOf,
+			badName: errBadPoolName, badBody: pool.ErrInvalid, failed: errLeaseStore, status: status,
+		}
+	}
+	pools := r.With(s.leaseAuth)
+	pools.Put(PoolPrefix+"{pool}", handle(s, pr("pool.define", "", http.StatusOK), s.definePool))
+	pools.Get(PoolPrefix+"{pool}", handle(s, pr("pool.get", "", http.StatusOK), s.getPool))
+	pools.Post(PoolPrefix+"{pool}/claim", handle(s, pr("pool.claim", "/claim", http.StatusCreated), s.claim))
+	pools.Post(PoolPrefix+"{pool}/shards/{shard}/done", handle(s, pr("pool.done", "/done", http.StatusOK), s.done))
+}
+
+var errBadPoolName = errors.New("bad pool or shard name")
+
+// poolOf is the name a pool call is routed by: the pool's.
+func poolOf(name string) string {
+	p, _, _ := strings.Cut(name, "/")
+	return p
+}
+
+// poolName returns the route's name reader: the pool ("p"), or for the
+// done route the shard's lease name ("p/s", from "p/shards/s/done").
+func (s *server) poolName(suffix string) func(raw string) (string, error) {
+	return func(raw string) (string, error) {
+		rest, ok := strings.CutSuffix(raw, suffix)
+		if !ok {
+			return "", fmt.Errorf("%w: want %s{pool}%s", pool.ErrInvalid, PoolPrefix, suffix)
+		}
+		name := rest
+		if suffix == "/done" {
+			p, sh, ok := strings.Cut(rest, "/shards/")
+			if !ok {
+				return "", fmt.Errorf("%w: want %s{pool}/shards/{shard}/done", pool.ErrInvalid, PoolPrefix)
+			}
+			if err := pool.CheckName("shard", sh); err != nil {
+				return "", err
+			}
+			rest, name = p, pool.ShardName(p, sh)
+		}
+		if err := pool.CheckName("pool", rest); err != nil {
+			return "", err
+		}
+		return name, nil
+	}
+}
+
+// definePool: PUT /v1/pools/{pool} {"shards": N} or {"names": [...]}.
+func (s *server) definePool(_ context.Context, req request[wire.PoolSpec]) (wire.Pool, error) {
+	spec := pool.Spec{Shards: req.Body.Shards, Names: req.Body.Names}
+	names, err := spec.Check()
+	if err != nil {
+		return wire.Pool{}, err
+	}
+	for _, n := range names {
+		if _, err := (fence.Resolver{Depth: s.opts.ResourceDepth}).LeaseName(pool.ShardName(req.Name, n)); err != nil {
+			return wire.Pool{}, fmt.Errorf("%w: shard %q: %w", pool.ErrInvalid, n, err)
+		}
+	}
+	if _, err := s.opts.Pools.Define(req.Name, spec); err != nil {
+		return wire.Pool{}, err
+	}
+	return s.poolState(req.Name)
+}
+
+// getPool: GET /v1/pools/{pool}.
+func (s *server) getPool(_ context.Context, req request[none]) (wire.Pool, error) {
+	return s.poolState(req.Name)
+}
+
+func (s *server) poolState(name string) (wire.Pool, error) {
+	st, err := s.opts.Pools.Status(name)
+	if err != nil {
+		return wire.Pool{}, err
+	}
+	out := wire.Pool{Pool: st.Pool, Share: st.Share, Open: st.Open, Done: st.Done, Shards: []wire.PoolShard{}, Holders: []wire.PoolHolder{}}
+	for _, sh := range st.Shards {
+		ps := wire.PoolShard{Shard: sh.Shard, Name: sh.Name, State: sh.State, Holder: sh.Holder, Token: wire.Token(sh.Token), Standby: sh.Standby}
+		if !sh.ExpiresAt.IsZero() && sh.State != pool.StateDone {
+			ps.ExpiresAt, ps.GraceEnds = &sh.ExpiresAt, &sh.GraceEnds
+		}
+		out.Shards = append(out.Shards, ps)
+	}
+	for _, h := range st.Holders {
+		out.Holders = append(out.Holders, wire.PoolHolder{Holder: h.Holder, Shards: h.Shards, HandBack: h.HandBack, Waiting: h.Waiting})
+	}
+	return out, nil
+}
+
+// claim: POST /v1/pools/{pool}/claim {"holder","ttl","standby"}; 201 with
+// the shard's lease, as an acquire answers it.
+func (s *server) claim(ctx context.Context, req request[wire.PoolClaim]) (wire.Lease, error) {
+	ttl, err := time.ParseDuration(req.Body.TTL)
+	if err != nil {
+		return wire.Lease{}, detailed(pool.ErrInvalid, fmt.Sprintf("ttl %q: want a Go duration such as 10s", req.Body.TTL))
+	}
+	c, err := s.opts.Pools.Claim(ctx, req.Name, req.Body.Holder, ttl, req.Body.Standby)
+	if err != nil {
+		var ns *pool.NoShardError
+		if errors.As(err, &ns) && !ns.RetryAt.IsZero() {
+			secs := max(1, int(math.Ceil(time.Until(ns.RetryAt).Seconds())))
+			req.Header.Set("Retry-After", strconv.Itoa(secs))
+		}
+		return wire.Lease{}, err
+	}
+	out := s.signed(req.Header, leaseOf(c.Lease, "held"))
+	out.Pool, out.Shard = req.Name, c.Shard
+	return out, nil
+}
+
+// done: POST /v1/pools/{pool}/shards/{shard}/done {"holder","token"}.
+func (s *server) done(_ context.Context, req request[wire.LeaseRequest]) (wire.PoolShard, error) {
+	if err := holderRequest(req.Body); err != nil {
+		return wire.PoolShard{}, err
+	}
+	p, sh, _ := strings.Cut(req.Name, "/")
+	if err := s.opts.Pools.Done(p, sh, req.Body.Holder, uint64(*req.Body.Token)); err != nil {
+		return wire.PoolShard{}, err
+	}
+	return wire.PoolShard{Shard: sh, Name: req.Name, State: pool.StateDone, Holder: req.Body.Holder, Token: *req.Body.Token}, nil
+}
