@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,6 +27,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/control"
 	"github.com/fenceproxy/fenceproxy/etcdstore"
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/shard"
 	"github.com/fenceproxy/fenceproxy/wire"
@@ -270,7 +274,7 @@ type placement struct {
 // goes: the count comes first, so that a handover that starts after the
 // ownership check waits for the request. The counts are taken back unless
 // the route is local; then leave must be called.
-func (c *cluster) enter(r *http.Request, names []string) placement {
+func (c *cluster) enter(ctx context.Context, names []string) placement {
 	rt := placement{shards: make([]int, 0, 1)}
 	for _, name := range names {
 		if n := c.shardOf(name); !slices.Contains(rt.shards, n) {
@@ -318,7 +322,7 @@ func (c *cluster) enter(r *http.Request, names []string) placement {
 		rt.why = fmt.Sprintf("the request touches %d shards owned by different replicas; cluster mode fences a request in one replica (RESOURCE_DEPTH can put related keys in one resource)", len(rt.shards))
 	case owners[0].ID == c.cfg.ReplicaID:
 		rt.why = "etcd names this replica the owner, but it does not hold the shard (its view is catching up)"
-	case r.Context().Value(fromPeerKey{}) != nil:
+	case ctx.Value(fromPeerKey{}) != nil:
 		rt.why = "forwarded by another replica, but this one no longer owns the shard (it moved)"
 	default:
 		rt.forward = owners[0]
@@ -363,7 +367,7 @@ func (c *cluster) valid(grants []shard.Grant) bool {
 
 // proxyOwner is proxy.Options.Owner.
 func (c *cluster) proxyOwner(r *http.Request, resources []string) (proxy.Ownership, error) {
-	rt := c.enter(r, resources)
+	rt := c.enter(r.Context(), resources)
 	switch {
 	case rt.local:
 	case rt.forward.Addr != "":
@@ -403,7 +407,7 @@ func (c *cluster) proxyOwner(r *http.Request, resources []string) (proxy.Ownersh
 
 // controlOwner is control.Options.Owner.
 func (c *cluster) controlOwner(r *http.Request, name string) (func(), http.Handler, error) {
-	rt := c.enter(r, []string{name})
+	rt := c.enter(r.Context(), []string{name})
 	switch {
 	case rt.local:
 		return func() { c.leave(rt) }, nil, nil
@@ -641,4 +645,100 @@ func etcdClientConfig(cfg config.Config) (clientv3.Config, error) {
 		Username:    cfg.EtcdUsername,
 		Password:    cfg.EtcdPassword,
 	}, nil
+}
+
+// clusterLeases is pool.Leases in cluster mode. A pool decides its claims
+// in the owner of the pool's name, but each shard's lease ("{pool}/{shard}")
+// belongs to the barrier of its own name's owner: Acquire and Release run
+// here when this replica may admit that name now, else on its owner, over
+// the peer listener's control API; the rest reads the store, as anywhere.
+type clusterLeases struct {
+	c          *cluster
+	local      *lease.Manager
+	leaseToken string // FENCEPROXY_LEASE_TOKEN, for the owner's lease API
+	hc         *http.Client
+}
+
+func newClusterLeases(c *cluster, local *lease.Manager, leaseToken string) *clusterLeases {
+	return &clusterLeases{c: c, local: local, leaseToken: leaseToken,
+		hc: &http.Client{Transport: c.peer.Transport, Timeout: c.cfg.DrainTimeout + 10*time.Second}}
+}
+
+func (l *clusterLeases) List(prefix, after string, limit int) ([]lease.Entry, error) {
+	return l.local.List(prefix, after, limit)
+}
+func (l *clusterLeases) GraceEnds(le lease.Lease) time.Time { return l.local.GraceEnds(le) }
+func (l *clusterLeases) Now() time.Time                     { return l.local.Now() }
+
+// Acquire is lease.Manager.Acquire on the name's owner.
+func (l *clusterLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (lease.Lease, error) {
+	// A new request of this replica's, even inside a call forwarded here.
+	ctx = context.WithValue(ctx, fromPeerKey{}, nil)
+	rt := l.c.enter(ctx, []string{name})
+	if rt.local {
+		defer l.c.leave(rt)
+		return l.local.Acquire(ctx, name, holder, ttl)
+	}
+	return l.remote(ctx, rt, http.MethodPost, name, wire.LeaseRequest{Holder: holder, TTL: ttl.String()})
+}
+
+// Release is lease.Manager.Release on the name's owner.
+func (l *clusterLeases) Release(name, holder string, token uint64) (lease.Lease, error) {
+	ctx := context.Background()
+	rt := l.c.enter(ctx, []string{name})
+	if rt.local {
+		defer l.c.leave(rt)
+		return l.local.Release(name, holder, token)
+	}
+	t := wire.Token(token)
+	return l.remote(ctx, rt, http.MethodDelete, name, wire.LeaseRequest{Holder: holder, Token: &t})
+}
+
+// remote sends a lease call to the owner's control API over the peer
+// listener and maps its answer back: 409 lease_held is lease.ErrHeld,
+// lease_lost lease.ErrLost; no owner, or one that refused, is
+// control.ErrShardUnavailable.
+func (l *clusterLeases) remote(ctx context.Context, rt placement, method, name string, body wire.LeaseRequest) (lease.Lease, error) {
+	if rt.forward.Addr == "" {
+		return lease.Lease{}, unavailable{fmt.Errorf("%w: %s", control.ErrShardUnavailable, rt.why), rt.wait}
+	}
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+rt.forward.Addr+control.LeasePrefix+name, bytes.NewReader(b))
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(headerPeerSecret, l.c.cfg.PeerSecrets[0])
+	req.Header.Set(headerPeerTarget, "control")
+	if l.leaseToken != "" {
+		req.Header.Set("Authorization", "Bearer "+l.leaseToken)
+	}
+	resp, err := l.hc.Do(req)
+	if err != nil {
+		return lease.Lease{}, fmt.Errorf("%w: the owner replica %s: %v", control.ErrShardUnavailable, rt.forward.ID, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode >= 300 {
+		var p wire.Problem
+		_ = json.Unmarshal(data, &p)
+		switch {
+		case p.Reason == wire.ReasonLeaseHeld:
+			return lease.Lease{}, fmt.Errorf("%w (on replica %s)", lease.ErrHeld, rt.forward.ID)
+		case p.Reason == wire.ReasonLeaseLost:
+			return lease.Lease{}, fmt.Errorf("%w (on replica %s)", lease.ErrLost, rt.forward.ID)
+		case resp.StatusCode == http.StatusServiceUnavailable || resp.Header.Get(headerPeerRefused) != "":
+			return lease.Lease{}, fmt.Errorf("%w: the owner replica %s answered %d: %s", control.ErrShardUnavailable, rt.forward.ID, resp.StatusCode, p.Detail)
+		}
+		return lease.Lease{}, fmt.Errorf("the owner replica %s answered %s %s with %d: %s", rt.forward.ID, method, name, resp.StatusCode, p.Detail)
+	}
+	l.c.forwards.WithLabelValues("ok").Inc()
+	l.c.log.Debug("pool lease call run on the owner replica", "method", method, "lease", name, "peer", rt.forward.ID)
+	var wl wire.Lease
+	if err := json.Unmarshal(data, &wl); err != nil {
+		return lease.Lease{}, fmt.Errorf("the owner replica %s answered %s %s: %w", rt.forward.ID, method, name, err)
+	}
+	ttl, _ := time.ParseDuration(wl.TTL)
+	return lease.Lease{Name: name, Holder: wl.Holder, Token: uint64(wl.Token), TTL: ttl, AcquiredAt: wl.AcquiredAt,
+		RenewedAt: wl.RenewedAt, ExpiresAt: wl.ExpiresAt, Released: wl.State == string(lease.StateReleased)}, nil
 }

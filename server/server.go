@@ -291,15 +291,16 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	s.leases = lease.NewManager(store, s.barrier, lopts)
 	metrics.MustRegister(s.leases.Collector())
-	var pools *pool.Pools
-	if s.cluster == nil {
-		// Cluster mode has no pools yet: a claim's acquire must run on the
-		// owner of the shard's name, which the pool's owner is not.
-		pm := pool.NewMetrics()
-		pools = pool.New(store, s.leases, pm.Events())
-		pm.Attach(pools)
-		metrics.MustRegister(pm)
+	// Pools: a claim is decided in the pool's owner (cluster mode) and
+	// granted as a lease on the shard's name, on that name's owner.
+	var poolLeases pool.Leases = s.leases
+	if s.cluster != nil {
+		poolLeases = newClusterLeases(s.cluster, s.leases, cfg.LeaseToken)
 	}
+	pm := pool.NewMetrics()
+	pools := pool.New(store, poolLeases, pm.Events())
+	pm.Attach(pools)
+	metrics.MustRegister(pm)
 	build := buildinfo.Read()
 	metrics.MustRegister(buildInfoGauge(build))
 
@@ -321,9 +322,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		AdminToken:    cfg.AdminToken,
 		Signer:        signer,
 	}
-	if pools != nil {
-		copts.Pools = pools
-	}
+	copts.Pools = pools
 	if s.cluster != nil {
 		copts.Owner = s.cluster.controlOwner
 	}
