@@ -24,6 +24,53 @@ const leasePrefix = "lease/"
 // Options.MinFreeSpace (checked before fn runs: every lease change writes);
 // Badger errors.
 func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64) (next []byte, raise uint64, err error)) error {
+	fk, lk := key(name), []byte(leasePrefix+name)
+	var seen, raised uint64
+	err := s.update(func(txn *badger.Txn) error {
+		seen, raised = 0, 0
+		stored, err := s.read(txn, name)
+		if err != nil {
+			return err
+		}
+		seen = stored
+		rec, err := readRaw(txn, lk)
+		if err != nil {
+			return err
+		}
+		next, raise, err := fn(rec, stored)
+		if err != nil {
+			return err
+		}
+		if raise > math.MaxInt64 {
+			return ErrRange
+		}
+		if next != nil {
+			if err := txn.Set(lk, next); err != nil {
+				return err
+			}
+		}
+		if raise > stored {
+			raised = raise
+			return txn.Set(fk, encode(raise))
+		}
+		return nil
+	})
+	if err == nil {
+		// fn saw a committed maximum, perhaps one whose Raise has not
+		// cached it yet: cache it too, so that no Max after this call
+		// answers below what fn was given.
+		if v := max(seen, raised); v > 0 {
+			s.cache.raise(name, v)
+		}
+	}
+	return err
+}
+
+// update runs fn in one read-write transaction, committed durably, after
+// the checks every write makes (closed, the directory, free space), again
+// on a transaction conflict (at most maxRaiseAttempts times in all). fn may
+// run more than once; its error aborts without writing.
+func (s *Store) update(fn func(txn *badger.Txn) error) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
@@ -33,46 +80,9 @@ func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64)
 	if err := s.space.check(); err != nil {
 		return err
 	}
-	fk, lk := key(name), []byte(leasePrefix+name)
 	for attempt := 1; ; attempt++ {
-		var seen, raised uint64
-		err := s.withDB(func(db *badger.DB) error {
-			return db.Update(func(txn *badger.Txn) error {
-				stored, err := s.read(txn, name)
-				if err != nil {
-					return err
-				}
-				seen = stored
-				rec, err := readRaw(txn, lk)
-				if err != nil {
-					return err
-				}
-				next, raise, err := fn(rec, stored)
-				if err != nil {
-					return err
-				}
-				if raise > math.MaxInt64 {
-					return ErrRange
-				}
-				if next != nil {
-					if err := txn.Set(lk, next); err != nil {
-						return err
-					}
-				}
-				if raise > stored {
-					raised = raise
-					return txn.Set(fk, encode(raise))
-				}
-				return nil
-			})
-		})
+		err := s.withDB(func(db *badger.DB) error { return db.Update(fn) })
 		if err == nil {
-			// fn saw a committed maximum, perhaps one whose Raise has not
-			// cached it yet: cache it too, so that no Max after this call
-			// answers below what fn was given.
-			if v := max(seen, raised); v > 0 {
-				s.cache.raise(name, v)
-			}
 			return nil
 		}
 		if !errors.Is(err, badger.ErrConflict) || attempt >= maxRaiseAttempts {
@@ -86,12 +96,16 @@ func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64)
 
 // Lease returns the stored lease record of name, nil when there is none.
 // Errors: ErrClosed after Close; Badger read errors.
-func (s *Store) Lease(name string) ([]byte, error) {
+func (s *Store) Lease(name string) ([]byte, error) { return s.record(leasePrefix, name) }
+
+// record returns a copy of the record of kind prefix named name, nil when
+// there is none.
+func (s *Store) record(prefix, name string) ([]byte, error) {
 	var rec []byte
 	err := s.withDB(func(db *badger.DB) error {
 		return db.View(func(txn *badger.Txn) error {
 			var err error
-			rec, err = readRaw(txn, []byte(leasePrefix+name))
+			rec, err = readRaw(txn, []byte(prefix+name))
 			return err
 		})
 	})
@@ -114,10 +128,16 @@ func readRaw(txn *badger.Txn, k []byte) ([]byte, error) {
 // consistent snapshot; fn's error stops the walk and is returned.
 // Errors: ErrClosed after Close; Badger read errors.
 func (s *Store) EachLease(fn func(name string, record []byte) error) error {
+	return s.eachRecord(leasePrefix, fn)
+}
+
+// eachRecord calls fn with every record of kind prefix, in name order, from
+// one snapshot; fn's error stops the walk and is returned as is.
+func (s *Store) eachRecord(prefix string, fn func(name string, record []byte) error) error {
 	return s.withDB(func(db *badger.DB) error {
 		return db.View(func(txn *badger.Txn) error {
 			opts := badger.DefaultIteratorOptions
-			opts.Prefix = []byte(leasePrefix)
+			opts.Prefix = []byte(prefix)
 			it := txn.NewIterator(opts)
 			defer it.Close()
 			for it.Rewind(); it.Valid(); it.Next() {
@@ -125,7 +145,7 @@ func (s *Store) EachLease(fn func(name string, record []byte) error) error {
 				if err != nil {
 					return err
 				}
-				if err := fn(string(it.Item().Key()[len(leasePrefix):]), rec); err != nil {
+				if err := fn(string(it.Item().Key()[len(prefix):]), rec); err != nil {
 					return err
 				}
 			}
