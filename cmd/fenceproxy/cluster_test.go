@@ -14,6 +14,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/clustertest"
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
+	"github.com/fenceproxy/fenceproxy/internal/machinelock"
 )
 
 // Environment variables of the cluster fault tests (read by the test, not
@@ -292,6 +293,7 @@ func clusterSettings(t *testing.T) (time.Duration, uint64) {
 // 100s; longer for more requests and faults), FENCEPROXY_TEST_CLUSTER_SEED
 // replays a logged seed's choices.
 func TestClusterFaults(t *testing.T) {
+	machinelock.Take(t)
 	d, seed := clusterSettings(t)
 	cfg := startCluster(t, nil)
 	cfg.Duration, cfg.Seed = d, seed
@@ -333,6 +335,7 @@ func TestClusterFaultsWithoutProtection(t *testing.T) {
 	if os.Getenv(clusterTeethEnv) != "1" {
 		t.Skipf("set %s=1 to run the fault test with the protection off", clusterTeethEnv)
 	}
+	machinelock.Take(t)
 	d, seed := clusterSettings(t)
 	cfg := startCluster(t, clusterTeethEnvironment)
 	cfg.Duration, cfg.Seed, cfg.Teeth = d, seed, true

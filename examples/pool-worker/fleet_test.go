@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/client"
+	"github.com/fenceproxy/fenceproxy/internal/machinelock"
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
@@ -300,6 +301,7 @@ func TestFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fleet of processes for minutes; skipped with -short")
 	}
+	machinelock.Take(t)
 	f := newFleet(t, "fleet", fmt.Sprintf(`{"shards":%d}`, fleetShards), false, "-interval", fleetInterval.String())
 	v := f.chaos(fleetDuration(t))
 	if v.total() > 0 {
@@ -314,6 +316,7 @@ func TestFleetWithoutFence(t *testing.T) {
 	if os.Getenv("FENCEPROXY_TEST_POOL_TEETH") == "" {
 		t.Skip("set FENCEPROXY_TEST_POOL_TEETH=1: the fleet without the fence must show violations")
 	}
+	machinelock.Take(t)
 	f := newFleet(t, "fleet", fmt.Sprintf(`{"shards":%d}`, fleetShards), true, "-interval", fleetInterval.String())
 	v := f.chaos(min(fleetDuration(t), 45*time.Second))
 	if v.total() == 0 {
@@ -639,6 +642,7 @@ func TestFleetOneShot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fleet of processes; skipped with -short")
 	}
+	machinelock.Take(t)
 	names := make([]string, 200)
 	for i := range names {
 		names[i] = fmt.Sprintf("t%03d", i)
