@@ -293,6 +293,7 @@ func clusterSettings(t *testing.T) (time.Duration, uint64) {
 // 100s; longer for more requests and faults), FENCEPROXY_TEST_CLUSTER_SEED
 // replays a logged seed's choices.
 func TestClusterFaults(t *testing.T) {
+	machinelock.Skip(t)
 	machinelock.Take(t)
 	d, seed := clusterSettings(t)
 	cfg := startCluster(t, nil)

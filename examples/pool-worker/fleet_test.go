@@ -301,6 +301,7 @@ func TestFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fleet of processes for minutes; skipped with -short")
 	}
+	machinelock.Skip(t)
 	machinelock.Take(t)
 	f := newFleet(t, "fleet", fmt.Sprintf(`{"shards":%d}`, fleetShards), false, "-interval", fleetInterval.String())
 	v := f.chaos(fleetDuration(t))
@@ -642,6 +643,7 @@ func TestFleetOneShot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fleet of processes; skipped with -short")
 	}
+	machinelock.Skip(t)
 	machinelock.Take(t)
 	names := make([]string, 200)
 	for i := range names {
