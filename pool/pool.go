@@ -24,7 +24,15 @@
 // never dispatched again, and a stale token is refused.
 //
 // A claim may ask to stand by for a suspect shard when none is free: it is
-// then first in line for it once its lease and grace end.
+// then first in line for it once its lease and grace end. The reservation
+// lapses at the suspect lease's grace end plus the claim's TTL, and at the
+// latest the claim's TTL plus that TTL's grace after the claim (a dead
+// standby blocks a shard no longer than a dead holder would); a standby
+// that claims again renews it.
+//
+// A claim's holder and TTL are checked with the lease manager's rules
+// (lease.Manager.Check) before anything else: a claim that an acquire would
+// refuse changes nothing.
 //
 // Durable state: the pool's record (definition, done marks, waiting holders,
 // standbys) is a record kind of its own in the store (Store.UpdatePool), and
@@ -69,6 +77,8 @@ type Leases interface {
 	List(prefix, after string, limit int) ([]lease.Entry, error)
 	GraceEnds(l lease.Lease) time.Time
 	Now() time.Time
+	// Check applies Acquire's rules for holder and ttl (lease.ErrInvalid).
+	Check(holder string, ttl time.Duration) error
 }
 
 var (
@@ -441,11 +451,15 @@ type Claim struct {
 // shard is free, the holder is put first in line for a suspect shard.
 // Errors: *NoShardError (ErrNoShard) when the holder is at its share or
 // none is free (the holder then counts as live for ttl/2, so the others'
-// shares make room for it; claiming again renews that); ErrNotFound; lease.ErrInvalid for a bad
-// holder or TTL; the lease manager's and the store's errors.
+// shares make room for it; claiming again renews that); lease.ErrInvalid
+// for a holder or TTL that lease.Manager.Acquire would refuse (checked
+// first: nothing changes); ErrNotFound; the lease manager's and the
+// store's errors.
 func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duration, wantStandby bool) (Claim, error) {
-	if holder == "" || ttl <= 0 {
-		return Claim{}, fmt.Errorf("%w: holder and a positive ttl are required", lease.ErrInvalid)
+	// The lease manager's own rules, before anything else: a claim it
+	// would refuse must not count as waiting nor stand by.
+	if err := p.leases.Check(holder, ttl); err != nil {
+		return Claim{}, err
 	}
 	defer p.lock(pool)()
 	rec, err := p.read(pool)
@@ -576,8 +590,7 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 			if r.Standby == nil {
 				r.Standby = map[string]standby{}
 			}
-			sv := v.shards[standFor]
-			r.Standby[standFor] = standby{Holder: holder, Until: p.leases.GraceEnds(*sv.lease).Add(ttl)}
+			r.Standby[standFor] = standby{Holder: holder, Until: standbyUntil(p.leases, *v.shards[standFor].lease, holder, ttl, v.now)}
 		}
 		return r, nil
 	})
@@ -589,6 +602,21 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 		p.events.NoShard(pool)
 	}
 	return Claim{}, noShard
+}
+
+// standbyUntil is when holder's reservation of the suspect shard whose
+// lease is l lapses, holder having claimed with ttl at now: the suspect
+// lease's grace end plus ttl, but no later than a lease of holder's own
+// claim would keep others out, ttl plus its grace from now. A dead standby
+// thus blocks a shard no longer than a dead holder of a lease with its
+// claim's TTL (within the lease manager's [MinTTL, MaxTTL]); a live one
+// claims again within ttl/2 and renews the reservation.
+func standbyUntil(leases Leases, l lease.Lease, holder string, ttl time.Duration, now time.Time) time.Time {
+	until := leases.GraceEnds(l).Add(ttl)
+	if own := leases.GraceEnds(lease.Lease{Holder: holder, TTL: ttl, ExpiresAt: now.Add(ttl)}); own.Before(until) {
+		until = own
+	}
+	return until
 }
 
 func boolFirst(a bool) int {

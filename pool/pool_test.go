@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +38,7 @@ type rig struct {
 	p     *Pools
 	c     *clock
 	dir   string
+	lopts lease.Options // the manager's options (Now is the rig's clock)
 }
 
 func newRig(t *testing.T) *rig {
@@ -58,7 +60,9 @@ func (r *rig) open() {
 		r.t.Fatal(err)
 	}
 	r.store = s
-	r.m = lease.NewManager(s, b, lease.Options{Now: r.c.Now})
+	lopts := r.lopts
+	lopts.Now = r.c.Now
+	r.m = lease.NewManager(s, b, lopts)
 	r.p = New(s, r.m, Events{})
 }
 
@@ -406,4 +410,65 @@ func TestFairWithinOneAfterJoin(t *testing.T) {
 		}
 	}
 	t.Logf("counts after the join: %v", got)
+}
+
+// A claim the lease manager would refuse (400) changes nothing, also when
+// no shard is free: it neither waits nor stands by.
+func TestClaimChecksHolderAndTTLFirst(t *testing.T) {
+	r := newRig(t)
+	r.store.Close()
+	r.lopts = lease.Options{MinTTL: time.Second, MaxTTL: time.Hour}
+	r.open()
+	r.define("p", Spec{Shards: 1})
+	r.claim("p", "w1")
+	r.c.advance(6 * time.Second) // w1's lease is suspect
+	before, err := r.store.Pool("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		holder string
+		ttl    time.Duration
+	}{{"w2", 2000000 * time.Hour}, {"w2", time.Millisecond}, {"w\n2", 10 * time.Second}, {" ", 10 * time.Second},
+		{strings.Repeat("w", 257), 10 * time.Second}, {"w\xff", 10 * time.Second}} {
+		for _, standby := range []bool{false, true} {
+			if _, err := r.p.Claim(context.Background(), "p", bad.holder, bad.ttl, standby); !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("Claim(%q, %s, standby %v) = %v, want lease.ErrInvalid", bad.holder, bad.ttl, standby, err)
+			}
+		}
+	}
+	after, err := r.store.Pool("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Errorf("refused claims changed the pool's record:\n%s\nto\n%s", before, after)
+	}
+	st, _ := r.p.Status("p")
+	if len(st.Holders) != 1 || st.Share != 1 || st.Shards[0].Standby != "" {
+		t.Errorf("status after refused claims: %+v", st)
+	}
+}
+
+// A standby's reservation lapses no later than its claim's TTL plus that
+// TTL's grace after the claim, however long the suspect lease runs.
+func TestStandbyReservationBounded(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 1})
+	if _, err := r.p.Claim(context.Background(), "p", "w1", time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	r.c.advance(31 * time.Minute) // suspect until its expiry, then 40 min of grace
+	if _, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, true); !errors.Is(err, ErrNoShard) {
+		t.Fatalf("standby claim: %v", err)
+	}
+	st, _ := r.p.Status("p")
+	if st.Shards[0].Standby != "w2" {
+		t.Fatalf("w2 does not stand by: %+v", st.Shards[0])
+	}
+	r.c.advance(10*time.Second + 10*time.Second*2/3 + time.Millisecond) // w2 never claims again
+	st, _ = r.p.Status("p")
+	if st.Shards[0].Standby != "" {
+		t.Errorf("a dead standby's reservation outlives its claim's TTL plus grace: %+v", st.Shards[0])
+	}
 }
