@@ -132,7 +132,7 @@ const MaxShards = 4096
 // record is a pool's durable record.
 type record struct {
 	Shards  []string             `json:"shards"`
-	Done    map[string]uint64    `json:"done,omitempty"`    // shard -> token that marked it done
+	Done    map[string]uint64    `json:"done,omitempty"`    // shard -> token that marked it done; kept forever, also for shards a shrink removed
 	Waiting map[string]time.Time `json:"waiting,omitempty"` // holder with no shard -> live until
 	Standby map[string]standby   `json:"standby,omitempty"` // suspect shard -> who is first in line
 }
@@ -279,8 +279,9 @@ func (p *Pools) update(pool string, edit func(rec *record) (*record, error)) err
 
 // Define creates pool with spec's shards, or changes its shards: growing
 // adds shards; shards removed must be free (no lease held, suspect or in
-// its grace), else ErrBusy naming them. Done marks of shards that stay are
-// kept. It returns the shard names. Errors: ErrInvalid, ErrBusy, store errors.
+// its grace), else ErrBusy naming them. Done marks are kept, also those of
+// the shards removed: a shard done stays done when a later definition
+// brings it back (done is forever). It returns the shard names. Errors: ErrInvalid, ErrBusy, store errors.
 func (p *Pools) Define(pool string, spec Spec) ([]string, error) {
 	if err := CheckName("pool", pool); err != nil {
 		return nil, err
@@ -316,15 +317,9 @@ func (p *Pools) Define(pool string, spec Spec) ([]string, error) {
 	err = p.update(pool, func(rec *record) (*record, error) {
 		next := &record{Shards: names}
 		if rec != nil {
-			next.Waiting = rec.Waiting
-			for s, tok := range rec.Done {
-				if slices.Contains(names, s) {
-					if next.Done == nil {
-						next.Done = map[string]uint64{}
-					}
-					next.Done[s] = tok
-				}
-			}
+			// Every done mark stays, also of a shard this removes: grown
+			// back, it is still done (never dispatched again).
+			next.Waiting, next.Done = rec.Waiting, rec.Done
 			for s, sb := range rec.Standby {
 				if slices.Contains(names, s) {
 					if next.Standby == nil {
@@ -769,8 +764,9 @@ func cutLast(name string) (pool, shard string, ok bool) {
 
 // Done marks shard of pool complete with holder's token: the shard's lease
 // is released (lease.Manager.Release: holder must hold it with token, else
-// lease.ErrLost) and the shard is never dispatched again. Marking it again
-// with the same token succeeds (a retry); with another token it is ErrDone.
+// lease.ErrLost) and the shard is never dispatched again, also after a
+// shrink and a regrow. Marking it again with the same token succeeds (a
+// retry); with another token it is ErrDone.
 // Errors: ErrNotFound; ErrDone; lease.ErrLost (a stale holder); store errors.
 func (p *Pools) Done(pool, shard, holder string, token uint64) error {
 	defer p.lock(pool)()

@@ -472,3 +472,31 @@ func TestStandbyReservationBounded(t *testing.T) {
 		t.Errorf("a dead standby's reservation outlives its claim's TTL plus grace: %+v", st.Shards[0])
 	}
 }
+
+// Done is forever: a shrink that removes a done shard and a regrow that
+// brings it back do not dispatch it again.
+func TestDoneSurvivesShrinkAndRegrow(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Names: []string{"a", "b"}})
+	var cb Claim
+	for s, c := range r.claimAll("p", "w1") {
+		if s == "b" {
+			cb = c
+		}
+	}
+	if err := r.p.Done("p", "b", "w1", cb.Lease.Token); err != nil {
+		t.Fatal(err)
+	}
+	r.define("p", Spec{Names: []string{"a"}})
+	r.define("p", Spec{Names: []string{"a", "b"}})
+	st, _ := r.p.Status("p")
+	if st.Done != 1 || st.Open != 1 || st.Shards[1].State != StateDone {
+		t.Fatalf("after shrink and regrow: done %d open %d, b %+v", st.Done, st.Open, st.Shards[1])
+	}
+	r.c.advance(time.Minute) // w1's lease on a lapses
+	for _, h := range []string{"w1", "w2", "w3"} {
+		if c, err := r.p.Claim(context.Background(), "p", h, 10*time.Second, false); err == nil && c.Shard == "b" {
+			t.Fatalf("done shard b was dispatched again to %s", h)
+		}
+	}
+}
