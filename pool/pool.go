@@ -133,6 +133,7 @@ const MaxShards = 4096
 type record struct {
 	Shards  []string             `json:"shards"`
 	Done    map[string]uint64    `json:"done,omitempty"`    // shard -> token that marked it done; kept forever, also for shards a shrink removed
+	DoneBy  map[string]string    `json:"done_by,omitempty"` // shard -> holder that marked it done
 	Waiting map[string]time.Time `json:"waiting,omitempty"` // holder with no shard -> live until
 	Standby map[string]standby   `json:"standby,omitempty"` // suspect shard -> who is first in line
 }
@@ -319,7 +320,7 @@ func (p *Pools) Define(pool string, spec Spec) ([]string, error) {
 		if rec != nil {
 			// Every done mark stays, also of a shard this removes: grown
 			// back, it is still done (never dispatched again).
-			next.Waiting, next.Done = rec.Waiting, rec.Done
+			next.Waiting, next.Done, next.DoneBy = rec.Waiting, rec.Done, rec.DoneBy
 			for s, sb := range rec.Standby {
 				if slices.Contains(names, s) {
 					if next.Standby == nil {
@@ -765,8 +766,8 @@ func cutLast(name string) (pool, shard string, ok bool) {
 // Done marks shard of pool complete with holder's token: the shard's lease
 // is released (lease.Manager.Release: holder must hold it with token, else
 // lease.ErrLost) and the shard is never dispatched again, also after a
-// shrink and a regrow. Marking it again with the same token succeeds (a
-// retry); with another token it is ErrDone.
+// shrink and a regrow. Marking it again with the same holder and token
+// succeeds (a retry); with another token or holder it is ErrDone.
 // Errors: ErrNotFound; ErrDone; lease.ErrLost (a stale holder); store errors.
 func (p *Pools) Done(pool, shard, holder string, token uint64) error {
 	defer p.lock(pool)()
@@ -778,10 +779,11 @@ func (p *Pools) Done(pool, shard, holder string, token uint64) error {
 		return fmt.Errorf("%w: pool %q has no shard %q", ErrNotFound, pool, shard)
 	}
 	if t, done := rec.Done[shard]; done {
-		if t == token {
+		by, known := rec.DoneBy[shard]
+		if t == token && (by == holder || !known) { // !known: a mark stored before holders were
 			return nil
 		}
-		return fmt.Errorf("%w: %q was marked done with token %d", ErrDone, ShardName(pool, shard), t)
+		return fmt.Errorf("%w: %q was marked done with token %d by another holder or token", ErrDone, ShardName(pool, shard), t)
 	}
 	// Release first: it checks holder and token atomically. A crash before
 	// the mark leaves the shard free and not done: it runs again (at least
@@ -797,6 +799,10 @@ func (p *Pools) Done(pool, shard, holder string, token uint64) error {
 			r.Done = map[string]uint64{}
 		}
 		r.Done[shard] = token
+		if r.DoneBy == nil {
+			r.DoneBy = map[string]string{}
+		}
+		r.DoneBy[shard] = holder
 		delete(r.Standby, shard)
 		return r, nil
 	})

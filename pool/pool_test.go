@@ -500,3 +500,19 @@ func TestDoneSurvivesShrinkAndRegrow(t *testing.T) {
 		}
 	}
 }
+
+// A repeated done answers only to the holder that marked it, with its token.
+func TestDoneRetryOnlyByItsHolder(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 1})
+	c := r.claim("p", "w1")
+	if err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
+		t.Fatalf("retry by the holder that marked it: %v", err)
+	}
+	if err := r.p.Done("p", c.Shard, "w2", c.Lease.Token); !errors.Is(err, ErrDone) {
+		t.Fatalf("same token, another holder: %v, want ErrDone", err)
+	}
+}
