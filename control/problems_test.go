@@ -676,7 +676,7 @@ func (p errPools) Define(string, pool.Spec) ([]string, error) { return nil, p.er
 func (p errPools) Claim(context.Context, string, string, time.Duration, bool) (pool.Claim, error) {
 	return pool.Claim{}, p.err
 }
-func (p errPools) Status(string) (pool.Status, error)        { return pool.Status{}, p.err }
-func (p errPools) Done(string, string, string, uint64) error { return p.err }
-func (p errPools) HandBack(string, string) ([]string, error) { return nil, p.err }
-func withPools(p Pools) func(*Options)                       { return func(o *Options) { o.Pools = p } }
+func (p errPools) Status(string) (pool.Status, error)              { return pool.Status{}, p.err }
+func (p errPools) Done(string, string, string, uint64) error       { return p.err }
+func (p errPools) HandBack(string, string) ([]string, bool, error) { return nil, false, p.err }
+func withPools(p Pools) func(*Options)                             { return func(o *Options) { o.Pools = p } }

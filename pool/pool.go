@@ -623,16 +623,17 @@ func boolFirst(a bool) int {
 }
 
 // HandBack returns the shards of name's pool that holder must hand back,
-// when name ("{pool}/{shard}") is a shard of a defined pool: with more
-// than its share, the holder's shards it ranks lowest (by rendezvous
-// hashing), its count above the share. nil when name is no pool shard or
-// the holder is within its share. It reads the store only (any process may
-// answer it), through a view of the pool up to 250 ms old (a claim, done or
-// definition in this process drops it). Errors: store errors.
-func (p *Pools) HandBack(name, holder string) ([]string, error) {
-	pool, _, ok := cutLast(name)
-	if !ok || CheckName("pool", pool) != nil {
-		return nil, nil
+// and whether name ("{pool}/{shard}") is a shard of a defined pool (the
+// pool exists and has that shard; false: no pool shard, nil shards): with
+// more than its share, the holder's shards it ranks lowest (by rendezvous
+// hashing), its count above the share; nil within its share. It reads the
+// store only (any process may answer it), through a view of the pool up to
+// 250 ms old (a claim, done or definition in this process drops it).
+// Errors: store errors.
+func (p *Pools) HandBack(name, holder string) (shards []string, isShard bool, err error) {
+	pool, shard, ok := cutLast(name)
+	if !ok || CheckName("pool", pool) != nil || CheckName("shard", shard) != nil {
+		return nil, false, nil
 	}
 	now := p.leases.Now()
 	p.mu.Lock()
@@ -642,23 +643,26 @@ func (p *Pools) HandBack(name, holder string) ([]string, error) {
 	if !ok || now.Sub(c.at) > viewCacheFor || now.Before(c.at) {
 		rec, err := p.read(pool)
 		if errors.Is(err, ErrNotFound) {
-			return nil, nil
+			return nil, false, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if v, err = p.view(pool, rec); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		p.mu.Lock()
 		p.views[pool] = cachedView{at: now, v: v}
 		p.mu.Unlock()
 	}
+	if _, ok := v.shards[shard]; !ok {
+		return nil, false, nil
+	}
 	out := v.handBack(holder)
 	if len(out) > 0 && p.events.HandBack != nil {
 		p.events.HandBack(pool, len(out))
 	}
-	return out, nil
+	return out, true, nil
 }
 
 // floor returns the floor of open shards over live holders (with extra

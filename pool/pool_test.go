@@ -211,7 +211,7 @@ func TestHandBackOnJoin(t *testing.T) {
 		t.Fatalf("w1 got %d", len(w1))
 	}
 	any1 := "p/0"
-	if hb, err := r.p.HandBack(any1, "w1"); err != nil || hb != nil {
+	if hb, _, err := r.p.HandBack(any1, "w1"); err != nil || hb != nil {
 		t.Fatalf("hand-back alone: %v, %v", hb, err)
 	}
 	_, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, false)
@@ -219,11 +219,11 @@ func TestHandBackOnJoin(t *testing.T) {
 	if !errors.As(err, &ns) || ns.AtShare || ns.RetryAt.IsZero() {
 		t.Fatalf("newcomer's first claim: %v, want none free with a retry time", err)
 	}
-	hb, err := r.p.HandBack(any1, "w1")
+	hb, _, err := r.p.HandBack(any1, "w1")
 	if err != nil || len(hb) != 4 {
 		t.Fatalf("hand-back after a join: %v, %v; want 4 shards", hb, err)
 	}
-	hb2, _ := r.p.HandBack("p/3", "w1")
+	hb2, _, _ := r.p.HandBack("p/3", "w1")
 	if fmt.Sprint(hb) != fmt.Sprint(hb2) {
 		t.Fatalf("hand-back lists differ between renews: %v vs %v", hb, hb2)
 	}
@@ -244,7 +244,7 @@ func TestHandBackOnJoin(t *testing.T) {
 			t.Errorf("shard %s: newcomer's token %d not above %d", s, got[s].Lease.Token, w1[s].Lease.Token)
 		}
 	}
-	if hb, _ := r.p.HandBack(any1, "w1"); hb != nil {
+	if hb, _, _ := r.p.HandBack(any1, "w1"); hb != nil {
 		t.Fatalf("hand-back after rebalancing: %v", hb)
 	}
 	st, _ := r.p.Status("p")
@@ -378,7 +378,7 @@ func TestFairWithinOneAfterJoin(t *testing.T) {
 				held[h][s] = c
 			}
 			for _, c := range held[h] {
-				hb, err := r.p.HandBack("p/"+c.Shard, h)
+				hb, _, err := r.p.HandBack("p/"+c.Shard, h)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -514,5 +514,16 @@ func TestDoneRetryOnlyByItsHolder(t *testing.T) {
 	}
 	if err := r.p.Done("p", c.Shard, "w2", c.Lease.Token); !errors.Is(err, ErrDone) {
 		t.Fatalf("same token, another holder: %v, want ErrDone", err)
+	}
+}
+
+// HandBack tells a shard of a defined pool from any other two-segment name.
+func TestHandBackKnowsPoolShards(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 2})
+	for name, want := range map[string]bool{"p/0": true, "p/1": true, "p/2": false, "other/report.txt": false, "p": false} {
+		if _, isShard, err := r.p.HandBack(name, "w1"); err != nil || isShard != want {
+			t.Errorf("HandBack(%q) = %v, %v; want isShard %v", name, isShard, err, want)
+		}
 	}
 }
