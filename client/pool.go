@@ -24,6 +24,7 @@ var (
 // NoShardError is ErrNoShard with the server's word: the holder's share and
 // count, when a held shard may free up, the shard it stands by for.
 type NoShardError struct {
+	AllDone bool // every shard of the pool is done (one-shot: nothing left)
 	AtShare bool
 	Share   int
 	Held    int
@@ -103,7 +104,7 @@ func (p *Pool) Claim(ctx context.Context) (Shard, error) {
 		return Shard{}, fmt.Errorf("fenceproxy: claim in pool %q: %w", p.Name, err)
 	case apiErr.Reason == wire.ReasonNoShard:
 		pb := apiErr.problem
-		ns := &NoShardError{AtShare: pb.AtShare, Standby: pb.Standby, Detail: pb.Detail}
+		ns := &NoShardError{AllDone: pb.AllDone, AtShare: pb.AtShare, Standby: pb.Standby, Detail: pb.Detail}
 		if pb.Share != nil {
 			ns.Share = *pb.Share
 		}
@@ -219,7 +220,8 @@ func (p *Pool) Run(ctx context.Context, work func(ctx context.Context, s Shard) 
 			s, err := p.Claim(ctx)
 			var ns *NoShardError
 			if errors.As(err, &ns) {
-				if p.OneShot && ns.AtShare && ns.Share == 0 {
+				// all_done; or, from a server before it, at_share with share 0.
+				if p.OneShot && (ns.AllDone || ns.AtShare && ns.Share == 0) {
 					wg.Wait()
 					return nil // nothing open left
 				}

@@ -95,6 +95,7 @@ var (
 // NoShardError is a claim's answer when no shard can be given now: the
 // holder is at its share, or none is free. It matches ErrNoShard.
 type NoShardError struct {
+	AllDone bool      // every shard of the pool is done: nothing will ever be dispatched (Share and Held 0)
 	AtShare bool      // the holder holds its share already
 	Share   int       // the share: ceil(open shards / live holders)
 	Held    int       // shards the holder holds
@@ -107,6 +108,8 @@ var ErrNoShard = errors.New("no shard can be claimed now")
 
 func (e *NoShardError) Error() string {
 	switch {
+	case e.AllDone:
+		return "every shard of the pool is done"
 	case e.AtShare:
 		return fmt.Sprintf("holder holds %d shards, its share is %d", e.Held, e.Share)
 	case e.Standby != "":
@@ -445,7 +448,8 @@ type Claim struct {
 // beyond the holder's share. The lease is lease.Manager.Acquire's: a new
 // token, the fence raised to it through the barrier. With standby, when no
 // shard is free, the holder is put first in line for a suspect shard.
-// Errors: *NoShardError (ErrNoShard) when the holder is at its share or
+// Errors: *NoShardError (ErrNoShard) with AllDone when every shard of the
+// pool is done (nothing changes), else when the holder is at its share or
 // none is free (the holder then counts as live for ttl/2, so the others'
 // shares make room for it; claiming again renews that); lease.ErrInvalid
 // for a holder or TTL that lease.Manager.Acquire would refuse (checked
@@ -465,6 +469,14 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 	v, err := p.view(pool, rec)
 	if err != nil {
 		return Claim{}, err
+	}
+	if v.open == 0 {
+		// Nothing will ever be dispatched: a distinct answer, not a share
+		// of 0.
+		if p.events.NoShard != nil {
+			p.events.NoShard(pool)
+		}
+		return Claim{}, &NoShardError{AllDone: true}
 	}
 	share, _ := v.share(holder)
 	held := v.counts[holder]

@@ -527,3 +527,19 @@ func TestHandBackKnowsPoolShards(t *testing.T) {
 		}
 	}
 }
+
+// A pool with every shard done answers a claim with AllDone, not a share
+// of 0.
+func TestAllDoneAnswer(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 1})
+	c := r.claim("p", "w1")
+	if err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, false)
+	var ns *NoShardError
+	if !errors.As(err, &ns) || !ns.AllDone || ns.AtShare || err.Error() != "every shard of the pool is done" {
+		t.Fatalf("claim on an all-done pool: %#v", err)
+	}
+}
