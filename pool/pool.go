@@ -538,6 +538,13 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 				return r, nil
 			})
 			if err != nil {
+				// The caller gets an error: it must not keep a lease it
+				// does not know of (it would hold the shard to its expiry
+				// and grace). Best effort: a failed release leaves the
+				// lease to expire.
+				if _, rerr := p.leases.Release(ShardName(pool, c.shard), holder, l.Token); rerr != nil {
+					return Claim{}, fmt.Errorf("%w (and the lease granted with token %d was not released: %v)", err, l.Token, rerr)
+				}
 				return Claim{}, err
 			}
 		}

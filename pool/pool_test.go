@@ -543,3 +543,46 @@ func TestAllDoneAnswer(t *testing.T) {
 		t.Fatalf("claim on an all-done pool: %#v", err)
 	}
 }
+
+// failStore is a Store whose UpdatePool fails while fail is set.
+type failStore struct {
+	Store
+	mu   sync.Mutex
+	fail bool
+}
+
+func (s *failStore) UpdatePool(pool string, fn func([]byte) ([]byte, error)) error {
+	s.mu.Lock()
+	fail := s.fail
+	s.mu.Unlock()
+	if fail {
+		return errors.New("store failed")
+	}
+	return s.Store.UpdatePool(pool, fn)
+}
+
+// A claim whose record update fails after the grant releases the lease:
+// the caller, told it failed, holds nothing.
+func TestClaimReleasesLeaseWhenRecordFails(t *testing.T) {
+	r := newRig(t)
+	fs := &failStore{Store: r.store}
+	r.p = New(fs, r.m, Events{})
+	r.define("p", Spec{Shards: 1})
+	c := r.claim("p", "w1")
+	if _, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, false); !errors.Is(err, ErrNoShard) {
+		t.Fatalf("w2 waits: %v", err) // w2 is recorded as waiting: its next grant updates the record
+	}
+	if _, err := r.m.Release("p/"+c.Shard, "w1", c.Lease.Token); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	fs.fail = true
+	fs.mu.Unlock()
+	if _, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, false); err == nil {
+		t.Fatal("claim with a failing record update succeeded")
+	}
+	l, st, err := r.m.Get("p/" + c.Shard)
+	if err != nil || st != lease.StateReleased {
+		t.Errorf("after the failed claim the lease is %+v %s (%v), want released", l, st, err)
+	}
+}
