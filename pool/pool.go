@@ -202,12 +202,20 @@ type Pools struct {
 	store  Store
 	leases Leases
 	mu     sync.Mutex
-	locks  map[string]*sync.Mutex
+	locks  map[string]*poolLock // only while a call on the pool runs or waits
 	events Events
 	// views caches each pool's view for HandBack (renews come often, and a
 	// view reads every lease of the pool); claims, dones and definitions
 	// of this process drop it.
 	views map[string]cachedView
+}
+
+// poolLock serialises the calls on one pool; users counts the calls that
+// hold or wait for it, and the last one out removes it, so that names
+// asked about (pools that do not exist too) leave nothing behind.
+type poolLock struct {
+	sync.Mutex
+	users int
 }
 
 type cachedView struct {
@@ -228,21 +236,26 @@ type Events struct {
 
 // New returns Pools over store, granting shards with leases.
 func New(store Store, leases Leases, events Events) *Pools {
-	return &Pools{store: store, leases: leases, locks: map[string]*sync.Mutex{}, events: events, views: map[string]cachedView{}}
+	return &Pools{store: store, leases: leases, locks: map[string]*poolLock{}, events: events, views: map[string]cachedView{}}
 }
 
+// lock takes pool's lock and returns its unlock.
 func (p *Pools) lock(pool string) func() {
 	p.mu.Lock()
 	l := p.locks[pool]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = &poolLock{}
 		p.locks[pool] = l
 	}
+	l.users++
 	p.mu.Unlock()
 	l.Lock()
 	return func() {
 		p.mu.Lock()
 		delete(p.views, pool)
+		if l.users--; l.users == 0 {
+			delete(p.locks, pool)
+		}
 		p.mu.Unlock()
 		l.Unlock()
 	}

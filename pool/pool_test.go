@@ -586,3 +586,25 @@ func TestClaimReleasesLeaseWhenRecordFails(t *testing.T) {
 		t.Errorf("after the failed claim the lease is %+v %s (%v), want released", l, st, err)
 	}
 }
+
+// Calls on pools that do not exist (and on ones that do) leave no lock
+// behind.
+func TestLocksDoNotGrow(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 2})
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			_, _ = r.p.Claim(context.Background(), fmt.Sprintf("nope-%d", i), "w1", 10*time.Second, false)
+			_ = r.p.Done(fmt.Sprintf("nope-%d", i), "0", "w1", 1)
+			_, _ = r.p.Claim(context.Background(), "p", fmt.Sprintf("w%d", i%3), 10*time.Second, false)
+		})
+	}
+	wg.Wait()
+	r.p.mu.Lock()
+	n := len(r.p.locks)
+	r.p.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d pool locks left after the calls, want 0", n)
+	}
+}
