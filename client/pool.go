@@ -54,6 +54,10 @@ type PoolEvent struct {
 	Kind  string
 	Shard Shard
 	Err   error // for "lost" and a failed release or done
+	// WorkErr, for "released", is what the work function returned (a
+	// failing task shows here; a hand-back or Run's end is usually its
+	// context's error).
+	WorkErr error
 }
 
 // Pool runs a holder's part of a shard pool: it claims shards up to the
@@ -345,5 +349,5 @@ func (p *Pool) finish(s Shard, lost bool, workErr error) {
 		return
 	}
 	_, err := p.Leases.Release(ctx, s.Lease.Name, p.Holder, s.Lease.Token)
-	p.emit(PoolEvent{Kind: "released", Shard: s, Err: err})
+	p.emit(PoolEvent{Kind: "released", Shard: s, Err: err, WorkErr: workErr})
 }

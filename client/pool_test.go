@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -72,4 +73,19 @@ func runPool(t *testing.T, f *fakePoolServer, work func(context.Context, Shard) 
 // One-shot: Run ends with nil once the server says every shard is done.
 func TestPoolRunEndsWhenAllDone(t *testing.T) {
 	runPool(t, &fakePoolServer{}, func(context.Context, Shard) error { return nil })
+}
+
+// A released shard's event carries the work function's error.
+func TestPoolReleasedCarriesWorkError(t *testing.T) {
+	boom := errors.New("boom")
+	events := runPool(t, &fakePoolServer{grants: []string{"0"}}, func(context.Context, Shard) error { return boom })
+	for _, ev := range events {
+		if ev.Kind == "released" {
+			if !errors.Is(ev.WorkErr, boom) || ev.Err != nil {
+				t.Fatalf("released event: WorkErr %v, Err %v; want WorkErr boom", ev.WorkErr, ev.Err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no released event in %+v", events)
 }
