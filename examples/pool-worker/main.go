@@ -58,7 +58,7 @@ func main() {
 	w := &worker{log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
 	control := flag.String("control", env("WORKER_CONTROL_URL", "http://localhost:9090"), "fenceproxy control URL [WORKER_CONTROL_URL]")
 	flag.StringVar(&w.proxy, "proxy", env("WORKER_PROXY_URL", "http://localhost:8080"), "fenceproxy proxy URL [WORKER_PROXY_URL]")
-	pool := flag.String("pool", env("WORKER_POOL", "jobs"), "pool name [WORKER_POOL]")
+	pool := flag.String("pool", env("WORKER_POOL", "demo"), "pool name [WORKER_POOL]")
 	flag.StringVar(&w.holder, "holder", env("WORKER_HOLDER", fmt.Sprintf("%s-%d", host, os.Getpid())), "holder id [WORKER_HOLDER]")
 	leaseToken := flag.String("lease-token", env("WORKER_LEASE_TOKEN", ""), "bearer for lease and pool calls [WORKER_LEASE_TOKEN]")
 	ttl, _ := time.ParseDuration(env("WORKER_TTL", "10s"))
