@@ -24,6 +24,7 @@ var (
 // NoShardError is ErrNoShard with the server's word: the holder's share and
 // count, when a held shard may free up, the shard it stands by for.
 type NoShardError struct {
+	AllDone bool // every shard of the pool is done (one-shot: nothing left)
 	AtShare bool
 	Share   int
 	Held    int
@@ -53,6 +54,10 @@ type PoolEvent struct {
 	Kind  string
 	Shard Shard
 	Err   error // for "lost" and a failed release or done
+	// WorkErr, for "released", is what the work function returned (a
+	// failing task shows here; a hand-back or Run's end is usually its
+	// context's error).
+	WorkErr error
 }
 
 // Pool runs a holder's part of a shard pool: it claims shards up to the
@@ -103,7 +108,7 @@ func (p *Pool) Claim(ctx context.Context) (Shard, error) {
 		return Shard{}, fmt.Errorf("fenceproxy: claim in pool %q: %w", p.Name, err)
 	case apiErr.Reason == wire.ReasonNoShard:
 		pb := apiErr.problem
-		ns := &NoShardError{AtShare: pb.AtShare, Standby: pb.Standby, Detail: pb.Detail}
+		ns := &NoShardError{AllDone: pb.AllDone, AtShare: pb.AtShare, Standby: pb.Standby, Detail: pb.Detail}
 		if pb.Share != nil {
 			ns.Share = *pb.Share
 		}
@@ -219,7 +224,8 @@ func (p *Pool) Run(ctx context.Context, work func(ctx context.Context, s Shard) 
 			s, err := p.Claim(ctx)
 			var ns *NoShardError
 			if errors.As(err, &ns) {
-				if p.OneShot && ns.AtShare && ns.Share == 0 {
+				// all_done; or, from a server before it, at_share with share 0.
+				if p.OneShot && (ns.AllDone || ns.AtShare && ns.Share == 0) {
 					wg.Wait()
 					return nil // nothing open left
 				}
@@ -343,5 +349,5 @@ func (p *Pool) finish(s Shard, lost bool, workErr error) {
 		return
 	}
 	_, err := p.Leases.Release(ctx, s.Lease.Name, p.Holder, s.Lease.Token)
-	p.emit(PoolEvent{Kind: "released", Shard: s, Err: err})
+	p.emit(PoolEvent{Kind: "released", Shard: s, Err: err, WorkErr: workErr})
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
-// maxBody bounds a request body in bytes; the largest a call takes is a
-// lease request with a 256-byte holder.
+// maxBody bounds a request body in bytes (README: 64 KiB); it also bounds a
+// pool definition's {"names": [...]}, whose list the README sizes by it.
 const maxBody = 64 << 10
 
 // route describes one control operation for handle.

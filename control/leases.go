@@ -12,7 +12,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
-	"github.com/fenceproxy/fenceproxy/pool"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -142,10 +141,12 @@ func (s *server) renew(_ context.Context, req request[wire.LeaseRequest]) (wire.
 	if s.opts.Pools != nil {
 		// A pool shard's renew says which shards to hand back. Its failure
 		// does not fail the renew, which took effect: the next one tells.
-		hb, err := s.opts.Pools.HandBack(req.Name, req.Body.Holder)
+		// Only the renew of a shard of a defined pool carries pool and
+		// shard: not any two-segment name.
+		hb, isShard, err := s.opts.Pools.HandBack(req.Name, req.Body.Holder)
 		if err != nil {
 			s.log.Warn("pool hand-back not computed", "lease", req.Name, "error", err.Error())
-		} else if hb != nil || isPoolShard(req.Name) {
+		} else if isShard {
 			out.Pool, out.Shard, _ = cutPool(req.Name)
 			out.HandBack = hb
 		}
@@ -228,11 +229,4 @@ func cutPool(name string) (p, shard string, ok bool) {
 		return "", "", false
 	}
 	return name[:i], name[i+1:], true
-}
-
-// isPoolShard reports whether name has the shape of a pool shard's lease
-// name (its pool may not exist).
-func isPoolShard(name string) bool {
-	p, sh, ok := cutPool(name)
-	return ok && pool.CheckName("pool", p) == nil && pool.CheckName("shard", sh) == nil
 }

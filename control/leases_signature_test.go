@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -139,5 +140,23 @@ func TestLeaseAnswersCarrySignature(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A renew answer names a pool and shard only for a shard of a defined pool,
+// not for any two-segment lease name.
+func TestRenewNamesPoolOnlyForPoolShards(t *testing.T) {
+	leases := &memLeases{leases: map[string]lease.Lease{}}
+	rig := newProblemRig(t, leases, withPools(errPools{nil}))
+	l, _ := leases.Acquire(context.Background(), "other/report.txt", "A", time.Minute)
+	req, _ := http.NewRequest(http.MethodPut, rig.srv.URL+"/v1/leases/other/report.txt", strings.NewReader(fmt.Sprintf(`{"holder":"A","token":"%d"}`, l.Token)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || strings.Contains(string(body), `"pool"`) || strings.Contains(string(body), `"shard"`) {
+		t.Errorf("renew of a lease that is no pool shard: %d %s; want 200 without pool and shard", resp.StatusCode, body)
 	}
 }

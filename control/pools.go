@@ -33,9 +33,9 @@ type Pools interface {
 	Status(pool string) (pool.Status, error)
 	// Done marks shard complete with holder's token.
 	Done(pool, shard, holder string, token uint64) error
-	// HandBack returns the shards the holder of lease name must hand back
-	// (nil when name is no pool shard).
-	HandBack(name, holder string) ([]string, error)
+	// HandBack returns the shards the holder of lease name must hand back,
+	// and whether name is a shard of a defined pool (false: nil shards).
+	HandBack(name, holder string) (shards []string, isShard bool, err error)
 }
 
 // poolRoutes registers /v1/pools/{pool}, .../claim and

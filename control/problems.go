@@ -137,7 +137,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, rt route, name str
 	}
 	var noShard *pool.NoShardError
 	if row.reason == wire.ReasonNoShard && errors.As(err, &noShard) {
-		p.Share, p.Held, p.AtShare, p.Standby = &noShard.Share, &noShard.Held, noShard.AtShare, noShard.Standby
+		p.Share, p.Held, p.AtShare, p.AllDone, p.Standby = &noShard.Share, &noShard.Held, noShard.AtShare, noShard.AllDone, noShard.Standby
 		if !noShard.RetryAt.IsZero() {
 			p.RetryAt = &noShard.RetryAt
 		}

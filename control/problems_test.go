@@ -676,7 +676,26 @@ func (p errPools) Define(string, pool.Spec) ([]string, error) { return nil, p.er
 func (p errPools) Claim(context.Context, string, string, time.Duration, bool) (pool.Claim, error) {
 	return pool.Claim{}, p.err
 }
-func (p errPools) Status(string) (pool.Status, error)        { return pool.Status{}, p.err }
-func (p errPools) Done(string, string, string, uint64) error { return p.err }
-func (p errPools) HandBack(string, string) ([]string, error) { return nil, p.err }
-func withPools(p Pools) func(*Options)                       { return func(o *Options) { o.Pools = p } }
+func (p errPools) Status(string) (pool.Status, error)              { return pool.Status{}, p.err }
+func (p errPools) Done(string, string, string, uint64) error       { return p.err }
+func (p errPools) HandBack(string, string) ([]string, bool, error) { return nil, false, p.err }
+func withPools(p Pools) func(*Options)                             { return func(o *Options) { o.Pools = p } }
+
+// A claim on a pool with every shard done answers no_shard with all_done,
+// share and held 0, and a detail that says so.
+func TestClaimAllDoneProblem(t *testing.T) {
+	rig := newProblemRig(t, &memLeases{leases: map[string]lease.Lease{}}, withPools(errPools{&pool.NoShardError{AllDone: true}}))
+	resp, err := http.Post(rig.srv.URL+"/v1/pools/jobs/claim", "application/json", strings.NewReader(`{"holder":"A","ttl":"10s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p wire.Problem
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 409 || p.Reason != wire.ReasonNoShard || !p.AllDone || p.AtShare || p.Share == nil || *p.Share != 0 ||
+		p.Detail != "every shard of the pool is done" {
+		t.Errorf("all-done claim: %d %+v", resp.StatusCode, p)
+	}
+}

@@ -202,7 +202,7 @@ func decode(name string, rec []byte) (*Lease, error) {
 // drain instead, and fails with ErrLost if another holder acquired the lease
 // meanwhile (it had expired past its grace while the drain went on).
 func (m *Manager) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
-	if err := m.check(holder, ttl); err != nil {
+	if err := m.Check(holder, ttl); err != nil {
 		return Lease{}, err
 	}
 	now := m.opts.Now()
@@ -406,7 +406,11 @@ func (m *Manager) owned(name string, rec []byte, fenceMax uint64, holder string,
 	return cur, nil
 }
 
-func (m *Manager) check(holder string, ttl time.Duration) error {
+// Check applies Acquire's rules for a holder and a TTL: holder 1 to 256
+// bytes of valid UTF-8, not blank, no control characters, no U+FFFD; ttl
+// above 0 and within [MinTTL, MaxTTL]. ErrInvalid otherwise. Callers that
+// act for a future Acquire (a pool claim) check with it first.
+func (m *Manager) Check(holder string, ttl time.Duration) error {
 	switch {
 	case holder == "":
 		return fmt.Errorf("%w: holder is empty", ErrInvalid)

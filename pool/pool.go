@@ -24,7 +24,15 @@
 // never dispatched again, and a stale token is refused.
 //
 // A claim may ask to stand by for a suspect shard when none is free: it is
-// then first in line for it once its lease and grace end.
+// then first in line for it once its lease and grace end. The reservation
+// lapses at the suspect lease's grace end plus the claim's TTL, and at the
+// latest the claim's TTL plus that TTL's grace after the claim (a dead
+// standby blocks a shard no longer than a dead holder would); a standby
+// that claims again renews it.
+//
+// A claim's holder and TTL are checked with the lease manager's rules
+// (lease.Manager.Check) before anything else: a claim that an acquire would
+// refuse changes nothing.
 //
 // Durable state: the pool's record (definition, done marks, waiting holders,
 // standbys) is a record kind of its own in the store (Store.UpdatePool), and
@@ -69,6 +77,8 @@ type Leases interface {
 	List(prefix, after string, limit int) ([]lease.Entry, error)
 	GraceEnds(l lease.Lease) time.Time
 	Now() time.Time
+	// Check applies Acquire's rules for holder and ttl (lease.ErrInvalid).
+	Check(holder string, ttl time.Duration) error
 }
 
 var (
@@ -85,6 +95,7 @@ var (
 // NoShardError is a claim's answer when no shard can be given now: the
 // holder is at its share, or none is free. It matches ErrNoShard.
 type NoShardError struct {
+	AllDone bool      // every shard of the pool is done: nothing will ever be dispatched (Share and Held 0)
 	AtShare bool      // the holder holds its share already
 	Share   int       // the share: ceil(open shards / live holders)
 	Held    int       // shards the holder holds
@@ -97,6 +108,8 @@ var ErrNoShard = errors.New("no shard can be claimed now")
 
 func (e *NoShardError) Error() string {
 	switch {
+	case e.AllDone:
+		return "every shard of the pool is done"
 	case e.AtShare:
 		return fmt.Sprintf("holder holds %d shards, its share is %d", e.Held, e.Share)
 	case e.Standby != "":
@@ -122,7 +135,8 @@ const MaxShards = 4096
 // record is a pool's durable record.
 type record struct {
 	Shards  []string             `json:"shards"`
-	Done    map[string]uint64    `json:"done,omitempty"`    // shard -> token that marked it done
+	Done    map[string]uint64    `json:"done,omitempty"`    // shard -> token that marked it done; kept forever, also for shards a shrink removed
+	DoneBy  map[string]string    `json:"done_by,omitempty"` // shard -> holder that marked it done
 	Waiting map[string]time.Time `json:"waiting,omitempty"` // holder with no shard -> live until
 	Standby map[string]standby   `json:"standby,omitempty"` // suspect shard -> who is first in line
 }
@@ -188,12 +202,20 @@ type Pools struct {
 	store  Store
 	leases Leases
 	mu     sync.Mutex
-	locks  map[string]*sync.Mutex
+	locks  map[string]*poolLock // only while a call on the pool runs or waits
 	events Events
 	// views caches each pool's view for HandBack (renews come often, and a
 	// view reads every lease of the pool); claims, dones and definitions
 	// of this process drop it.
 	views map[string]cachedView
+}
+
+// poolLock serialises the calls on one pool; users counts the calls that
+// hold or wait for it, and the last one out removes it, so that names
+// asked about (pools that do not exist too) leave nothing behind.
+type poolLock struct {
+	sync.Mutex
+	users int
 }
 
 type cachedView struct {
@@ -214,21 +236,26 @@ type Events struct {
 
 // New returns Pools over store, granting shards with leases.
 func New(store Store, leases Leases, events Events) *Pools {
-	return &Pools{store: store, leases: leases, locks: map[string]*sync.Mutex{}, events: events, views: map[string]cachedView{}}
+	return &Pools{store: store, leases: leases, locks: map[string]*poolLock{}, events: events, views: map[string]cachedView{}}
 }
 
+// lock takes pool's lock and returns its unlock.
 func (p *Pools) lock(pool string) func() {
 	p.mu.Lock()
 	l := p.locks[pool]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = &poolLock{}
 		p.locks[pool] = l
 	}
+	l.users++
 	p.mu.Unlock()
 	l.Lock()
 	return func() {
 		p.mu.Lock()
 		delete(p.views, pool)
+		if l.users--; l.users == 0 {
+			delete(p.locks, pool)
+		}
 		p.mu.Unlock()
 		l.Unlock()
 	}
@@ -269,8 +296,9 @@ func (p *Pools) update(pool string, edit func(rec *record) (*record, error)) err
 
 // Define creates pool with spec's shards, or changes its shards: growing
 // adds shards; shards removed must be free (no lease held, suspect or in
-// its grace), else ErrBusy naming them. Done marks of shards that stay are
-// kept. It returns the shard names. Errors: ErrInvalid, ErrBusy, store errors.
+// its grace), else ErrBusy naming them. Done marks are kept, also those of
+// the shards removed: a shard done stays done when a later definition
+// brings it back (done is forever). It returns the shard names. Errors: ErrInvalid, ErrBusy, store errors.
 func (p *Pools) Define(pool string, spec Spec) ([]string, error) {
 	if err := CheckName("pool", pool); err != nil {
 		return nil, err
@@ -306,15 +334,9 @@ func (p *Pools) Define(pool string, spec Spec) ([]string, error) {
 	err = p.update(pool, func(rec *record) (*record, error) {
 		next := &record{Shards: names}
 		if rec != nil {
-			next.Waiting = rec.Waiting
-			for s, tok := range rec.Done {
-				if slices.Contains(names, s) {
-					if next.Done == nil {
-						next.Done = map[string]uint64{}
-					}
-					next.Done[s] = tok
-				}
-			}
+			// Every done mark stays, also of a shard this removes: grown
+			// back, it is still done (never dispatched again).
+			next.Waiting, next.Done, next.DoneBy = rec.Waiting, rec.Done, rec.DoneBy
 			for s, sb := range rec.Standby {
 				if slices.Contains(names, s) {
 					if next.Standby == nil {
@@ -439,13 +461,18 @@ type Claim struct {
 // beyond the holder's share. The lease is lease.Manager.Acquire's: a new
 // token, the fence raised to it through the barrier. With standby, when no
 // shard is free, the holder is put first in line for a suspect shard.
-// Errors: *NoShardError (ErrNoShard) when the holder is at its share or
+// Errors: *NoShardError (ErrNoShard) with AllDone when every shard of the
+// pool is done (nothing changes), else when the holder is at its share or
 // none is free (the holder then counts as live for ttl/2, so the others'
-// shares make room for it; claiming again renews that); ErrNotFound; lease.ErrInvalid for a bad
-// holder or TTL; the lease manager's and the store's errors.
+// shares make room for it; claiming again renews that); lease.ErrInvalid
+// for a holder or TTL that lease.Manager.Acquire would refuse (checked
+// first: nothing changes); ErrNotFound; the lease manager's and the
+// store's errors.
 func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duration, wantStandby bool) (Claim, error) {
-	if holder == "" || ttl <= 0 {
-		return Claim{}, fmt.Errorf("%w: holder and a positive ttl are required", lease.ErrInvalid)
+	// The lease manager's own rules, before anything else: a claim it
+	// would refuse must not count as waiting nor stand by.
+	if err := p.leases.Check(holder, ttl); err != nil {
+		return Claim{}, err
 	}
 	defer p.lock(pool)()
 	rec, err := p.read(pool)
@@ -455,6 +482,14 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 	v, err := p.view(pool, rec)
 	if err != nil {
 		return Claim{}, err
+	}
+	if v.open == 0 {
+		// Nothing will ever be dispatched: a distinct answer, not a share
+		// of 0.
+		if p.events.NoShard != nil {
+			p.events.NoShard(pool)
+		}
+		return Claim{}, &NoShardError{AllDone: true}
 	}
 	share, _ := v.share(holder)
 	held := v.counts[holder]
@@ -516,6 +551,13 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 				return r, nil
 			})
 			if err != nil {
+				// The caller gets an error: it must not keep a lease it
+				// does not know of (it would hold the shard to its expiry
+				// and grace). Best effort: a failed release leaves the
+				// lease to expire.
+				if _, rerr := p.leases.Release(ShardName(pool, c.shard), holder, l.Token); rerr != nil {
+					return Claim{}, fmt.Errorf("%w (and the lease granted with token %d was not released: %v)", err, l.Token, rerr)
+				}
 				return Claim{}, err
 			}
 		}
@@ -576,8 +618,7 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 			if r.Standby == nil {
 				r.Standby = map[string]standby{}
 			}
-			sv := v.shards[standFor]
-			r.Standby[standFor] = standby{Holder: holder, Until: p.leases.GraceEnds(*sv.lease).Add(ttl)}
+			r.Standby[standFor] = standby{Holder: holder, Until: standbyUntil(p.leases, *v.shards[standFor].lease, holder, ttl, v.now)}
 		}
 		return r, nil
 	})
@@ -591,6 +632,21 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 	return Claim{}, noShard
 }
 
+// standbyUntil is when holder's reservation of the suspect shard whose
+// lease is l lapses, holder having claimed with ttl at now: the suspect
+// lease's grace end plus ttl, but no later than a lease of holder's own
+// claim would keep others out, ttl plus its grace from now. A dead standby
+// thus blocks a shard no longer than a dead holder of a lease with its
+// claim's TTL (within the lease manager's [MinTTL, MaxTTL]); a live one
+// claims again within ttl/2 and renews the reservation.
+func standbyUntil(leases Leases, l lease.Lease, holder string, ttl time.Duration, now time.Time) time.Time {
+	until := leases.GraceEnds(l).Add(ttl)
+	if own := leases.GraceEnds(lease.Lease{Holder: holder, TTL: ttl, ExpiresAt: now.Add(ttl)}); own.Before(until) {
+		until = own
+	}
+	return until
+}
+
 func boolFirst(a bool) int {
 	if a {
 		return -1
@@ -599,16 +655,17 @@ func boolFirst(a bool) int {
 }
 
 // HandBack returns the shards of name's pool that holder must hand back,
-// when name ("{pool}/{shard}") is a shard of a defined pool: with more
-// than its share, the holder's shards it ranks lowest (by rendezvous
-// hashing), its count above the share. nil when name is no pool shard or
-// the holder is within its share. It reads the store only (any process may
-// answer it), through a view of the pool up to 250 ms old (a claim, done or
-// definition in this process drops it). Errors: store errors.
-func (p *Pools) HandBack(name, holder string) ([]string, error) {
-	pool, _, ok := cutLast(name)
-	if !ok || CheckName("pool", pool) != nil {
-		return nil, nil
+// and whether name ("{pool}/{shard}") is a shard of a defined pool (the
+// pool exists and has that shard; false: no pool shard, nil shards): with
+// more than its share, the holder's shards it ranks lowest (by rendezvous
+// hashing), its count above the share; nil within its share. It reads the
+// store only (any process may answer it), through a view of the pool up to
+// 250 ms old (a claim, done or definition in this process drops it).
+// Errors: store errors.
+func (p *Pools) HandBack(name, holder string) (shards []string, isShard bool, err error) {
+	pool, shard, ok := cutLast(name)
+	if !ok || CheckName("pool", pool) != nil || CheckName("shard", shard) != nil {
+		return nil, false, nil
 	}
 	now := p.leases.Now()
 	p.mu.Lock()
@@ -618,23 +675,26 @@ func (p *Pools) HandBack(name, holder string) ([]string, error) {
 	if !ok || now.Sub(c.at) > viewCacheFor || now.Before(c.at) {
 		rec, err := p.read(pool)
 		if errors.Is(err, ErrNotFound) {
-			return nil, nil
+			return nil, false, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if v, err = p.view(pool, rec); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		p.mu.Lock()
 		p.views[pool] = cachedView{at: now, v: v}
 		p.mu.Unlock()
 	}
+	if _, ok := v.shards[shard]; !ok {
+		return nil, false, nil
+	}
 	out := v.handBack(holder)
 	if len(out) > 0 && p.events.HandBack != nil {
 		p.events.HandBack(pool, len(out))
 	}
-	return out, nil
+	return out, true, nil
 }
 
 // floor returns the floor of open shards over live holders (with extra
@@ -741,8 +801,9 @@ func cutLast(name string) (pool, shard string, ok bool) {
 
 // Done marks shard of pool complete with holder's token: the shard's lease
 // is released (lease.Manager.Release: holder must hold it with token, else
-// lease.ErrLost) and the shard is never dispatched again. Marking it again
-// with the same token succeeds (a retry); with another token it is ErrDone.
+// lease.ErrLost) and the shard is never dispatched again, also after a
+// shrink and a regrow. Marking it again with the same holder and token
+// succeeds (a retry); with another token or holder it is ErrDone.
 // Errors: ErrNotFound; ErrDone; lease.ErrLost (a stale holder); store errors.
 func (p *Pools) Done(pool, shard, holder string, token uint64) error {
 	defer p.lock(pool)()
@@ -754,10 +815,11 @@ func (p *Pools) Done(pool, shard, holder string, token uint64) error {
 		return fmt.Errorf("%w: pool %q has no shard %q", ErrNotFound, pool, shard)
 	}
 	if t, done := rec.Done[shard]; done {
-		if t == token {
+		by, known := rec.DoneBy[shard]
+		if t == token && (by == holder || !known) { // !known: a mark stored before holders were
 			return nil
 		}
-		return fmt.Errorf("%w: %q was marked done with token %d", ErrDone, ShardName(pool, shard), t)
+		return fmt.Errorf("%w: %q was marked done with token %d by another holder or token", ErrDone, ShardName(pool, shard), t)
 	}
 	// Release first: it checks holder and token atomically. A crash before
 	// the mark leaves the shard free and not done: it runs again (at least
@@ -773,6 +835,10 @@ func (p *Pools) Done(pool, shard, holder string, token uint64) error {
 			r.Done = map[string]uint64{}
 		}
 		r.Done[shard] = token
+		if r.DoneBy == nil {
+			r.DoneBy = map[string]string{}
+		}
+		r.DoneBy[shard] = holder
 		delete(r.Standby, shard)
 		return r, nil
 	})

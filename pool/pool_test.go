@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +38,7 @@ type rig struct {
 	p     *Pools
 	c     *clock
 	dir   string
+	lopts lease.Options // the manager's options (Now is the rig's clock)
 }
 
 func newRig(t *testing.T) *rig {
@@ -58,7 +60,9 @@ func (r *rig) open() {
 		r.t.Fatal(err)
 	}
 	r.store = s
-	r.m = lease.NewManager(s, b, lease.Options{Now: r.c.Now})
+	lopts := r.lopts
+	lopts.Now = r.c.Now
+	r.m = lease.NewManager(s, b, lopts)
 	r.p = New(s, r.m, Events{})
 }
 
@@ -207,7 +211,7 @@ func TestHandBackOnJoin(t *testing.T) {
 		t.Fatalf("w1 got %d", len(w1))
 	}
 	any1 := "p/0"
-	if hb, err := r.p.HandBack(any1, "w1"); err != nil || hb != nil {
+	if hb, _, err := r.p.HandBack(any1, "w1"); err != nil || hb != nil {
 		t.Fatalf("hand-back alone: %v, %v", hb, err)
 	}
 	_, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, false)
@@ -215,11 +219,11 @@ func TestHandBackOnJoin(t *testing.T) {
 	if !errors.As(err, &ns) || ns.AtShare || ns.RetryAt.IsZero() {
 		t.Fatalf("newcomer's first claim: %v, want none free with a retry time", err)
 	}
-	hb, err := r.p.HandBack(any1, "w1")
+	hb, _, err := r.p.HandBack(any1, "w1")
 	if err != nil || len(hb) != 4 {
 		t.Fatalf("hand-back after a join: %v, %v; want 4 shards", hb, err)
 	}
-	hb2, _ := r.p.HandBack("p/3", "w1")
+	hb2, _, _ := r.p.HandBack("p/3", "w1")
 	if fmt.Sprint(hb) != fmt.Sprint(hb2) {
 		t.Fatalf("hand-back lists differ between renews: %v vs %v", hb, hb2)
 	}
@@ -240,7 +244,7 @@ func TestHandBackOnJoin(t *testing.T) {
 			t.Errorf("shard %s: newcomer's token %d not above %d", s, got[s].Lease.Token, w1[s].Lease.Token)
 		}
 	}
-	if hb, _ := r.p.HandBack(any1, "w1"); hb != nil {
+	if hb, _, _ := r.p.HandBack(any1, "w1"); hb != nil {
 		t.Fatalf("hand-back after rebalancing: %v", hb)
 	}
 	st, _ := r.p.Status("p")
@@ -374,7 +378,7 @@ func TestFairWithinOneAfterJoin(t *testing.T) {
 				held[h][s] = c
 			}
 			for _, c := range held[h] {
-				hb, err := r.p.HandBack("p/"+c.Shard, h)
+				hb, _, err := r.p.HandBack("p/"+c.Shard, h)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -406,4 +410,201 @@ func TestFairWithinOneAfterJoin(t *testing.T) {
 		}
 	}
 	t.Logf("counts after the join: %v", got)
+}
+
+// A claim the lease manager would refuse (400) changes nothing, also when
+// no shard is free: it neither waits nor stands by.
+func TestClaimChecksHolderAndTTLFirst(t *testing.T) {
+	r := newRig(t)
+	r.store.Close()
+	r.lopts = lease.Options{MinTTL: time.Second, MaxTTL: time.Hour}
+	r.open()
+	r.define("p", Spec{Shards: 1})
+	r.claim("p", "w1")
+	r.c.advance(6 * time.Second) // w1's lease is suspect
+	before, err := r.store.Pool("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		holder string
+		ttl    time.Duration
+	}{{"w2", 2000000 * time.Hour}, {"w2", time.Millisecond}, {"w\n2", 10 * time.Second}, {" ", 10 * time.Second},
+		{strings.Repeat("w", 257), 10 * time.Second}, {"w\xff", 10 * time.Second}} {
+		for _, standby := range []bool{false, true} {
+			if _, err := r.p.Claim(context.Background(), "p", bad.holder, bad.ttl, standby); !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("Claim(%q, %s, standby %v) = %v, want lease.ErrInvalid", bad.holder, bad.ttl, standby, err)
+			}
+		}
+	}
+	after, err := r.store.Pool("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Errorf("refused claims changed the pool's record:\n%s\nto\n%s", before, after)
+	}
+	st, _ := r.p.Status("p")
+	if len(st.Holders) != 1 || st.Share != 1 || st.Shards[0].Standby != "" {
+		t.Errorf("status after refused claims: %+v", st)
+	}
+}
+
+// A standby's reservation lapses no later than its claim's TTL plus that
+// TTL's grace after the claim, however long the suspect lease runs.
+func TestStandbyReservationBounded(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 1})
+	if _, err := r.p.Claim(context.Background(), "p", "w1", time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	r.c.advance(31 * time.Minute) // suspect until its expiry, then 40 min of grace
+	if _, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, true); !errors.Is(err, ErrNoShard) {
+		t.Fatalf("standby claim: %v", err)
+	}
+	st, _ := r.p.Status("p")
+	if st.Shards[0].Standby != "w2" {
+		t.Fatalf("w2 does not stand by: %+v", st.Shards[0])
+	}
+	r.c.advance(10*time.Second + 10*time.Second*2/3 + time.Millisecond) // w2 never claims again
+	st, _ = r.p.Status("p")
+	if st.Shards[0].Standby != "" {
+		t.Errorf("a dead standby's reservation outlives its claim's TTL plus grace: %+v", st.Shards[0])
+	}
+}
+
+// Done is forever: a shrink that removes a done shard and a regrow that
+// brings it back do not dispatch it again.
+func TestDoneSurvivesShrinkAndRegrow(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Names: []string{"a", "b"}})
+	var cb Claim
+	for s, c := range r.claimAll("p", "w1") {
+		if s == "b" {
+			cb = c
+		}
+	}
+	if err := r.p.Done("p", "b", "w1", cb.Lease.Token); err != nil {
+		t.Fatal(err)
+	}
+	r.define("p", Spec{Names: []string{"a"}})
+	r.define("p", Spec{Names: []string{"a", "b"}})
+	st, _ := r.p.Status("p")
+	if st.Done != 1 || st.Open != 1 || st.Shards[1].State != StateDone {
+		t.Fatalf("after shrink and regrow: done %d open %d, b %+v", st.Done, st.Open, st.Shards[1])
+	}
+	r.c.advance(time.Minute) // w1's lease on a lapses
+	for _, h := range []string{"w1", "w2", "w3"} {
+		if c, err := r.p.Claim(context.Background(), "p", h, 10*time.Second, false); err == nil && c.Shard == "b" {
+			t.Fatalf("done shard b was dispatched again to %s", h)
+		}
+	}
+}
+
+// A repeated done answers only to the holder that marked it, with its token.
+func TestDoneRetryOnlyByItsHolder(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 1})
+	c := r.claim("p", "w1")
+	if err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
+		t.Fatalf("retry by the holder that marked it: %v", err)
+	}
+	if err := r.p.Done("p", c.Shard, "w2", c.Lease.Token); !errors.Is(err, ErrDone) {
+		t.Fatalf("same token, another holder: %v, want ErrDone", err)
+	}
+}
+
+// HandBack tells a shard of a defined pool from any other two-segment name.
+func TestHandBackKnowsPoolShards(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 2})
+	for name, want := range map[string]bool{"p/0": true, "p/1": true, "p/2": false, "other/report.txt": false, "p": false} {
+		if _, isShard, err := r.p.HandBack(name, "w1"); err != nil || isShard != want {
+			t.Errorf("HandBack(%q) = %v, %v; want isShard %v", name, isShard, err, want)
+		}
+	}
+}
+
+// A pool with every shard done answers a claim with AllDone, not a share
+// of 0.
+func TestAllDoneAnswer(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 1})
+	c := r.claim("p", "w1")
+	if err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, false)
+	var ns *NoShardError
+	if !errors.As(err, &ns) || !ns.AllDone || ns.AtShare || err.Error() != "every shard of the pool is done" {
+		t.Fatalf("claim on an all-done pool: %#v", err)
+	}
+}
+
+// failStore is a Store whose UpdatePool fails while fail is set.
+type failStore struct {
+	Store
+	mu   sync.Mutex
+	fail bool
+}
+
+func (s *failStore) UpdatePool(pool string, fn func([]byte) ([]byte, error)) error {
+	s.mu.Lock()
+	fail := s.fail
+	s.mu.Unlock()
+	if fail {
+		return errors.New("store failed")
+	}
+	return s.Store.UpdatePool(pool, fn)
+}
+
+// A claim whose record update fails after the grant releases the lease:
+// the caller, told it failed, holds nothing.
+func TestClaimReleasesLeaseWhenRecordFails(t *testing.T) {
+	r := newRig(t)
+	fs := &failStore{Store: r.store}
+	r.p = New(fs, r.m, Events{})
+	r.define("p", Spec{Shards: 1})
+	c := r.claim("p", "w1")
+	if _, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, false); !errors.Is(err, ErrNoShard) {
+		t.Fatalf("w2 waits: %v", err) // w2 is recorded as waiting: its next grant updates the record
+	}
+	if _, err := r.m.Release("p/"+c.Shard, "w1", c.Lease.Token); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	fs.fail = true
+	fs.mu.Unlock()
+	if _, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, false); err == nil {
+		t.Fatal("claim with a failing record update succeeded")
+	}
+	l, st, err := r.m.Get("p/" + c.Shard)
+	if err != nil || st != lease.StateReleased {
+		t.Errorf("after the failed claim the lease is %+v %s (%v), want released", l, st, err)
+	}
+}
+
+// Calls on pools that do not exist (and on ones that do) leave no lock
+// behind.
+func TestLocksDoNotGrow(t *testing.T) {
+	r := newRig(t)
+	r.define("p", Spec{Shards: 2})
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			_, _ = r.p.Claim(context.Background(), fmt.Sprintf("nope-%d", i), "w1", 10*time.Second, false)
+			_ = r.p.Done(fmt.Sprintf("nope-%d", i), "0", "w1", 1)
+			_, _ = r.p.Claim(context.Background(), "p", fmt.Sprintf("w%d", i%3), 10*time.Second, false)
+		})
+	}
+	wg.Wait()
+	r.p.mu.Lock()
+	n := len(r.p.locks)
+	r.p.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d pool locks left after the calls, want 0", n)
+	}
 }

@@ -668,7 +668,10 @@ func (l *clusterLeases) List(prefix, after string, limit int) ([]lease.Entry, er
 	return l.local.List(prefix, after, limit)
 }
 func (l *clusterLeases) GraceEnds(le lease.Lease) time.Time { return l.local.GraceEnds(le) }
-func (l *clusterLeases) Now() time.Time                     { return l.local.Now() }
+func (l *clusterLeases) Check(holder string, ttl time.Duration) error {
+	return l.local.Check(holder, ttl)
+}
+func (l *clusterLeases) Now() time.Time { return l.local.Now() }
 
 // Acquire is lease.Manager.Acquire on the name's owner.
 func (l *clusterLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (lease.Lease, error) {

@@ -106,6 +106,7 @@ type Problem struct {
 	Share   *int       `json:"share,omitempty"`
 	Held    *int       `json:"held,omitempty"`
 	AtShare bool       `json:"at_share,omitempty"`
+	AllDone bool       `json:"all_done,omitempty"` // every shard of the pool is done: no claim will ever get one
 	RetryAt *time.Time `json:"retry_at,omitempty"`
 	Standby string     `json:"standby,omitempty"`
 

@@ -8,8 +8,10 @@
 //
 // Every pool event is a JSON line on stderr: {"msg":"pool","kind":...,
 // "shard":...,"token":...} with kind claimed, hand_back, released, done,
-// lost or claim_failed; every write refused by the proxy as stale logs
-// "fenced". Writes are PUT {proxy}/{pool}/{shard} with the body
+// lost or claim_failed ("error": a failed call; "work_error", on released:
+// what the shard's work returned, e.g. a failed write); every write refused
+// by the proxy as stale logs "fenced", every other failed write "write
+// failed" with its status or error. Writes are PUT {proxy}/{pool}/{shard} with the body
 // "holder=<holder> token=<token> seq=<n>" (one-shot: "... phase=start" and
 // "... phase=result").
 //
@@ -56,7 +58,7 @@ func main() {
 	w := &worker{log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
 	control := flag.String("control", env("WORKER_CONTROL_URL", "http://localhost:9090"), "fenceproxy control URL [WORKER_CONTROL_URL]")
 	flag.StringVar(&w.proxy, "proxy", env("WORKER_PROXY_URL", "http://localhost:8080"), "fenceproxy proxy URL [WORKER_PROXY_URL]")
-	pool := flag.String("pool", env("WORKER_POOL", "jobs"), "pool name [WORKER_POOL]")
+	pool := flag.String("pool", env("WORKER_POOL", "demo"), "pool name [WORKER_POOL]")
 	flag.StringVar(&w.holder, "holder", env("WORKER_HOLDER", fmt.Sprintf("%s-%d", host, os.Getpid())), "holder id [WORKER_HOLDER]")
 	leaseToken := flag.String("lease-token", env("WORKER_LEASE_TOKEN", ""), "bearer for lease and pool calls [WORKER_LEASE_TOKEN]")
 	ttl, _ := time.ParseDuration(env("WORKER_TTL", "10s"))
@@ -75,13 +77,7 @@ func main() {
 	p := &client.Pool{
 		Leases: &client.Leases{BaseURL: *control, Bearer: *leaseToken},
 		Name:   *pool, Holder: w.holder, TTL: ttl, OneShot: w.oneShot, MaxShards: *maxShards,
-		Events: func(ev client.PoolEvent) {
-			attrs := []any{"kind", ev.Kind, "holder", w.holder, "shard", ev.Shard.Shard, "token", ev.Shard.Lease.Token}
-			if ev.Err != nil {
-				attrs = append(attrs, "error", ev.Err.Error())
-			}
-			w.log.Info("pool", attrs...)
-		},
+		Events: w.event,
 	}
 	work := w.continuous
 	if w.oneShot {
@@ -92,6 +88,19 @@ func main() {
 		w.log.Error("pool-worker failed", "error", err.Error())
 		os.Exit(1)
 	}
+}
+
+// event logs a pool event: "error" is a failed call (lost, a failed
+// release or done), "work_error" what a released shard's work returned.
+func (w *worker) event(ev client.PoolEvent) {
+	attrs := []any{"kind", ev.Kind, "holder", w.holder, "shard", ev.Shard.Shard, "token", ev.Shard.Lease.Token}
+	if ev.Err != nil {
+		attrs = append(attrs, "error", ev.Err.Error())
+	}
+	if ev.WorkErr != nil {
+		attrs = append(attrs, "work_error", ev.WorkErr.Error())
+	}
+	w.log.Info("pool", attrs...)
 }
 
 var errFenced = errors.New("fenced out: the proxy refused our token as stale")
@@ -108,6 +117,9 @@ func (w *worker) write(ctx context.Context, s client.Shard, body string) error {
 	}
 	resp, err := w.http.Do(req)
 	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("write failed", "holder", w.holder, "shard", s.Shard, "token", s.Lease.Token, "error", err.Error())
+		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -117,6 +129,7 @@ func (w *worker) write(ctx context.Context, s client.Shard, body string) error {
 		return errFenced
 	}
 	if resp.StatusCode/100 != 2 {
+		w.log.Warn("write failed", "holder", w.holder, "shard", s.Shard, "token", s.Lease.Token, "status", resp.StatusCode)
 		return fmt.Errorf("write: status %d", resp.StatusCode)
 	}
 	return nil
