@@ -37,7 +37,7 @@ import (
 // to the backend directly, past the fence: the checks must find violations.
 
 const (
-	fleetTTL      = 2 * time.Second
+	fleetTTL      = 4 * time.Second  // 2s left too little slack for scheduling on 2 loaded cores
 	fleetGrace    = fleetTTL * 2 / 3 // the lease manager's default grace
 	fleetShards   = 64
 	fleetWorkers  = 8
@@ -319,9 +319,10 @@ func TestFleetWithoutFence(t *testing.T) {
 	}
 	machinelock.Take(t)
 	f := newFleet(t, "fleet", fmt.Sprintf(`{"shards":%d}`, fleetShards), true, "-interval", fleetInterval.String())
-	v := f.chaos(min(fleetDuration(t), 45*time.Second))
-	if v.total() == 0 {
-		t.Fatalf("no violation found with the fence bypassed: the checks have no teeth")
+	v := f.chaos(min(fleetDuration(t), 90*time.Second))
+	// Only the safety checks count here: a slow reclaim is no teeth.
+	if v.TokenOrder+v.AfterLoss == 0 {
+		t.Fatalf("no stale write found with the fence bypassed (%+v): the checks have no teeth", v)
 	}
 	t.Logf("without the fence the checks found violations, as they must: %+v", v)
 }
