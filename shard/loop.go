@@ -287,8 +287,9 @@ func (o *Owner) register(ctx context.Context, s *session) (int64, error) {
 // the same ID) leaves one that goes with its lease within the lease's TTL;
 // a key whose lease is renewed duplicateRenewals times meanwhile (its
 // remaining TTL rises; an etcd leader election extends it once) belongs to a
-// live replica: ErrDuplicateID, as is one whose lease outlives three of its
-// TTLs (an election or two may extend a dead one's).
+// live replica: ErrDuplicateID, as is one whose lease shows a remaining TTL
+// above 0 at every look for three of its TTLs (a dead one's runs down to 0,
+// where it may stay while etcd elects a leader, which then extends it).
 func (o *Owner) awaitPredecessor(ctx context.Context) error {
 	key := o.k.member(o.opts.ID)
 	var (
@@ -330,9 +331,11 @@ func (o *Owner) awaitPredecessor(ctx context.Context) error {
 			if lastTTL >= 0 && ttl.TTL > lastTTL {
 				rises++
 			}
-			if deadline.IsZero() {
-				// A crashed predecessor's lease lives its TTL, and an
-				// election or two may extend it by as much: three TTLs.
+			if deadline.IsZero() || ttl.TTL == 0 {
+				// A crashed predecessor's lease runs down to 0 and waits
+				// there for a leader to revoke it; an election extends it
+				// again. A live replica's, renewed every KeepAliveInterval,
+				// never shows 0: three TTLs without one mean a live holder.
 				deadline = time.Now().Add(3*time.Duration(ttl.GrantedTTL)*time.Second + time.Second)
 			}
 			if rises >= duplicateRenewals || time.Now().After(deadline) {
