@@ -399,3 +399,19 @@ func TestGuard(t *testing.T) {
 		t.Fatalf("a refused raise wrote %d", m)
 	}
 }
+
+// MarkWritten of a resource that already has a maximum (raised by another
+// process, not cached here) leaves Max answering that maximum, not 0.
+func TestMarkWrittenKeepsMax(t *testing.T) {
+	c := etcdtest.Start(t)
+	a, b := open(t, c, Options{}), open(t, c, Options{})
+	if _, err := b.Raise("r", 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.MarkWritten("r"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := a.Max("r"); err != nil || m != 9 {
+		t.Fatalf("Max after MarkWritten = %d, %v; want 9", m, err)
+	}
+}

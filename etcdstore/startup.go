@@ -67,15 +67,24 @@ func (s *Store) MarkWritten(resource string) error {
 	}
 	fk := s.fenceKey(resource)
 	ticket := s.cache.ticket()
+	e := cacheEntry{rec: true}
 	err := s.do(func(ctx context.Context) error {
-		_, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(fk), "=", 0)).
-			Then(clientv3.OpPut(fk, encode(0))).Commit()
+		resp, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(fk), "=", 0)).
+			Then(clientv3.OpPut(fk, encode(0))).Else(clientv3.OpGet(fk)).Commit()
+		if err != nil || resp.Succeeded {
+			return err
+		}
+		// The resource had a record: cache what it holds, not 0 (a cached
+		// maximum below etcd's would answer Max wrongly).
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			e.max, err = decode(kvs[0].Value)
+		}
 		return err
 	})
 	if err != nil {
 		return s.wrap("mark", resource, err)
 	}
-	s.cache.wrote(resource, cacheEntry{rec: true}, ticket)
+	s.cache.wrote(resource, e, ticket)
 	return nil
 }
 
