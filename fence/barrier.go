@@ -221,6 +221,13 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 				st.mu.Unlock()
 				return nil, onResource(resource, fmt.Errorf("%w: %w", ErrStore, err))
 			}
+			// A client that left while the raise waited for the store
+			// gets nothing forwarded: the write would land with nobody
+			// to answer (the raise stays, like an admin raise).
+			if ctx.Err() != nil {
+				st.mu.Unlock()
+				return nil, context.Cause(ctx)
+			}
 			// Check again with the maximum Raise returns (above t when a
 			// larger token was raised meanwhile).
 			m, fresh = raised, true

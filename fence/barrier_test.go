@@ -561,6 +561,39 @@ func TestAdmitCancelledWhileWaiting(t *testing.T) {
 	})
 }
 
+// A client that left while its raise waited for the store is not admitted
+// (nothing to forward, nobody to answer), and the raise it made stays.
+// Without the check its write would be forwarded after a read of the fence
+// answered the old maximum, with no client waiting for it.
+func TestAdmitCancelledDuringRaise(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hold := make(chan struct{})
+		s := open(t, memstore.Options{BeforeRaise: func(_ string, tok uint64) error {
+			if tok == 6 {
+				<-hold
+			}
+			return nil
+		}})
+		b := newBarrier(t, s, fence.Options{})
+		mustAdmit(t, b, "r", 5, nil)()
+		ctx, cancel := context.WithCancel(context.Background())
+		six := admitCtx(ctx, b, []string{"r"}, 6, nil)
+		synctest.Wait()
+		cancel()
+		close(hold)
+		<-six.done
+		if !errors.Is(six.err, context.Canceled) {
+			t.Fatalf("Admit = %v, want context.Canceled", six.err)
+		}
+		if n := b.InFlight("r"); n != 0 {
+			t.Fatalf("in flight %d, want 0", n)
+		}
+		if m, err := b.Max("r"); err != nil || m != 6 {
+			t.Fatalf("maximum %d %v, want 6", m, err)
+		}
+	})
+}
+
 // The injected clock times the barrier: a drain timeout fires when the
 // clock says so, not when the system clock does.
 func TestInjectedClock(t *testing.T) {

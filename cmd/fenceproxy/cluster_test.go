@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,9 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/internal/clustertest"
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
@@ -308,7 +303,6 @@ func TestClusterFaults(t *testing.T) {
 	t.Logf("backend: %s", cfg.Backend)
 	if n := len(rep.Violations); n > 0 {
 		t.Errorf("%d violations", n)
-		logStoredFences(t, cfg, rep.Violations)
 	}
 	if rep.Requests < clusterMinRequests {
 		t.Errorf("%d requests answered, want at least %d", rep.Requests, clusterMinRequests)
@@ -353,35 +347,4 @@ func TestClusterFaultsWithoutProtection(t *testing.T) {
 		t.Fatal("without the protection the checker found no violation: the test has no teeth")
 	}
 	t.Logf("found, as expected without the protection: %d violations", len(rep.Violations))
-}
-
-// logStoredFences logs, for each resource with a violation about the final
-// fence, the maximum etcd itself holds (read past every replica and its
-// cache), so that a stale answer tells apart from a lost maximum.
-func logStoredFences(t *testing.T, cfg clustertest.Config, vs []clustertest.Violation) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Logf("etcd client: %v", err)
-		return
-	}
-	defer cli.Close()
-	seen := map[string]bool{}
-	for _, v := range vs {
-		if seen[v.Resource] {
-			continue
-		}
-		seen[v.Resource] = true
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := cli.Get(ctx, "/fenceproxy/f/"+v.Resource)
-		cancel()
-		switch {
-		case err != nil:
-			t.Logf("etcd read of %s: %v", v.Resource, err)
-		case len(resp.Kvs) == 0:
-			t.Logf("etcd holds no maximum for %s", v.Resource)
-		default:
-			kv := resp.Kvs[0]
-			t.Logf("etcd holds %d for %s (mod revision %d)", binary.BigEndian.Uint64(kv.Value), v.Resource, kv.ModRevision)
-		}
-	}
 }

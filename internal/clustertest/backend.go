@@ -58,6 +58,8 @@ type Backend struct {
 	incompleteErrs []string                 // the first few reasons
 	started        map[string]chan struct{} // by write id: closed when its headers arrived
 	rng            *rand.Rand
+	active         int       // PUTs being served now
+	lastDone       time.Time // when the last PUT ended
 }
 
 // NewBackend starts a Backend whose random delay before applying is at
@@ -90,6 +92,15 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not used by the workload", http.StatusMethodNotAllowed)
 		return
 	}
+	b.mu.Lock()
+	b.active++
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.active--
+		b.lastDone = time.Now()
+		b.mu.Unlock()
+	}()
 	id := r.Header.Get(HeaderWriteID)
 	b.markStarted(id)
 	tok, err := strconv.ParseUint(r.Header.Get(HeaderToken), 10, 64)
@@ -186,6 +197,27 @@ func (b *Backend) Forget(id string) {
 	b.mu.Lock()
 	delete(b.started, id)
 	b.mu.Unlock()
+}
+
+// WaitIdle waits until no PUT has been served for quiet (none running, the
+// last one ended quiet ago), at most timeout, and reports whether it got
+// there. After a run, replicas may still forward writes whose clients left
+// (admitted once a slow raise committed); a final read taken meanwhile can
+// precede their raise.
+func (b *Backend) WaitIdle(quiet, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		b.mu.Lock()
+		idle := b.active == 0 && time.Since(b.lastDone) >= quiet
+		b.mu.Unlock()
+		if idle {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Applies returns the applied writes in apply order.

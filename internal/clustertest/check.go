@@ -83,6 +83,7 @@ const (
 	CheckLeaseLost    = "acknowledged lease token above the final lease record"
 	CheckAboveFence   = "applied token above the final fence"
 	CheckFenceMissing = "final fence not readable"
+	CheckAboveStored  = "applied token above the maximum stored in etcd"
 )
 
 // CheckApplied: per resource, the backend applied tokens in non-decreasing
@@ -217,11 +218,17 @@ type Final struct {
 	Fence   uint64 // GET /v1/fences/{resource} (0: 404)
 	Lease   uint64 // GET /v1/leases/{resource} token (0: 404)
 	Missing string // why it could not be read ("" when read)
+	// ReadAt is when the fence read that answered Fence was sent (zero:
+	// after every apply). Only a write applied before it must be at most
+	// Fence: one applied later may have had its raise commit after the
+	// read (a write whose client left while its raise waited for etcd).
+	ReadAt time.Time
 }
 
 // CheckFinal: no acknowledged token is lost (the final fence is at least
 // every acknowledged token, the lease record at least every acknowledged
-// lease token), and no applied token is above the final fence.
+// lease token), and no token applied before the final fence was read is
+// above it.
 func CheckFinal(ops []Op, applies []Apply, final map[string]Final) []Violation {
 	var out []Violation
 	ackMax, leaseMax := map[string]Op{}, map[string]Op{}
@@ -257,8 +264,34 @@ func CheckFinal(ops []Op, applies []Apply, final map[string]Final) []Violation {
 		}
 	}
 	for _, a := range applies {
-		if f, ok := final[a.Resource]; ok && f.Missing == "" && a.Token > f.Fence {
+		if f, ok := final[a.Resource]; ok && f.Missing == "" && a.Token > f.Fence && (f.ReadAt.IsZero() || a.At.Before(f.ReadAt)) {
 			out = append(out, Violation{CheckAboveFence, a.Resource, fmt.Sprintf("token %d (write %s) applied, final fence %d", a.Token, a.ID, f.Fence)})
+		}
+	}
+	return out
+}
+
+// AppliedAfterFinal counts the applies that came after the final read of
+// their resource's fence, which CheckFinal does not hold against it.
+func AppliedAfterFinal(applies []Apply, final map[string]Final) int {
+	n := 0
+	for _, a := range applies {
+		if f, ok := final[a.Resource]; ok && !f.ReadAt.IsZero() && !a.At.Before(f.ReadAt) {
+			n++
+		}
+	}
+	return n
+}
+
+// CheckStored: every applied token is at most its resource's maximum as
+// etcd stores it, read after the applies were collected (a write is
+// forwarded only once its raise is durable). stored has no entry for a
+// resource whose maximum could not be read: its applies are not checked.
+func CheckStored(applies []Apply, stored map[string]uint64) []Violation {
+	var out []Violation
+	for _, a := range applies {
+		if m, ok := stored[a.Resource]; ok && a.Token > m {
+			out = append(out, Violation{CheckAboveStored, a.Resource, fmt.Sprintf("token %d (write %s) applied, etcd holds %d", a.Token, a.ID, m)})
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package clustertest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,14 +77,17 @@ type Config struct {
 
 // Report is what a run counted and found.
 type Report struct {
-	Requests   int            // requests answered with an HTTP status
-	Errors     int            // requests that ended with a transport error
-	Outcomes   map[string]int // "kind status" -> count
-	Faults     map[string]int // fault kind -> count
-	Applied    int            // writes the backend applied
-	Failovers  []time.Duration
-	Violations []Violation
-	Elapsed    time.Duration
+	Requests int            // requests answered with an HTTP status
+	Errors   int            // requests that ended with a transport error
+	Outcomes map[string]int // "kind status" -> count
+	Faults   map[string]int // fault kind -> count
+	Applied  int            // writes the backend applied
+	// AppliedAfterFinal: writes applied after the final read of their
+	// resource's fence (not held against it; see Final.ReadAt).
+	AppliedAfterFinal int
+	Failovers         []time.Duration
+	Violations        []Violation
+	Elapsed           time.Duration
 }
 
 // FaultCount is the number of faults injected.
@@ -101,6 +105,9 @@ func (r *Report) Log(logf func(string, ...any)) {
 		r.Requests, r.Errors, r.Applied, r.FaultCount(), len(r.Violations), r.Elapsed.Round(time.Second))
 	logf("requests by outcome: %s", sortedCounts(r.Outcomes))
 	logf("faults by kind: %s", sortedCounts(r.Faults))
+	if r.AppliedAfterFinal > 0 {
+		logf("%d writes applied after the final read of their resource's fence (forwarded late: not checked against it)", r.AppliedAfterFinal)
+	}
 	if len(r.Failovers) > 0 {
 		fo := append([]time.Duration(nil), r.Failovers...)
 		sort.Slice(fo, func(i, j int) bool { return fo[i] < fo[j] })
@@ -220,13 +227,19 @@ func Run(t testing.TB, cfg Config) *Report {
 	faults.Wait()
 	wg.Wait()
 
-	// Heal: every replica up and ready, then the final reads.
+	// Heal: every replica up and ready; the writes still in the replicas
+	// (clients gone, a raise waiting for etcd) forwarded; then the final
+	// reads.
 	r.heal()
+	if !cfg.Backend.WaitIdle(2*time.Second, 60*time.Second) {
+		t.Logf("the backend was still applying writes 60s after the run: final reads taken anyway")
+	}
 	final := r.finalState()
 
 	ops := r.ledger.Ops()
 	applies := cfg.Backend.Applies()
-	rep := &Report{Outcomes: map[string]int{}, Faults: r.faults, Applied: len(applies), Failovers: r.failovers}
+	rep := &Report{Outcomes: map[string]int{}, Faults: r.faults, Applied: len(applies), Failovers: r.failovers,
+		AppliedAfterFinal: AppliedAfterFinal(applies, final)}
 	for _, o := range ops {
 		rep.Outcomes[string(o.Kind)+" "+o.Outcome()]++
 		if o.Status == 0 {
@@ -239,6 +252,14 @@ func Run(t testing.TB, cfg Config) *Report {
 	rep.Violations = append(rep.Violations, CheckAppliedAfterAcks(applies, ops)...)
 	rep.Violations = append(rep.Violations, CheckAcks(ops)...)
 	rep.Violations = append(rep.Violations, CheckFinal(ops, applies, final)...)
+	stored := r.storedFences()
+	rep.Violations = append(rep.Violations, CheckStored(applies, stored)...)
+	for i, v := range rep.Violations {
+		// A stale answer, or a lost maximum?
+		if m, ok := stored[v.Resource]; ok && (v.Check == CheckAboveFence || v.Check == CheckFenceLost) {
+			rep.Violations[i].Detail += fmt.Sprintf(" (etcd holds %d)", m)
+		}
+	}
 	rep.Elapsed = time.Since(began)
 	return rep
 }
@@ -888,6 +909,9 @@ func (r *run) finalState() map[string]Final {
 			tok, why := uint64(0), ""
 			for {
 				var status int
+				if what == "fences" {
+					f.ReadAt = time.Now()
+				}
 				tok, status, why = r.readToken(r.cfg.Replicas[ri%len(r.cfg.Replicas)].ControlURL() + "/v1/" + what + "/" + res)
 				if why == "" || status/100 == 4 || time.Now().After(deadline) {
 					break
@@ -904,6 +928,29 @@ func (r *run) finalState() map[string]Final {
 			}
 		}
 		out[res] = f
+	}
+	return out
+}
+
+// storedFences reads every resource's maximum from etcd itself, past the
+// replicas and their caches (etcdstore's key and 8-byte big-endian value);
+// a resource it cannot read is left out, and the run fails.
+func (r *run) storedFences() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, res := range r.resources {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := r.etcd.Get(ctx, r.cfg.Prefix+"f/"+res)
+		cancel()
+		switch {
+		case err != nil:
+			r.t.Errorf("read the stored maximum of %s: %v", res, err)
+		case len(resp.Kvs) == 0:
+			out[res] = 0
+		case len(resp.Kvs[0].Value) != 8:
+			r.t.Errorf("the stored maximum of %s is %d bytes, want 8", res, len(resp.Kvs[0].Value))
+		default:
+			out[res] = binary.BigEndian.Uint64(resp.Kvs[0].Value)
+		}
 	}
 	return out
 }
