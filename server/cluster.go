@@ -161,7 +161,7 @@ func (c *cluster) start(clientCfg clientv3.Config) error {
 // stop hands this replica's shards over and leaves the cluster, once:
 // drained with the "released" marker (the next owners admit at once) within
 // ctx, or, with now or after ctx, dropped with the lease (the next owners
-// wait the TTL plus the lock-delay). It closes the ownership's etcd client.
+// wait the lock-delay). It closes the ownership's etcd client.
 func (c *cluster) stop(ctx context.Context, now bool) {
 	c.stopOnce.Do(func() {
 		if c.owner == nil {
@@ -593,7 +593,7 @@ var (
 	descAcquired    = prometheus.NewDesc("fenceproxy_shard_acquisitions_total", "Shards this replica acquired, by kind: planned (the last owner handed it over drained), unclean (its key went without a handover: the lock-delay applies), new (never owned).", []string{"kind"}, nil)
 	descReleased    = prometheus.NewDesc("fenceproxy_shard_releases_total", "Shards this replica handed over, by kind: planned (drained, with the marker), undrained (without it: the next owner waits the lock-delay).", []string{"kind"}, nil)
 	descLost        = prometheus.NewDesc("fenceproxy_shard_losses_total", "Shards this replica lost without a handover (its key or lease went).", nil, nil)
-	descLockWaits   = prometheus.NewDesc("fenceproxy_shard_lock_delay_waits_total", "Unclean acquisitions that had to wait out the TTL plus the lock-delay.", nil, nil)
+	descLockWaits   = prometheus.NewDesc("fenceproxy_shard_lock_delay_waits_total", "Unclean acquisitions that had to wait out the lock-delay.", nil, nil)
 	descLockSeconds = prometheus.NewDesc("fenceproxy_shard_lock_delay_seconds_total", "Sum of those waits, in seconds.", nil, nil)
 	descKAFailures  = prometheus.NewDesc("fenceproxy_shard_keepalive_failures_total", "etcd keepalive requests of the ownership lease that failed.", nil, nil)
 	descLapses      = prometheus.NewDesc("fenceproxy_shard_validity_lapses_total", "Times this replica's ownership validity ended (no confirmed keepalive in time): it admitted nothing until the next one.", nil, nil)

@@ -43,14 +43,12 @@ type ownerKV struct {
 type stateKV struct {
 	modRev   int64
 	released bool
-	ttl      time.Duration // the TTL of the owner that wrote it
 	wait     time.Duration // released: what was left of its owner's lock-delay
 }
 
 type stateValue struct {
 	State string `json:"state"` // "owned" or "released"
 	ID    string `json:"id"`
-	TTLms int64  `json:"ttl_ms"`
 	// WaitMs, in a "released" state: the owner handed the shard over
 	// while still waiting out the lock-delay of an unclean loss, this
 	// much before its end; the next owner waits it from its sighting.
@@ -605,8 +603,7 @@ func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now int64) {
 		}
 		var sv stateValue
 		_ = json.Unmarshal(kv.Value, &sv)
-		v.states[n] = stateKV{modRev: kv.ModRevision, released: sv.State == "released", ttl: time.Duration(sv.TTLms) * time.Millisecond,
-			wait: time.Duration(sv.WaitMs) * time.Millisecond}
+		v.states[n] = stateKV{modRev: kv.ModRevision, released: sv.State == "released", wait: time.Duration(sv.WaitMs) * time.Millisecond}
 	}
 }
 
@@ -785,7 +782,10 @@ func (o *Owner) acquire(st *loopState, n int, s *session, v *view) bool {
 		if !ok {
 			gone = now
 		}
-		wait := max(o.ttl, stv.ttl) + o.opts.LockDelay
+		// The key went a TTL after the old owner's last renewal, past the
+		// end of its validity: only what it sent upstream before may
+		// still land.
+		wait := o.opts.LockDelay
 		if o.noLockWait {
 			wait = 0
 		}
@@ -794,7 +794,7 @@ func (o *Owner) acquire(st *loopState, n int, s *session, v *view) bool {
 	p := pendingAcquire{sess: s, viewRev: v.rev, kind: kind, admitAfter: admitAfter, sent: now}
 	owner, state := o.k.owner(n), o.k.state(n)
 	mval, _ := json.Marshal(Member{ID: o.opts.ID, Addr: o.opts.Advertise})
-	sval, _ := json.Marshal(stateValue{State: "owned", ID: o.opts.ID, TTLms: o.ttl.Milliseconds()})
+	sval, _ := json.Marshal(stateValue{State: "owned", ID: o.opts.ID})
 	ctx, cancel := context.WithTimeout(o.ctx, o.opts.RequestTimeout)
 	resp, err := o.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(owner), "=", 0),
@@ -925,7 +925,7 @@ func (o *Owner) release(n int, h *holding) releaseKind {
 	owner := o.k.owner(n)
 	ops := []clientv3.Op{clientv3.OpDelete(owner)}
 	if drained {
-		sv := stateValue{State: "released", ID: o.opts.ID, TTLms: o.ttl.Milliseconds()}
+		sv := stateValue{State: "released", ID: o.opts.ID}
 		if wait := time.Duration(h.admitAfter - o.now()); wait > 0 {
 			// Never admitted: the lock-delay goes on for the next owner.
 			sv.WaitMs = (wait + time.Millisecond - 1).Milliseconds()
@@ -1013,8 +1013,8 @@ func (o *Owner) dropAll() {
 
 // Close hands every shard over (Drain, then the marker), deregisters the
 // replica and revokes its lease. When ctx ends first, the shards not handed
-// over yet are dropped with the lease, and their next owners wait TTL plus
-// the lock-delay. OnLoss is called for every shard held. It returns ctx's
+// over yet are dropped (their contexts cancelled) with the lease, and their
+// next owners wait the lock-delay. OnLoss is called for every shard held. It returns ctx's
 // error in that case, or the revoke's.
 func (o *Owner) Close(ctx context.Context) error {
 	if !o.closing.CompareAndSwap(false, true) {

@@ -18,7 +18,7 @@
 //	Prefix + "shards/count"          the number of shards, decimal, written once at the first start (no lease)
 //	Prefix + "members/" + id         {"id","addr"} on the replica's lease: the replica is alive
 //	Prefix + "shards/" + n + "/owner" {"id","addr"} on the owner's lease: the owner of shard n
-//	Prefix + "shards/" + n + "/state" {"state":"owned"|"released","id","ttl_ms"} (no lease): the handover marker
+//	Prefix + "shards/" + n + "/state" {"state":"owned"|"released","id"} (no lease): the handover marker
 //
 // One watch covers members/ and shards/ (the range [Prefix+"members/",
 // Prefix+"shards0")), so every replica sees membership and ownership changes
@@ -60,13 +60,18 @@
 // # Handover
 //
 // Unclean (the previous owner's key went without a handover: its lease
-// expired or was revoked, it crashed, it was cut off): the new owner admits
-// nothing for the shard until TTL + Options.LockDelay after the moment it saw
-// the old key gone (the TTL the old owner recorded in the state key, if
-// longer). The old owner stopped admitting at its validity, before its lease
-// expired; the lock-delay covers what it admitted before and is still on the
-// way upstream (the longest forwarded request, the abandon grace), the TTL a
-// key that went early (a revoke) while its owner was still valid.
+// expired, it crashed, it was cut off): the new owner admits nothing for the
+// shard until Options.LockDelay after the moment it saw the old key gone, as
+// Chubby's lock-delay runs from a lock's release. The key went a TTL after
+// the old owner's last renewal, so the old owner had stopped admitting at
+// its validity, Margin before; the lock-delay covers what it admitted before
+// and is still on the way upstream (the longest forwarded request, the
+// abandon grace). So writes to the shard resume about TTL + LockDelay after
+// the old owner's last renewal. The keys this package deletes itself (a
+// handover that could not drain, Close) go only after the contexts of
+// Context were cancelled. A lease revoked or an owner key deleted by hand
+// while its replica runs (cut off from etcd, it may not see it) breaks that
+// bound: never do it to a replica that may be alive; stop it instead.
 //
 // Planned (Close, or a rebalance): the owner stops admitting the shard
 // (MayAdmit false, OnLoss called), calls Options.Drain until no write on the
@@ -92,8 +97,9 @@
 // expire (a previous instance that crashed), and fails with ErrDuplicateID
 // when that lease is renewed; a running replica that sees its member key
 // put on another lease logs an error and takes no shard until that key is
-// gone. A member key deleted while its lease lives is put back. Never delete owner keys by hand: revoke the replica's lease. To
-// change the count: stop every replica, wait the TTL plus the lock-delay,
+// gone. A member key deleted while its lease lives is put back. Never delete
+// owner keys or revoke a replica's lease by hand while the replica may run
+// (see Handover): stop it. To change the count: stop every replica, wait the TTL plus the lock-delay,
 // delete the count, member and shard keys (Prefix+"shards/" and
 // Prefix+"members/"; never the whole prefix: etcdstore keeps the maxima
 // under it), start them with the new count. A replica that sees the
@@ -216,11 +222,10 @@ type Options struct {
 	// KeepAliveInterval between keepalives. 0: TTL/4. After a failure,
 	// the next try comes after min(KeepAliveInterval, 500ms).
 	KeepAliveInterval time.Duration
-	// LockDelay: a new owner after an unclean loss waits TTL plus this
-	// after it saw the old key go. It must cover the longest forwarded
-	// request and the abandon grace. 0: DefaultLockDelay; NoLockDelay:
-	// none, the TTL alone (unsafe: for tests that must find what it
-	// prevents).
+	// LockDelay: a new owner after an unclean loss waits this after it
+	// saw the old key go. It must cover the longest forwarded request and
+	// the abandon grace. 0: DefaultLockDelay; NoLockDelay: none (unsafe:
+	// for tests that must find what it prevents).
 	LockDelay time.Duration
 	// DrainTimeout bounds one Drain call. 0: DefaultDrainTimeout.
 	DrainTimeout time.Duration
@@ -239,7 +244,7 @@ type Options struct {
 	// Drain returns once no write of shard is in flight upstream (the
 	// proxy's barrier drained, abandoned writes included), or an error
 	// when ctx ends first. nil: a handover passes no marker, and the next
-	// owner waits TTL plus LockDelay as after an unclean loss; then, as
+	// owner waits LockDelay as after an unclean loss; then, as
 	// when Drain fails, the contexts of Context are cancelled (ErrLost)
 	// before the owner key is deleted.
 	//

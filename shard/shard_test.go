@@ -389,7 +389,7 @@ func TestShardCountMismatch(t *testing.T) {
 
 // A replica restarted with the same ID takes back the same shards: after a
 // Close (planned, at once) and after a crash (its lease left to expire:
-// unclean, after TTL plus the lock-delay).
+// unclean, the lock-delay after it expired).
 func TestStickyRestart(t *testing.T) {
 	c := &cluster{t: t, etcd: etcdtest.Start(t), shards: 16}
 	a := c.start("a", "a#1", true)

@@ -34,9 +34,9 @@ const (
 // The cluster's timing: the shortest lease etcd grants with the members'
 // election timeout of 1s is 2s. The slow writes take 2.6-3.6s to apply
 // after their body arrived: within the abandon grace (a write the proxy gave
-// up on is applied within it) and the TTL plus the lock-delay, but past the
-// TTL plus the validity margin (2.4s), so that a new owner that waits no
-// lock-delay admits before some of them are applied.
+// up on is applied within it) and the lock-delay, but past the validity
+// margin (0.4s) and the TTL, so that a new owner that waits no lock-delay
+// admits before some of them are applied.
 const (
 	clusterShards    = 16
 	clusterTTL       = 2 * time.Second
@@ -50,7 +50,7 @@ var clusterSlowApply = [2]time.Duration{2600 * time.Millisecond, 3600 * time.Mil
 // clusterTeethEnvironment switches the protection off in the replicas: no
 // lock-delay after an unclean loss (0s: none) and no abandon grace (0s:
 // off), which may not exceed it. A new owner then
-// admits a TTL after it saw the old key go.
+// admits as soon as it saw the old key go.
 var clusterTeethEnvironment = map[string]string{
 	"FENCEPROXY_LOCK_DELAY":    "0s",
 	"FENCEPROXY_ABANDON_GRACE": "0s",

@@ -61,7 +61,7 @@ type Config struct {
 	LockDelay  time.Duration // FENCEPROXY_LOCK_DELAY
 	// SlowApply is the range of X-Apply-Delay of the slow writes: below
 	// the abandon grace (a write the proxy gave up on is applied within
-	// it), above the TTL plus the validity margin (so that a new owner that
+	// it), above the validity margin and the TTL (so that a new owner that
 	// waits no lock-delay admits before it is applied).
 	SlowApply [2]time.Duration
 
