@@ -570,6 +570,12 @@ func (c Config) validateCluster(bad func(name, format string, args ...any)) {
 	if c.LockDelay < c.AbandonGrace {
 		bad("LOCK_DELAY", "%s is below FENCEPROXY_ABANDON_GRACE %s: a write the old owner gave up on could land after the next owner's", c.LockDelay, c.AbandonGrace)
 	}
+	if c.LockDelay != 0 && c.LockDelay < c.ShardTTL {
+		// The lock-delay also bounds how long an old owner may stall
+		// between admitting a write and sending it, and a keepalive that
+		// an etcd leader answered in its last moment as leader.
+		bad("LOCK_DELAY", "%s is below FENCEPROXY_SHARD_TTL %s: it must be at least the TTL (0s: none, for tests)", c.LockDelay, c.ShardTTL)
+	}
 	if c.Mode == "observe" {
 		bad("MODE", "observe is not available with FENCEPROXY_STORE=etcd (it forwards writes outside the barrier that a handover drains)")
 	}

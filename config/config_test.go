@@ -115,6 +115,14 @@ func TestParse(t *testing.T) {
 			notErr: []string{"0123456789abcdef"}},
 		{name: "cluster lock-delay below the abandon grace", env: clusterWith("FENCEPROXY_LOCK_DELAY", "2s", "FENCEPROXY_ABANDON_GRACE", "3s"),
 			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "below FENCEPROXY_ABANDON_GRACE"}},
+		{name: "cluster lock-delay below the TTL", env: clusterWith("FENCEPROXY_SHARD_TTL", "20s", "FENCEPROXY_LOCK_DELAY", "15s"),
+			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "below FENCEPROXY_SHARD_TTL 20s"}},
+		{name: "cluster lock-delay off", env: clusterWith("FENCEPROXY_LOCK_DELAY", "0s", "FENCEPROXY_ABANDON_GRACE", "0s"),
+			check: func(t *testing.T, cfg Config, warnings []string) {
+				if cfg.LockDelay != 0 || !strings.Contains(strings.Join(warnings, "\n"), "LOCK_DELAY is 0s") {
+					t.Errorf("lock-delay %v, warnings %q; want 0 and its warning", cfg.LockDelay, warnings)
+				}
+			}},
 		{name: "store unknown", env: with("FENCEPROXY_STORE", "redis"), wantErr: []string{"FENCEPROXY_STORE"}},
 		{name: "badger needs DATA_DIR", env: with("FENCEPROXY_DATA_DIR", unset), wantErr: []string{"FENCEPROXY_DATA_DIR"}},
 		{name: "UPSTREAM missing", env: with("FENCEPROXY_UPSTREAM", unset), wantErr: []string{"FENCEPROXY_UPSTREAM"}},

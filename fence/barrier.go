@@ -223,8 +223,10 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 			}
 			// A client that left while the raise waited for the store
 			// gets nothing forwarded: the write would land with nobody
-			// to answer (the raise stays, like an admin raise).
+			// to answer. The raise stays, and like any raise it cuts the
+			// smaller uploads still sending.
 			if ctx.Err() != nil {
+				st.cutBelow(raised)
 				st.mu.Unlock()
 				return nil, context.Cause(ctx)
 			}

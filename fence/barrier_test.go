@@ -562,9 +562,10 @@ func TestAdmitCancelledWhileWaiting(t *testing.T) {
 }
 
 // A client that left while its raise waited for the store is not admitted
-// (nothing to forward, nobody to answer), and the raise it made stays.
-// Without the check its write would be forwarded after a read of the fence
-// answered the old maximum, with no client waiting for it.
+// (nothing to forward, nobody to answer), and the raise it made stays and
+// cuts a smaller upload still sending, as any raise does. Without the check
+// its write would be forwarded after a read of the fence answered the old
+// maximum, with no client waiting for it.
 func TestAdmitCancelledDuringRaise(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		hold := make(chan struct{})
@@ -575,7 +576,9 @@ func TestAdmitCancelledDuringRaise(t *testing.T) {
 			return nil
 		}})
 		b := newBarrier(t, s, fence.Options{})
-		mustAdmit(t, b, "r", 5, nil)()
+		var interrupted atomic.Int32
+		sending := &fence.Upload{Interrupt: func() { interrupted.Add(1) }}
+		release5 := mustAdmit(t, b, "r", 5, sending)
 		ctx, cancel := context.WithCancel(context.Background())
 		six := admitCtx(ctx, b, []string{"r"}, 6, nil)
 		synctest.Wait()
@@ -585,12 +588,16 @@ func TestAdmitCancelledDuringRaise(t *testing.T) {
 		if !errors.Is(six.err, context.Canceled) {
 			t.Fatalf("Admit = %v, want context.Canceled", six.err)
 		}
-		if n := b.InFlight("r"); n != 0 {
-			t.Fatalf("in flight %d, want 0", n)
+		if n := b.InFlight("r"); n != 1 {
+			t.Fatalf("in flight %d, want 1 (only 5)", n)
 		}
 		if m, err := b.Max("r"); err != nil || m != 6 {
 			t.Fatalf("maximum %d %v, want 6", m, err)
 		}
+		if sending.State() == fence.Sending || interrupted.Load() != 1 {
+			t.Fatalf("the token-5 upload is %v, interrupted %d times; want cut once", sending.State(), interrupted.Load())
+		}
+		release5()
 	})
 }
 

@@ -593,7 +593,7 @@ var (
 	descAcquired    = prometheus.NewDesc("fenceproxy_shard_acquisitions_total", "Shards this replica acquired, by kind: planned (the last owner handed it over drained), unclean (its key went without a handover: the lock-delay applies), new (never owned).", []string{"kind"}, nil)
 	descReleased    = prometheus.NewDesc("fenceproxy_shard_releases_total", "Shards this replica handed over, by kind: planned (drained, with the marker), undrained (without it: the next owner waits the lock-delay).", []string{"kind"}, nil)
 	descLost        = prometheus.NewDesc("fenceproxy_shard_losses_total", "Shards this replica lost without a handover (its key or lease went).", nil, nil)
-	descLockWaits   = prometheus.NewDesc("fenceproxy_shard_lock_delay_waits_total", "Unclean acquisitions that had to wait out the lock-delay.", nil, nil)
+	descLockWaits   = prometheus.NewDesc("fenceproxy_shard_lock_delay_waits_total", "Acquisitions that had to wait out a lock-delay: unclean ones, and planned ones made while the last owner still waited out one.", nil, nil)
 	descLockSeconds = prometheus.NewDesc("fenceproxy_shard_lock_delay_seconds_total", "Sum of those waits, in seconds.", nil, nil)
 	descKAFailures  = prometheus.NewDesc("fenceproxy_shard_keepalive_failures_total", "etcd keepalive requests of the ownership lease that failed.", nil, nil)
 	descLapses      = prometheus.NewDesc("fenceproxy_shard_validity_lapses_total", "Times this replica's ownership validity ended (no confirmed keepalive in time): it admitted nothing until the next one.", nil, nil)

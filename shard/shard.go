@@ -69,7 +69,10 @@
 // abandon grace). So writes to the shard resume about TTL + LockDelay after
 // the old owner's last renewal. The keys this package deletes itself (a
 // handover that could not drain, Close) go only after the contexts of
-// Context were cancelled. A lease revoked or an owner key deleted by hand
+// Context were cancelled. The lock-delay also bounds how long an old owner
+// may stall (a GC pause, a frozen VM) in the middle of sending a write it
+// admitted while valid: cancelling its context cannot stop bytes a
+// goroutine writes before the cancellation runs after the stall. A lease revoked or an owner key deleted by hand
 // while its replica runs (cut off from etcd, it may not see it) breaks that
 // bound: never do it to a replica that may be alive; stop it instead.
 //
@@ -223,9 +226,11 @@ type Options struct {
 	// the next try comes after min(KeepAliveInterval, 500ms).
 	KeepAliveInterval time.Duration
 	// LockDelay: a new owner after an unclean loss waits this after it
-	// saw the old key go. It must cover the longest forwarded request and
-	// the abandon grace. 0: DefaultLockDelay; NoLockDelay: none (unsafe:
-	// for tests that must find what it prevents).
+	// saw the old key go. It must cover the longest forwarded request, the
+	// abandon grace and the longest stall of a replica in the middle of a
+	// send; the server also requires at least the TTL. 0:
+	// DefaultLockDelay; NoLockDelay: none (unsafe: for tests that must
+	// find what it prevents).
 	LockDelay time.Duration
 	// DrainTimeout bounds one Drain call. 0: DefaultDrainTimeout.
 	DrainTimeout time.Duration

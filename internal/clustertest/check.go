@@ -218,17 +218,14 @@ type Final struct {
 	Fence   uint64 // GET /v1/fences/{resource} (0: 404)
 	Lease   uint64 // GET /v1/leases/{resource} token (0: 404)
 	Missing string // why it could not be read ("" when read)
-	// ReadAt is when the fence read that answered Fence was sent (zero:
-	// after every apply). Only a write applied before it must be at most
-	// Fence: one applied later may have had its raise commit after the
-	// read (a write whose client left while its raise waited for etcd).
-	ReadAt time.Time
 }
 
 // CheckFinal: no acknowledged token is lost (the final fence is at least
 // every acknowledged token, the lease record at least every acknowledged
-// lease token), and no token applied before the final fence was read is
-// above it.
+// lease token), and no applied token is above the final fence. applies
+// must be collected before the final reads: a write applied after them may
+// have had its raise commit after them (its client left while the raise
+// waited for etcd).
 func CheckFinal(ops []Op, applies []Apply, final map[string]Final) []Violation {
 	var out []Violation
 	ackMax, leaseMax := map[string]Op{}, map[string]Op{}
@@ -264,23 +261,11 @@ func CheckFinal(ops []Op, applies []Apply, final map[string]Final) []Violation {
 		}
 	}
 	for _, a := range applies {
-		if f, ok := final[a.Resource]; ok && f.Missing == "" && a.Token > f.Fence && (f.ReadAt.IsZero() || a.At.Before(f.ReadAt)) {
+		if f, ok := final[a.Resource]; ok && f.Missing == "" && a.Token > f.Fence {
 			out = append(out, Violation{CheckAboveFence, a.Resource, fmt.Sprintf("token %d (write %s) applied, final fence %d", a.Token, a.ID, f.Fence)})
 		}
 	}
 	return out
-}
-
-// AppliedAfterFinal counts the applies that came after the final read of
-// their resource's fence, which CheckFinal does not hold against it.
-func AppliedAfterFinal(applies []Apply, final map[string]Final) int {
-	n := 0
-	for _, a := range applies {
-		if f, ok := final[a.Resource]; ok && !f.ReadAt.IsZero() && !a.At.Before(f.ReadAt) {
-			n++
-		}
-	}
-	return n
 }
 
 // CheckStored: every applied token is at most its resource's maximum as
