@@ -117,8 +117,12 @@
 // (CLOCK_MONOTONIC): a replica resumed from a suspend longer than its
 // validity refuses at once, and cancels the contexts of Context within
 // 100ms (its timers run on the monotonic clock, so it reads the boot-time
-// clock at least that often). The exported times (Grant, OnAcquire, Stats)
-// are wall-clock times mapped from it, without a monotonic reading.
+// clock at least that often). Go has no system-call-free read of it, so it
+// is estimated from a system call reading and Go's monotonic clock since,
+// read again after a second, or at once when the wall clock ran ahead of
+// the monotonic one (a suspend) or was stepped (see estimator). The
+// exported times (Grant, OnAcquire, Stats) are wall-clock times mapped from
+// it, without a monotonic reading.
 //
 // Known limit: outside Linux the monotonic clock stands in for the
 // boot-time clock, and there a replica resumed from such a suspend could

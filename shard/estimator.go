@@ -1,0 +1,56 @@
+package shard
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Limits of estimator: a base older than baseMaxAge, or a reading whose wall
+// clock moved more than suspendSlack away from the monotonic clock since the
+// base, takes a fresh system call reading.
+const (
+	baseMaxAge   = time.Second
+	suspendSlack = 5 * time.Millisecond
+)
+
+// estimator answers a boot-time clock (in ns) from a system call reading
+// (the base) plus Go's monotonic clock since it: the two run at one rate
+// except while the machine is suspended, when only the boot-time clock goes
+// on. A suspend moves the wall clock on too, so a reading whose wall clock
+// ran ahead of (or behind: a step of the wall clock) the monotonic clock
+// since the base by more than suspendSlack reads the boot-time clock again.
+// A suspend shorter than suspendSlack (far below the validity margin), or
+// one that a step of the wall clock back by as much hid, goes unseen until
+// the base is baseMaxAge old on the monotonic clock.
+//
+// The base's monotonic and wall readings are taken before its system call,
+// so an estimate is never below the boot-time clock at the same moment: a
+// validity deadline is never seen as further away than it is.
+type estimator struct {
+	read func() (mono, wall int64) // Go's monotonic and wall clocks, ns
+	sys  func() int64              // the boot-time clock's system call, ns
+	base atomic.Pointer[clockBase]
+}
+
+type clockBase struct{ mono, wall, boot int64 }
+
+// now returns the boot-time clock, in ns.
+func (e *estimator) now() int64 {
+	mono, wall := e.read()
+	if b := e.base.Load(); b != nil {
+		dm, dw := mono-b.mono, wall-b.wall
+		if dm >= 0 && dm < int64(baseMaxAge) && abs(dw-dm) < int64(suspendSlack) {
+			return b.boot + dm
+		}
+	}
+	b := &clockBase{mono: mono, wall: wall, boot: e.sys()}
+	e.base.Store(b)
+	return b.boot
+}
+
+func abs(d int64) int64 {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
