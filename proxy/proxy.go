@@ -966,8 +966,11 @@ func (w responseWriter) WriteHeader(code int) {
 // Unwrap lets http.ResponseController reach Flush and deadlines.
 func (w responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// copyBuffers lends ReverseProxy its 32 KiB body copy buffers: allocating one
-// per request was the largest allocation of a small write (pprof).
+// CopyBuffers lends ReverseProxy its 32 KiB body copy buffers: allocating
+// one per request was the largest allocation of a small write (pprof). The
+// cluster's forwarding to a shard's owner shares it.
+var CopyBuffers httputil.BufferPool = copyBuffers
+
 var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { return new([32 << 10]byte) }}}
 
 type bufferPool struct{ p sync.Pool }

@@ -97,6 +97,7 @@ func newCluster(cfg config.Config, store *etcdstore.Store, barrier *fence.Barrie
 		Rewrite:        c.rewrite,
 		Transport:      peerTransport(cfg.UpstreamDialTimeout, cfg.DrainTimeout, cfg.DrainTimeout+cfg.UpstreamResponseTimeout+5*time.Second),
 		FlushInterval:  -1,
+		BufferPool:     proxy.CopyBuffers,
 		ErrorHandler:   c.forwardError,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ModifyResponse: c.checkPeerAnswer,

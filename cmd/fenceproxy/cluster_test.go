@@ -297,7 +297,7 @@ func TestClusterFaults(t *testing.T) {
 	machinelock.Take(t)
 	d, seed := clusterSettings(t)
 	cfg := startCluster(t, nil)
-	cfg.Duration, cfg.Seed = d, seed
+	cfg.Duration, cfg.Seed, cfg.MinRequests = d, seed, clusterMinRequests
 	rep := clustertest.Run(t, cfg)
 	rep.Log(t.Logf)
 	t.Logf("backend: %s", cfg.Backend)

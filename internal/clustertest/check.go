@@ -44,15 +44,26 @@ func (o Op) Outcome() string {
 
 // Ledger collects the ops of a run.
 type Ledger struct {
-	mu  sync.Mutex
-	ops []Op
+	mu       sync.Mutex
+	ops      []Op
+	answered int // ops with an HTTP status
 }
 
 // Add records op.
 func (l *Ledger) Add(op Op) {
 	l.mu.Lock()
 	l.ops = append(l.ops, op)
+	if op.Status != 0 {
+		l.answered++
+	}
 	l.mu.Unlock()
+}
+
+// Answered is the number of ops recorded with an HTTP status.
+func (l *Ledger) Answered() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.answered
 }
 
 // Ops returns the ops recorded so far.

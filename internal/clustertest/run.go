@@ -68,7 +68,11 @@ type Config struct {
 	Resources int           // number of resources (default 20)
 	Workers   int           // concurrent workers (default 32)
 	Duration  time.Duration // how long the workers and faults run
-	Seed      uint64
+	// MinRequests: past Duration the run goes on until this many
+	// requests were answered, for at most another Duration (a slow
+	// machine). 0: none.
+	MinRequests int
+	Seed        uint64
 	// Teeth: the replicas run without the protection; the faults are the
 	// kinds that then break it, and the run stops early once the backend
 	// applied a decreasing token.
@@ -203,8 +207,22 @@ func Run(t testing.TB, cfg Config) *Report {
 	r.next = make([]atomic.Uint64, len(r.resources))
 	r.reserved = make([]atomic.Bool, len(r.resources))
 
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*cfg.Duration)
 	defer cancel()
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(cfg.Duration):
+		}
+		for ctx.Err() == nil && r.ledger.Answered() < cfg.MinRequests {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if ctx.Err() == nil && cfg.MinRequests > 0 && time.Since(began) > cfg.Duration+time.Second {
+			t.Logf("ran %v, past %v, to answer %d requests", time.Since(began).Round(time.Second), cfg.Duration, cfg.MinRequests)
+		}
+		cancel()
+	}()
 	var wg sync.WaitGroup
 	for w := range cfg.Workers {
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(100+w)))
