@@ -19,6 +19,13 @@
 //	    Repeats one request (a PUT sends 1 KiB with token T, a GET nothing)
 //	    every 2 ms until it is answered 2xx; prints first_ms, the time from
 //	    UNIXNANO (the proxy's start) to that answer.
+//	load etcdput -endpoints URLS -c C -d D -n N -prefix P
+//	    Plain etcd Puts of 8-byte values to N keys under P, round-robin,
+//	    from C goroutines sharing one client (as the goroutines of one
+//	    fenceproxy share its client), for D: etcd's own write rate, the
+//	    baseline of fenceproxy's raises in cluster mode. Prints the fields of
+//	    bench/wrk/put.lua's line (requests: Puts that succeeded; errors:
+//	    Puts that failed).
 package main
 
 import (
@@ -31,6 +38,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +46,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: load upload|fill|first [flags]")
+		fmt.Fprintln(os.Stderr, "usage: load upload|fill|first|sign|etcdput [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -79,6 +87,14 @@ func main() {
 		timeout := fs.Duration("timeout", time.Minute, "give up after this long")
 		_ = fs.Parse(os.Args[2:])
 		err = first(*method, *url+*path, *token, time.Unix(0, *since), *timeout)
+	case "etcdput":
+		endpoints := fs.String("endpoints", "http://127.0.0.1:2379", "etcd client URLs, comma-separated")
+		c := fs.Int("c", 64, "concurrent Puts")
+		d := fs.Duration("d", 10*time.Second, "how long to put")
+		n := fs.Int("n", 1000, "distinct keys")
+		prefix := fs.String("prefix", "/bench/etcdput/", "prefix of the keys")
+		_ = fs.Parse(os.Args[2:])
+		err = etcdPut(strings.Split(*endpoints, ","), *prefix, *c, *n, *d)
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}

@@ -5,9 +5,9 @@
 //
 // Per workload and proxy the table gives the median over runs of req/s (2xx
 // answers only), p50 and p99 latency and upload MiB/s, and the largest peak
-// RSS. A ratio compares fenceproxy (or fenceproxy in S3 pass mode) with a
-// baseline run back to back with it in the same repeat (a pair); the ratio
-// reported is the median over the pairs.
+// RSS. A ratio compares fenceproxy (or another of its modes) with a baseline
+// run back to back with it in the same repeat (a pair); the ratio reported is
+// the median over the pairs.
 package main
 
 import (
@@ -37,11 +37,13 @@ type run struct {
 }
 
 var (
-	workloads = []string{"a", "b", "c", "d-fill", "d-first-get", "d-first-new", "d-first-old", "d-restart"}
-	proxies   = []string{"direct", "reverseproxy", "nginx", "haproxy", "fenceproxy-off", "fenceproxy", "fenceproxy-s3", "fenceproxy-s3-signed", "fenceproxy-resign"}
-	colors    = map[string]string{
+	workloads = []string{"a", "b", "c", "d-fill", "d-first-get", "d-first-new", "d-first-old", "d-restart", "e", "e-raise"}
+	proxies   = []string{"direct", "reverseproxy", "nginx", "haproxy", "fenceproxy-off", "fenceproxy", "fenceproxy-s3", "fenceproxy-s3-signed", "fenceproxy-resign",
+		"fenceproxy-etcd", "fenceproxy-etcd-owner", "fenceproxy-etcd-forwarded", "etcd"}
+	colors = map[string]string{
 		"direct": "#9e9e9e", "reverseproxy": "#1f77b4", "nginx": "#2ca02c", "haproxy": "#9467bd",
 		"fenceproxy-off": "#ffbb78", "fenceproxy": "#ff7f0e", "fenceproxy-s3": "#d62728", "fenceproxy-s3-signed": "#e377c2", "fenceproxy-resign": "#9467bd",
+		"fenceproxy-etcd": "#8c564b", "fenceproxy-etcd-owner": "#c49c94", "fenceproxy-etcd-forwarded": "#bcbd22", "etcd": "#17becf",
 	}
 )
 
@@ -272,12 +274,19 @@ func computeRatios(runs []run, rows []row) []ratio {
 			subject = "fenceproxy-s3" // S3 pass mode against off mode
 		case "a/fenceproxy-s3-signed":
 			subject = "fenceproxy-resign" // S3 gateway mode against pass mode, the same signed PUTs
+		case "e/fenceproxy", "e-raise/etcd":
+			subject = "fenceproxy-etcd" // cluster mode against the embedded store; its raises against etcd's Puts
+		case "e/fenceproxy-etcd-owner":
+			subject = "fenceproxy-etcd-forwarded" // sent to the replica that forwards, against sent to the owner
 		}
 		med, lo, hi, n := pairRatio(runs, pair, subject, f)
 		r := ratio{name: name, unit: "x", value: med, low: lo, high: hi, pairs: n, target: target, atMost: atMost, stretch: stretch, isRatio: true}
-		_, baseline, _ := strings.Cut(pair, "/")
+		w, baseline, _ := strings.Cut(pair, "/")
+		if w == "b" {
+			w = "a" // b's baseline runs a's same-token load
+		}
 		for _, row := range rows {
-			if strings.Contains(name, "req/s") && row.workload == "a" && row.proxy == baseline && row.rps >= 0.9*direct {
+			if strings.Contains(name, "req/s") && row.workload == w && row.proxy == baseline && row.rps >= 0.9*direct {
 				r.note = fmt.Sprintf("%s ran at %.0f%% of the no-proxy rate: bound by the load side, so this is an upper bound", baseline, 100*row.rps/direct)
 			}
 		}
@@ -292,6 +301,9 @@ func computeRatios(runs []run, rows []row) []ratio {
 		pr("(a) req/s fenceproxy / HAProxy", "a/haproxy", rps, nan, false, nan),
 		pr("(a) p99 fenceproxy / stock ReverseProxy", "a/reverseproxy", p99, 1.2, true, nan),
 		pr("(b) req/s fenceproxy rising / ReverseProxy same-token", "b/reverseproxy", rps, 0.5, false, nan),
+		pr("(e) req/s fenceproxy etcd mode / Badger mode, same token, sent to the owner", "e/fenceproxy", rps, 0.9, false, nan),
+		pr("(e) req/s forwarded / sent to the owner (cost of the hop)", "e/fenceproxy-etcd-owner", rps, nan, false, nan),
+		pr("(e) raises/s fenceproxy etcd mode / etcd puts/s, same concurrency", "e-raise/etcd", rps, nan, false, nan),
 	}
 	out = slices.DeleteFunc(out, func(r ratio) bool { return r.pairs == 0 }) // workload not run
 	find := func(w string) (row, bool) {
@@ -447,8 +459,8 @@ func writeSVG(w io.Writer, rows []row, ratios []ratio, caption []string) error {
 			panels = append(panels, p)
 		}
 	}
-	metric("req/s, 2xx answers only (median)", "req/s", []string{"a", "b"}, func(r row) float64 { return r.rps })
-	metric("p99 latency (median)", "ms", []string{"a", "b"}, func(r row) float64 { return r.p99 })
+	metric("req/s, 2xx answers only (median)", "req/s", []string{"a", "b", "e", "e-raise"}, func(r row) float64 { return r.rps })
+	metric("p99 latency (median)", "ms", []string{"a", "b", "e", "e-raise"}, func(r row) float64 { return r.p99 })
 	metric("streamed upload throughput (median)", "MiB/s", []string{"c"}, func(r row) float64 { return r.mibs })
 	metric("peak RSS of the proxy (largest)", "MiB", workloads, func(r row) float64 { return r.rss })
 	rp := panel{title: "fenceproxy ratios (median of interleaved pairs); red tick = target", unit: "x"}
