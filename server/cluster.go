@@ -126,13 +126,13 @@ func peerTransport(dial, expect, answer time.Duration) *http.Transport {
 // keepalives never queue behind the store's transactions) and starts
 // acquiring this replica's share. Errors: etcd unreachable, the shard count
 // stored differs (naming both), the options.
-func (c *cluster) start(clientCfg clientv3.Config) error {
+func (c *cluster) start(stop context.Context, clientCfg clientv3.Config) error {
 	cli, err := clientv3.New(clientCfg)
 	if err != nil {
 		return fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w", err)
 	}
 	var o *shard.Owner
-	err = retryEtcd(c.log, "join the cluster", func() (err error) {
+	err = retryEtcd(stop, c.log, "join the cluster", func() (err error) {
 		o, err = shard.Start(context.Background(), cli, shard.Options{
 			Prefix:       c.cfg.EtcdPrefix,
 			Shards:       c.cfg.Shards,
@@ -227,9 +227,9 @@ func lockDelay(d time.Duration) time.Duration {
 const etcdStartBudget = 30 * time.Second
 
 // retryEtcd runs step until it succeeds, fails for good (permanent, when
-// set, says so), or etcdStartBudget has passed, logging each failure; it
-// returns the last error.
-func retryEtcd(log *slog.Logger, what string, step func() error, permanent func(error) bool) error {
+// set, says so), etcdStartBudget has passed or stop ended, logging each
+// failure; it returns the last error (stop's cause when it ended).
+func retryEtcd(stop context.Context, log *slog.Logger, what string, step func() error, permanent func(error) bool) error {
 	deadline := time.Now().Add(etcdStartBudget)
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 4*time.Second) {
 		err := step()
@@ -237,7 +237,11 @@ func retryEtcd(log *slog.Logger, what string, step func() error, permanent func(
 			return err
 		}
 		log.Warn("etcd: "+what+" failed; retrying", "error", err.Error(), "in", wait.String())
-		time.Sleep(wait)
+		select {
+		case <-stop.Done():
+			return fmt.Errorf("stopped while retrying (%w): %w", context.Cause(stop), err)
+		case <-time.After(wait):
+		}
 	}
 }
 

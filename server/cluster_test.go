@@ -2,9 +2,12 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -12,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
+	"github.com/fenceproxy/fenceproxy/server"
 )
 
 const peerSecret = "cluster-test-peer-secret"
@@ -493,4 +498,33 @@ func TestClusterPool(t *testing.T) {
 		t.Fatal("no claim's lease was granted by another replica than the pool's owner: the test shows nothing of that path")
 	}
 	t.Logf("%d pool lease calls ran on another replica than the pool's owner", remote)
+}
+
+// A start that cannot reach etcd ends when Options.Stop does (a SIGTERM to
+// the command), within one etcd request, not after the 30 s of retries.
+func TestClusterStartStops(t *testing.T) {
+	env := servertest.Env(map[string]string{
+		"FENCEPROXY_UPSTREAM":       "http://127.0.0.1:1",
+		"FENCEPROXY_STORE":          "etcd",
+		"FENCEPROXY_ETCD_ENDPOINTS": "http://" + freeAddr(t), // nothing listens there
+		"FENCEPROXY_PEER_ADVERTISE": "127.0.0.1:1",
+		"FENCEPROXY_PEER_SECRET":    peerSecret,
+	}, nil)
+	cfg, _, err := config.Parse(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	start := time.Now()
+	srv, err := server.New(cfg, server.Options{Logger: slog.New(slog.DiscardHandler), Stop: stop})
+	took := time.Since(start)
+	if err == nil {
+		srv.Close()
+		t.Fatal("server.New with no etcd succeeded")
+	}
+	if !errors.Is(err, context.Canceled) || took > 8*time.Second {
+		t.Fatalf("server.New returned after %v: %v; want context.Canceled within 8s", took, err)
+	}
+	t.Logf("stopped after %v: %v", took.Round(time.Millisecond), err)
 }

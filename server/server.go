@@ -58,6 +58,10 @@ type Options struct {
 	// upstream failures, shutdown) and Badger's own. nil: JSON lines on
 	// os.Stderr at cfg.LogLevel, as the command logs.
 	Logger *slog.Logger
+	// Stop, when it ends, cuts New's retries of etcd at start (cluster
+	// mode, up to 30 s while etcd cannot be reached): New then fails
+	// with its cause, within one etcd request timeout. nil: never.
+	Stop context.Context
 }
 
 // Addrs are the bound listener addresses (host:port, a port 0 resolved).
@@ -138,6 +142,10 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	}
+	stop := opts.Stop
+	if stop == nil {
+		stop = context.Background()
+	}
 	s := &Server{cfg: cfg, log: log}
 	// Undo what was bound or opened when a later step fails.
 	var undo []func()
@@ -176,12 +184,15 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		})
 		var es *etcdstore.Store
-		err := retryEtcd(log, "open the store in etcd", func() (err error) {
+		err := retryEtcd(stop, log, "open the store in etcd", func() (err error) {
 			es, err = etcdstore.Open(etcdCfg, etcdstore.Options{Prefix: cfg.EtcdPrefix, CacheBytes: int64(cfg.CacheSize),
 				MaxTxnOps: cfg.EtcdMaxTxnOps, ObserveRequest: func(d time.Duration) { etcdRequests.Observe(d.Seconds()) },
 				Guard: func(resource string) (string, int64, error) { return s.cluster.guard(resource) }})
 			return err
 		}, nil)
+		if err != nil && stop.Err() != nil {
+			return nil, fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w (for %s; is etcd running and reachable there?)", err, etcdStartBudget)
 		}
@@ -342,7 +353,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			ErrorLog:          errorLog,
 		}
 		// Last: from here on this replica takes its share of the shards.
-		if err := s.cluster.start(etcdCfg); err != nil {
+		if err := s.cluster.start(stop, etcdCfg); err != nil {
 			return nil, err
 		}
 		undo = append(undo, func() { s.cluster.stop(context.Background(), true) })

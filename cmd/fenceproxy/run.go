@@ -135,7 +135,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer, sta
 		log.Warn(w)
 	}
 	setMemoryLimit(log)
-	srv, err := server.New(cfg, server.Options{Logger: log})
+	srv, err := server.New(cfg, server.Options{Logger: log, Stop: ctx})
 	if err != nil {
 		return err
 	}
