@@ -7,19 +7,20 @@ import (
 	"time"
 )
 
-// On the real clocks an estimate stays within a millisecond of a system
-// call reading taken right after it, and never goes back.
+// On the real clocks an estimate is never below a system call reading
+// taken before it (a deadline never looks further away than it is), stays
+// near one taken after it (the gap is the time between the two reads, and
+// what a preempted base read adds).
 func TestBootClockFast(t *testing.T) {
-	last := bootClock()
 	for range 10000 {
+		before := sysBootClock()
 		est := bootClock()
-		sys := sysBootClock()
-		if est < last {
-			t.Fatalf("went back: %d after %d", est, last)
+		after := sysBootClock()
+		if est < before-int64(time.Microsecond) {
+			t.Fatalf("estimate %d below the boot-time clock %d read before it (%v)", est, before, time.Duration(before-est))
 		}
-		if d := time.Duration(est - sys); d > time.Millisecond || d < -time.Millisecond {
-			t.Fatalf("estimate %d, system call %d: %v apart", est, sys, d)
+		if d := time.Duration(est - after); d > 100*time.Millisecond {
+			t.Fatalf("estimate %d is %v above the boot-time clock read after it", est, d)
 		}
-		last = est
 	}
 }

@@ -11,6 +11,8 @@ import (
 const (
 	baseMaxAge   = time.Second
 	suspendSlack = 5 * time.Millisecond
+	// baseReadSlack: a base whose reads took longer is read again, once.
+	baseReadSlack = 100 * time.Microsecond
 )
 
 // estimator answers a boot-time clock (in ns) from a system call reading
@@ -25,7 +27,10 @@ const (
 //
 // The base's monotonic and wall readings are taken before its system call,
 // so an estimate is never below the boot-time clock at the same moment: a
-// validity deadline is never seen as further away than it is.
+// validity deadline is never seen as further away than it is. It is above
+// it by the time between the two (a base read while preempted is taken
+// again once), so a new base may answer a few microseconds lower than the
+// last estimate of the old one.
 type estimator struct {
 	read func() (mono, wall int64) // Go's monotonic and wall clocks, ns
 	sys  func() int64              // the boot-time clock's system call, ns
@@ -44,6 +49,12 @@ func (e *estimator) now() int64 {
 		}
 	}
 	b := &clockBase{mono: mono, wall: wall, boot: e.sys()}
+	if again, _ := e.read(); again-mono > int64(baseReadSlack) {
+		// Preempted between the reads: an estimate would run ahead by
+		// as much until the next base.
+		m, w := e.read()
+		b = &clockBase{mono: m, wall: w, boot: e.sys()}
+	}
 	e.base.Store(b)
 	return b.boot
 }
