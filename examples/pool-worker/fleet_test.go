@@ -367,7 +367,12 @@ func (f *fleet) chaos(d time.Duration) violations {
 		since time.Time
 	}
 	var pending []reclaim
-	var pendMu sync.Mutex // pending, reclaimDelays, v.SlowReclaim: the poller's too
+	// stops are the SIGSTOP windows: a stopped worker still counts as a
+	// live holder with its share, and may be the one with room for a
+	// freed shard, so a reclaim may wait out a stop that overlaps it.
+	type window struct{ from, to time.Time }
+	var stopWindows []window
+	var pendMu sync.Mutex // pending, stopWindows, reclaimDelays, v.SlowReclaim: the poller's too
 	var reclaimDelays, joinTimes []time.Duration
 	expiries, kills, stops, joins, leaves := 0, 0, 0, 0, 0
 	checkReclaims := func(now time.Time, st wire.Pool) {
@@ -384,11 +389,24 @@ func (f *fleet) chaos(d time.Duration) violations {
 				reclaimDelays = append(reclaimDelays, now.Sub(r.since))
 				// After TTL + grace the shard is free; a live holder with
 				// room claims it within a claim period (TTL/4) once a dead
-				// claimer's waiting entry (TTL/2) lapsed; a second of slack
-				// for a loaded machine.
-				if now.Sub(r.since) > fleetTTL+fleetGrace+fleetTTL*3/4+time.Second {
+				// claimer's waiting entry (TTL/2) lapsed, unless it was
+				// stopped meanwhile; a second of slack for a loaded machine.
+				var stopped time.Duration
+				for _, w := range stopWindows {
+					from, to := w.from, w.to
+					if r.since.After(from) {
+						from = r.since
+					}
+					if now.Before(to) {
+						to = now
+					}
+					if to.After(from) {
+						stopped += to.Sub(from)
+					}
+				}
+				if now.Sub(r.since) > fleetTTL+fleetGrace+fleetTTL*3/4+time.Second+stopped {
 					v.SlowReclaim++
-					f.violation("shard %s of a dead holder held again after %s, more than TTL+grace+3/4 TTL+1s", r.shard, now.Sub(r.since))
+					f.violation("shard %s of a dead holder held again after %s, more than TTL+grace+3/4 TTL+1s+%s of SIGSTOPs meanwhile", r.shard, now.Sub(r.since), stopped)
 				}
 				continue
 			}
@@ -492,6 +510,9 @@ func (f *fleet) chaos(d time.Duration) violations {
 			}
 			f.signal(s, syscall.SIGSTOP)
 			stoppedUntil[s] = time.Now().Add(pause)
+			pendMu.Lock()
+			stopWindows = append(stopWindows, window{time.Now(), time.Now().Add(pause)})
+			pendMu.Unlock()
 			stops++
 		}
 		time.Sleep(time.Second)
