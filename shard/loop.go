@@ -424,8 +424,11 @@ func (o *Owner) watchValidity(s *session) {
 		}
 		left := time.Duration(s.valid.Load() - o.now())
 		if left <= 0 {
-			o.lapse(s)
-			left = validityPoll
+			if o.lapse(s) {
+				left = validityPoll
+			} else if left = time.Duration(s.valid.Load() - o.now()); left <= 0 {
+				left = time.Microsecond // the clock stepped back across the deadline
+			}
 		}
 		t.Reset(min(left, validityPoll))
 	}
@@ -433,9 +436,9 @@ func (o *Owner) watchValidity(s *session) {
 
 // lapse runs once s's validity deadline passed: unless a keepalive moved
 // it, the contexts of s's shards are cancelled.
-func (o *Owner) lapse(s *session) {
+func (o *Owner) lapse(s *session) bool {
 	if o.now() < s.valid.Load() {
-		return
+		return false
 	}
 	if s.lapsed.CompareAndSwap(false, true) {
 		o.stats.lapses.Add(1)
@@ -446,6 +449,7 @@ func (o *Owner) lapse(s *session) {
 			o.cancelContexts(n, s, ErrValidityEnded)
 		}
 	}
+	return true
 }
 
 func (o *Owner) poke() {
