@@ -260,7 +260,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:    p.rewrite,
 		Transport:  transport,
-		BufferPool: copyBuffers,
+		BufferPool: CopyBuffers,
 		// A status net/http's server cannot send (WriteHeader panics below
 		// 100) becomes a 502 instead of a dropped connection.
 		ModifyResponse: func(res *http.Response) error {
@@ -969,9 +969,7 @@ func (w responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // CopyBuffers lends ReverseProxy its 32 KiB body copy buffers: allocating
 // one per request was the largest allocation of a small write (pprof). The
 // cluster's forwarding to a shard's owner shares it.
-var CopyBuffers httputil.BufferPool = copyBuffers
-
-var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { return new([32 << 10]byte) }}}
+var CopyBuffers httputil.BufferPool = &bufferPool{p: sync.Pool{New: func() any { return new([32 << 10]byte) }}}
 
 type bufferPool struct{ p sync.Pool }
 
