@@ -15,6 +15,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -75,7 +76,8 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale || target
 // with the proxy's S3 code (StaleFencingToken), as an SDK call without
 // StackFencing reports it.
 func (e *StaleError) ErrorCode() string {
-	return wire.S3ErrorCode(wire.Problem{Status: http.StatusConflict, Reason: ReasonStale})
+	code, _ := s3.Code(nil, ReasonStale, http.StatusConflict)
+	return code
 }
 func (e *StaleError) ErrorMessage() string          { return e.Error() }
 func (e *StaleError) ErrorFault() smithy.ErrorFault { return smithy.FaultClient }
@@ -107,12 +109,13 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 // ErrorCode, ErrorMessage and ErrorFault make a RefusedError a
 // smithy.APIError with the proxy's S3 code: the <Error> body's, else the
 // one for its reason and status (MissingFencingToken, FencingDrainTimeout,
-// ...: wire.S3ErrorCode).
+// ...: s3.Code).
 func (e *RefusedError) ErrorCode() string {
 	if e.Code != "" {
 		return e.Code
 	}
-	return wire.S3ErrorCode(wire.Problem{Status: e.Status, Reason: e.Reason})
+	code, _ := s3.Code(nil, e.Reason, e.Status)
+	return code
 }
 func (e *RefusedError) ErrorMessage() string { return e.Error() }
 func (e *RefusedError) ErrorFault() smithy.ErrorFault {

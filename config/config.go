@@ -25,7 +25,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/fenceproxy/fenceproxy/s3"
-	"github.com/fenceproxy/fenceproxy/s3keys"
+	"github.com/fenceproxy/fenceproxy/s3/keyring"
 	"github.com/fenceproxy/fenceproxy/tokensig"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
@@ -443,7 +443,7 @@ func (c Config) Validate() error {
 			bad("S3_CREDENTIALS_FILE", "is required with FENCEPROXY_S3=resign: the workers' keys and grants")
 		} else if b, err := os.ReadFile(c.S3CredentialsFile); err != nil {
 			bad("S3_CREDENTIALS_FILE", "%v", err)
-		} else if _, err := s3keys.Parse(b); err != nil {
+		} else if _, err := keyring.Parse(b); err != nil {
 			bad("S3_CREDENTIALS_FILE", "%v", err)
 		}
 		if c.S3Region == "" {

@@ -68,8 +68,8 @@ func FuzzResourceKeyAliases(f *testing.F) {
 			proxies[depth] = p
 		}
 		creq, areq := fuzzRequest(t, canon), fuzzRequest(t, alias)
-		ckeys, cerr := p.resources(creq, rawPath(creq))
-		akeys, aerr := p.resources(areq, rawPath(areq))
+		ckeys, cerr := p.resources(&exchange{r: creq, path: rawPath(creq)})
+		akeys, aerr := p.resources(&exchange{r: areq, path: rawPath(areq)})
 		if (cerr == nil) != (aerr == nil) || strings.Join(ckeys, "\n") != strings.Join(akeys, "\n") {
 			t.Fatalf("%q gives %q, %v; %q gives %q, %v", canon, ckeys, cerr, alias, akeys, aerr)
 		}

@@ -5,24 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
-	"strings"
 
-	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/s3"
 )
 
 // S3Gateway is S3 gateway mode's (S3 "resign") check of who signed a
 // request and what its key may do, and its signing of what is forwarded
 // with the store's credentials: the proxy is then the only holder of those.
-// Package s3gateway implements it.
+// Package s3/gateway implements it.
 type S3Gateway interface {
 	// Verify checks r's SigV4 signature, in its Authorization header or
 	// its presigned query, with the key's secret. Its errors refuse the
-	// request with 403; one with an S3Code() string method answers with
-	// that code (SignatureDoesNotMatch, InvalidAccessKeyId, ...), one with
-	// an HTTPStatus() int method of 400 with 400 (a malformed
-	// Authorization, SigV2: S3's own status for those).
+	// request with 403, or 400 for a malformed one: the status and S3 code
+	// of the error's class in s3.Code's table (SignatureDoesNotMatch,
+	// InvalidAccessKeyId, ...).
 	Verify(r *http.Request) (S3Caller, error)
 }
 
@@ -36,44 +32,42 @@ type S3Caller interface {
 	AllowedList(bucket, prefix string) bool
 	// AccessKeyID is the verified key's id (not secret: logs show it).
 	AccessKeyID() string
+	// Valid reports whether the key still holds, nil if it does: an error
+	// wrapping ErrKeyRevoked once the key was removed from the workers' keys
+	// or its secret changed. The proxy checks it before every read of the
+	// request's body and before its last bytes go, so that a revoked key's
+	// upload in flight ends.
+	Valid() error
 	// PrepareBody replaces r's body, before anything reads it, when it is a
 	// signed stream (aws-chunked with chunk signatures): each chunk verified
 	// as it arrives, decoded and framed again for the store; a bad chunk
 	// fails the body's read. Other bodies stay. Errors: a stream whose
 	// framing headers do not make sense.
 	PrepareBody(r *http.Request) error
-	// Resign makes out (the outbound copy of the request) the store's,
-	// for bucket and key (decoded), signed with the store's credentials;
-	// token, when not "", is the write's fencing token (for the audit
-	// metadata).
-	Resign(ctx context.Context, out *http.Request, bucket, key, token string) error
+	// Resign makes out (the outbound copy of the request) the store's, for
+	// req (the request as S3 mode read it: bucket, decoded key, and whether
+	// it creates an object), signed with the store's credentials; token,
+	// when not "", is the write's fencing token (for the audit metadata).
+	Resign(ctx context.Context, out *http.Request, req s3.Request, token string) error
 }
 
-// ErrAccessDenied: in S3 gateway mode, the verified key is not granted
-// what the request does (403 AccessDenied).
-var ErrAccessDenied = errors.New("access denied")
+// ErrKeyRevoked: in S3 gateway mode, the verified key was removed or its
+// secret changed while its request was still sending its body (403
+// AccessDenied); the body was cut off before its end.
+var ErrKeyRevoked = errors.New("the access key was revoked while its request was in flight")
 
 // errNoGrant: the key is not granted what the request does.
 type errNoGrant struct{ what string }
 
-func (e errNoGrant) Error() string  { return "the key is not granted " + e.what }
-func (e errNoGrant) S3Code() string { return "AccessDenied" }
-
-// listParams are the query parameters of the bucket listings: a GET of a
-// bucket with no other parameter is a listing, checked by its prefix.
-var listParams = map[string]bool{
-	"list-type": true, "prefix": true, "delimiter": true, "max-keys": true, "continuation-token": true,
-	"start-after": true, "fetch-owner": true, "encoding-type": true, "marker": true, "uploads": true,
-	"key-marker": true, "upload-id-marker": true, "versions": true, "version-id-marker": true, "x-id": true,
-	"max-uploads": true, "optional-object-attributes": true,
-}
+func (e errNoGrant) Error() string { return "the key is not granted " + e.what }
 
 // gatewayCheck runs S3 gateway mode's checks on every request, reads too,
 // before anything else reads its body: the signature (Verify), then the
-// key's grants for what the request reads and writes (a DeleteObjects's
-// keys each, a copy's source), then PrepareBody. It keeps the caller in ex
-// for the signing. Errors wrap ErrForbidden (the signature) or
-// ErrAccessDenied (a grant).
+// key's grants for what the request reads and writes, by the one reading of
+// the request (ex.s3): its object or bucket, a listing's prefix, a
+// DeleteObjects's keys each, a copy's source, a rename's source; then
+// PrepareBody. It keeps the caller in ex for the signing. Errors wrap
+// ErrForbidden (the signature) or s3.ErrAccessDenied (a grant).
 func (p *Proxy) gatewayCheck(ex *exchange) error {
 	r := ex.r
 	caller, err := p.opts.Gateway.Verify(r)
@@ -81,17 +75,10 @@ func (p *Proxy) gatewayCheck(ex *exchange) error {
 		return fmt.Errorf("%w: %w", ErrForbidden, err)
 	}
 	ex.keyID = caller.AccessKeyID() // for the log of a refusal below
-	bucket, key, err := splitS3Path(ex.path)
-	if err != nil {
-		return err
-	}
-	if bucket == "" {
-		return fmt.Errorf("%w: %w", ErrAccessDenied, errNoGrant{"a request to no bucket (ListBuckets)"})
-	}
-	if err := p.checkGrants(ex, caller, bucket, key); err != nil {
+	if err := p.checkGrants(ex, caller); err != nil {
 		var ng errNoGrant
 		if errors.As(err, &ng) {
-			return fmt.Errorf("%w: %w", ErrAccessDenied, err)
+			return fmt.Errorf("%w: %w", s3.ErrAccessDenied, err)
 		}
 		return err // a DeleteObjects body that does not parse, ...
 	}
@@ -102,107 +89,60 @@ func (p *Proxy) gatewayCheck(ex *exchange) error {
 	if r.Body != raw && raw != nil {
 		ex.rawBody = raw
 	}
-	ex.caller, ex.bucket, ex.key = caller, bucket, key
+	ex.caller = caller
 	return nil
 }
 
-// checkGrants checks what the request does against the caller's grants, by
-// the S3 catalogue's operation for each method it may run as.
-func (p *Proxy) checkGrants(ex *exchange, caller S3Caller, bucket, key string) error {
-	r := ex.r
-	for _, m := range methods(r) {
-		op := s3.Lookup(m, ex.path, r.URL.RawQuery, r.Header)
-		switch {
-		case op.Writes == s3.Nothing && key == "":
-			query, err := url.ParseQuery(r.URL.RawQuery)
-			if err != nil {
-				return fmt.Errorf("%w: the query does not parse", errNoGrant{"this bucket read"})
+// checkGrants checks what the request does, as S3 mode read it, against the
+// caller's grants. An object is granted only if both its key as spelt and
+// its alias class (s3.ObjectName) are: one store reads the one, another the
+// other.
+func (p *Proxy) checkGrants(ex *exchange, caller S3Caller) error {
+	req := ex.s3
+	bucket := req.Bucket
+	object := func(b, key, alias string, write bool) bool {
+		return caller.Allowed(b, key, write) && (alias == key || caller.Allowed(b, alias, write))
+	}
+	switch {
+	case bucket == "":
+		return errNoGrant{"a request to no bucket (ListBuckets)"}
+	case req.Listing:
+		if !caller.AllowedList(bucket, req.Prefix) {
+			return errNoGrant{fmt.Sprintf("a listing of bucket %q below %q", bucket, req.Prefix)}
+		}
+	case req.Op.Writes == s3.Nothing && req.Key == "":
+		if !caller.Allowed(bucket, "", false) {
+			return errNoGrant{fmt.Sprintf("reads of bucket %q itself", bucket)}
+		}
+	case req.Op.Writes == s3.Nothing:
+		if !object(bucket, req.Key, req.Object, false) {
+			return errNoGrant{fmt.Sprintf("reads of %q in bucket %q", req.Key, bucket)}
+		}
+	case req.Op.Writes == s3.Objects && req.Key == "":
+		if _, err := p.deleteResources(ex); err != nil {
+			return err
+		}
+		for _, k := range ex.deleteKeys {
+			if !object(bucket, k, s3.ObjectName(k), true) {
+				return errNoGrant{fmt.Sprintf("writes of %q in bucket %q", k, bucket)}
 			}
-			listing := true
-			for k := range query {
-				if !listParams[k] && !isPresignParam(k) && !p.tokenParam(k) {
-					listing = false
-				}
-			}
-			if listing && !caller.AllowedList(bucket, query.Get("prefix")) {
-				return errNoGrant{fmt.Sprintf("a listing of bucket %q below %q", bucket, query.Get("prefix"))}
-			}
-			if !listing && !caller.Allowed(bucket, "", false) {
-				return errNoGrant{fmt.Sprintf("reads of bucket %q itself", bucket)}
-			}
-		case op.Writes == s3.Nothing:
-			if !caller.Allowed(bucket, key, false) {
-				return errNoGrant{fmt.Sprintf("reads of %q in bucket %q", key, bucket)}
-			}
-		case op.Writes == s3.Objects:
-			resources, err := p.deleteKeys(ex)
-			if err != nil {
-				return err
-			}
-			for _, k := range resources {
-				if !caller.Allowed(bucket, k, true) {
-					return errNoGrant{fmt.Sprintf("writes of %q in bucket %q", k, bucket)}
-				}
-			}
-		case key == "":
-			if !caller.Allowed(bucket, key, true) {
-				return errNoGrant{fmt.Sprintf("writes to bucket %q itself (create, delete, configure)", bucket)}
-			}
-		default:
-			if !caller.Allowed(bucket, key, true) {
-				return errNoGrant{fmt.Sprintf("writes of %q in bucket %q", key, bucket)}
-			}
+		}
+	case req.Key == "":
+		if !caller.Allowed(bucket, "", true) {
+			return errNoGrant{fmt.Sprintf("writes to bucket %q itself (create, delete, configure)", bucket)}
+		}
+	default:
+		if !object(bucket, req.Key, req.Object, true) {
+			return errNoGrant{fmt.Sprintf("writes of %q in bucket %q", req.Key, bucket)}
 		}
 	}
-	if src := r.Header.Get("X-Amz-Copy-Source"); src != "" {
-		sb, sk, err := copySource(src)
-		if err != nil || !caller.Allowed(sb, sk, false) {
-			return errNoGrant{fmt.Sprintf("reads of the copy source %q", src)}
-		}
+	if src := req.Source; src != nil && !object(src.Bucket, src.Key, src.Object, false) {
+		return errNoGrant{fmt.Sprintf("reads of the copy source %q in bucket %q", src.Key, src.Bucket)}
+	}
+	if src := req.Renamed; src != nil && !object(src.Bucket, src.Key, src.Object, true) {
+		return errNoGrant{fmt.Sprintf("writes of the rename source %q in bucket %q", src.Key, src.Bucket)}
 	}
 	return nil
-}
-
-// deleteKeys returns a DeleteObjects's keys, reading its body once
-// (deleteResources, which resolve then answers from the exchange).
-func (p *Proxy) deleteKeys(ex *exchange) ([]string, error) {
-	if _, err := p.deleteResources(ex); err != nil {
-		return nil, err
-	}
-	return ex.deleteKeys, nil
-}
-
-// splitS3Path returns the bucket and the decoded key of an S3 path
-// (/{bucket}/{key}, as Addressing returns it).
-func splitS3Path(path string) (bucket, key string, err error) {
-	bucket, rawKey, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-	if bucket, err = url.PathUnescape(bucket); err != nil {
-		return "", "", fmt.Errorf("%w: the bucket does not unescape", fence.ErrBadResource)
-	}
-	if key, err = url.PathUnescape(rawKey); err != nil {
-		return "", "", fmt.Errorf("%w: the key does not unescape", fence.ErrBadResource)
-	}
-	return bucket, key, nil
-}
-
-// copySource splits an x-amz-copy-source value: [/]bucket/key[?versionId=v],
-// URL-encoded.
-func copySource(v string) (bucket, key string, err error) {
-	v, _, _ = strings.Cut(strings.TrimPrefix(v, "/"), "?")
-	v, err = url.PathUnescape(v)
-	if err != nil {
-		return "", "", err
-	}
-	bucket, key, ok := strings.Cut(v, "/")
-	if !ok || bucket == "" || key == "" {
-		return "", "", errors.New("not bucket/key")
-	}
-	return bucket, key, nil
-}
-
-// isPresignParam reports a query parameter of presigned-URL authentication.
-func isPresignParam(name string) bool {
-	return len(name) > 6 && strings.EqualFold(name[:6], "X-Amz-")
 }
 
 // gatewayTransport signs every request for the store (S3Caller.Resign)
@@ -223,7 +163,7 @@ func (t gatewayTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if ex.fenced {
 		token = ex.tokenText
 	}
-	if err := ex.caller.Resign(r.Context(), r, ex.bucket, ex.key, token); err != nil {
+	if err := ex.caller.Resign(r.Context(), r, ex.s3, token); err != nil {
 		return nil, err
 	}
 	return t.next.RoundTrip(r)

@@ -23,7 +23,10 @@ type Metrics struct {
 	// kind: timeout (504), client_gone (499), other (502), upload_cut (a
 	// larger token cut a smaller token's upload off, 409), upload_timeout
 	// (the client paused its upload past the idle timeout, 408), bad_body
-	// (the client broke its request body's framing or ended it early, 400).
+	// (the client broke its request body's framing or ended it early, 400),
+	// ownership_ended (cluster mode: the shard's ownership ended during the
+	// upload, 503), key_revoked (S3 gateway mode: the upload's key was
+	// removed, 403).
 	UpstreamErrors *prometheus.CounterVec
 	// fenceproxy_upstream_duration_seconds{fenced}: time from forwarding to
 	// the end of the upstream exchange.
@@ -54,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"decision"}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_upstream_errors_total",
-			Help: "Failed upstream exchanges by kind: timeout (504), client_gone (499), other (502), upload_cut (409), upload_timeout (408), bad_body (400).",
+			Help: "Failed upstream exchanges by kind: timeout (504), client_gone (499), other (502), upload_cut (409), upload_timeout (408), bad_body (400), ownership_ended (503), key_revoked (403).",
 		}, []string{"kind"}),
 		UpstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fenceproxy_upstream_duration_seconds",
@@ -80,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Requests, m.UpstreamErrors, m.UpstreamDuration, m.RaiseDuration, m.InFlight, m.UploadRecords)
 	// Known series start at 0, so rates and dashboards work before the first event.
-	for _, d := range []string{"forwarded", "unfenced", "upload_abort", wire.ReasonStale, wire.ReasonMissing, wire.ReasonMalformed, wire.ReasonBadResource,
+	for _, d := range []string{"forwarded", "unfenced", "upload_abort", wire.ReasonStale, wire.ReasonMissing, wire.ReasonMalformed, wire.ReasonBadResource, wire.ReasonAmbiguous,
 		wire.ReasonHopByHop, wire.ReasonUnsupported, wire.ReasonDrainTimeout, wire.ReasonStoreError, wire.ReasonClientGone,
 		wire.ReasonSignature, wire.ReasonJump} {
 		if m.decisions == nil {
@@ -89,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.decisions[d] = m.Requests.WithLabelValues(d)
 	}
 	m.durations = [2]prometheus.Observer{m.UpstreamDuration.WithLabelValues("false"), m.UpstreamDuration.WithLabelValues("true")}
-	for _, k := range []string{"timeout", "client_gone", "other", "upload_cut", "upload_timeout", "bad_body"} {
+	for _, k := range []string{"timeout", "client_gone", "other", "upload_cut", "upload_timeout", "bad_body", "ownership_ended", "key_revoked"} {
 		m.UpstreamErrors.WithLabelValues(k)
 	}
 	return m

@@ -45,10 +45,10 @@ func (p *Proxy) creatorAbort(ex *exchange) bool {
 		return false
 	}
 	resource := ex.resource()
-	creator, found, err := p.opts.Uploads.Upload(resource, ex.uploadID)
+	creator, found, err := p.opts.Uploads.Upload(resource, ex.s3.UploadID)
 	if err != nil {
 		p.log.LogAttrs(ex.client, slog.LevelWarn, "reading a multipart upload's record failed; the abort is fenced as any write",
-			slog.String("resource", resource), slog.String("upload_id", ex.uploadID), slog.String("error", err.Error()))
+			slog.String("resource", resource), slog.String("upload_id", ex.s3.UploadID), slog.String("error", err.Error()))
 		return false
 	}
 	if !found || ex.token < creator {
@@ -63,7 +63,7 @@ func (p *Proxy) forwardAbort(ex *exchange) {
 	current, _ := p.barrier.Max(ex.resource())
 	p.log.LogAttrs(ex.client, slog.LevelInfo, "multipart upload aborted by a holder that lost its resource; forwarded, as an abort applies no data",
 		slog.String("resource", ex.resource()), slog.String("token", ex.tokenText), slog.Uint64("current_token", current),
-		slog.String("upload_id", ex.uploadID), slog.String("target", logTarget(ex.r)))
+		slog.String("upload_id", ex.s3.UploadID), slog.String("target", logTarget(ex.r)))
 	p.opts.Metrics.decision("upload_abort")
 	defer p.opts.Metrics.forwarding(true)()
 	p.forward(ex)
@@ -87,7 +87,7 @@ func (p *Proxy) recordUpload(ex *exchange, res *http.Response) {
 			slog.String("target", logTarget(ex.r))}, more...)
 	}
 	switch {
-	case ex.multipart == s3.CreateUpload && res.StatusCode == http.StatusOK:
+	case ex.s3.Multipart == s3.CreateUpload && res.StatusCode == http.StatusOK:
 		id, read, err := s3.InitiatedUpload(res.Body)
 		res.Body = struct {
 			io.Reader
@@ -103,19 +103,19 @@ func (p *Proxy) recordUpload(ex *exchange, res *http.Response) {
 			return
 		}
 		p.opts.Metrics.uploadRecord("recorded")
-	case ex.multipart == s3.AbortUpload && res.StatusCode == http.StatusNoContent:
+	case ex.s3.Multipart == s3.AbortUpload && res.StatusCode == http.StatusNoContent:
 		p.forgetUpload(ex)
-	case ex.multipart == s3.CompleteUpload && res.StatusCode == http.StatusOK:
+	case ex.s3.Multipart == s3.CompleteUpload && res.StatusCode == http.StatusOK:
 		res.Body = &completeWatch{ReadCloser: res.Body, done: func() { p.forgetUpload(ex) }}
 	}
 }
 
 // forgetUpload removes an ended upload's record.
 func (p *Proxy) forgetUpload(ex *exchange) {
-	if err := p.opts.Uploads.DeleteUpload(ex.resource(), ex.uploadID); err != nil {
+	if err := p.opts.Uploads.DeleteUpload(ex.resource(), ex.s3.UploadID); err != nil {
 		p.opts.Metrics.uploadRecord("failed")
 		p.log.LogAttrs(ex.client, slog.LevelWarn, "could not remove an ended multipart upload's record; it expires at its age limit",
-			slog.String("resource", ex.resource()), slog.String("upload_id", ex.uploadID), slog.String("error", err.Error()))
+			slog.String("resource", ex.resource()), slog.String("upload_id", ex.s3.UploadID), slog.String("error", err.Error()))
 		return
 	}
 	p.opts.Metrics.uploadRecord("removed")

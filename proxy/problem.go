@@ -83,10 +83,10 @@ func lingerDrainBody(w http.ResponseWriter, r *http.Request, body io.Reader) {
 }
 
 // writeProblem writes one of the proxy's own answers as the whole response:
-// in S3 mode an S3 <Error> body (wire.S3ErrorOf: the code from the one table
-// of reasons to S3 codes, Resource the request path), so that S3 clients read
-// its code and message; otherwise problem+json. Status and the headers set
-// before are the same in both.
+// in S3 mode an S3 <Error> body (s3.ErrorOf: the code from the one table of
+// S3 codes, Resource the request path), so that S3 clients read its code and
+// message; otherwise problem+json. Status and the headers set before are the
+// same in both.
 func (p *Proxy) writeProblem(w http.ResponseWriter, r *http.Request, pb wire.Problem) {
 	if p.s3 == nil {
 		wire.WriteProblem(w, pb)
@@ -95,7 +95,7 @@ func (p *Proxy) writeProblem(w http.ResponseWriter, r *http.Request, pb wire.Pro
 	if pb.Reason == wire.ReasonForbidden {
 		pb.Token = "" // a refused signature or grant is not about the token: keep it out of the message
 	}
-	wire.WriteS3Error(w, pb.Status, wire.S3ErrorOf(pb, r.URL.Path))
+	s3.WriteError(w, pb.Status, s3.ErrorOf(pb, r.URL.Path))
 }
 
 // problemFor maps one of the proxy's errors to its problem (status, reason,
@@ -120,16 +120,8 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 	case errors.Is(err, ErrForbidden):
 		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonForbidden, "Forbidden"
 		level = slog.LevelWarn
-		var coded interface{ S3Code() string }
-		if errors.As(err, &coded) { // S3 gateway mode: the signature's own code
-			pb.S3Code = coded.S3Code()
-		}
-		var status interface{ HTTPStatus() int }
-		if errors.As(err, &status) && status.HTTPStatus() == http.StatusBadRequest {
-			pb.Status = http.StatusBadRequest // S3's answer to a malformed Authorization
-		}
-	case errors.Is(err, ErrAccessDenied):
-		pb.Status, pb.Reason, pb.Title, pb.S3Code = http.StatusForbidden, wire.ReasonForbidden, "Access denied", "AccessDenied"
+	case errors.Is(err, s3.ErrAccessDenied), errors.Is(err, ErrKeyRevoked):
+		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonForbidden, "Access denied"
 		level = slog.LevelWarn
 	case errors.Is(err, fence.ErrJump):
 		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonJump, "Fencing token jumps too far"
@@ -139,6 +131,8 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		if errors.Is(err, s3.ErrHost) { // the Host is at fault, not the path
 			pb.Detail = strings.TrimPrefix(pb.Detail, fence.ErrBadResource.Error()+": ")
 		}
+	case errors.Is(err, s3.ErrAmbiguous):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonAmbiguous, "Ambiguous request"
 	case errors.Is(err, s3.ErrMalformedDelete):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonMalformedXML, "Malformed DeleteObjects body"
 	case errors.Is(err, errUnsupported):
@@ -166,6 +160,11 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		pb.Status, pb.Reason, pb.Title = http.StatusInternalServerError, wire.ReasonInternal, "Internal error"
 		pb.Detail = ""
 		level = slog.LevelError
+	}
+	if p.s3 != nil {
+		// S3 mode: the code of the one table, and S3's own status for a
+		// refused signature (400 for a malformed one).
+		pb.S3Code, pb.Status = s3.Code(err, pb.Reason, pb.Status)
 	}
 	return pb, level
 }

@@ -240,7 +240,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		opts:        opts,
 		tokenHeader: http.CanonicalHeaderKey(opts.TokenHeader),
 		barrier:     barrier,
-		resolver:    fence.Resolver{Depth: opts.ResourceDepth, PathParams: opts.AllowPathParams, MergeSlashes: addressing != nil},
+		resolver:    fence.Resolver{Depth: opts.ResourceDepth, PathParams: opts.AllowPathParams},
 		unfenced:    make(map[string]bool),
 		observe:     opts.Mode == "observe",
 		s3:          addressing,
@@ -267,7 +267,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 			if res.StatusCode < 100 || res.StatusCode > 999 {
 				return fmt.Errorf("backend answered with status %d", res.StatusCode)
 			}
-			if ex := exchangeOf(res.Request); ex != nil && ex.multipart != s3.NotMultipart {
+			if ex := exchangeOf(res.Request); ex != nil && ex.s3.Multipart != s3.NotMultipart {
 				p.recordUpload(ex, res)
 			}
 			return nil
@@ -286,25 +286,26 @@ type exchange struct {
 	r      *http.Request
 	client context.Context // the client's own context (a forwarded write's never ends early)
 
-	fenced    bool         // a write the fence checks
-	token     uint64       // valid when tokenErr is nil
-	tokenErr  error        // fence.ErrTokenMissing, fence.ErrTokenMalformed
-	tokenText string       // the token for logs and problem bodies; "" unless valid
-	path      string       // the path the resource is read from: the target's, or in S3 mode /{bucket}/{key}
-	resources []string     // the resources a fenced write touches; [0] is its path's
-	multipart s3.Multipart // S3 mode: the write's part in a multipart upload
-	uploadID  string       // the upload's ID, for Complete and Abort
+	fenced    bool     // a write the fence checks
+	token     uint64   // valid when tokenErr is nil
+	tokenErr  error    // fence.ErrTokenMissing, fence.ErrTokenMalformed
+	tokenText string   // the token for logs and problem bodies; "" unless valid
+	path      string   // the target's path as received, still percent-encoded
+	resources []string // the resources a fenced write touches; [0] is its path's
+	// s3 is the request as S3 mode reads it (s3.Addressing.Classify): the
+	// one decision of what it does, which every later step reads.
+	s3 s3.Request
 
-	deleteKeys  []string // S3 mode: a DeleteObjects's keys, as its body names them; nil until read
-	deleteRes   []string // their resources, sorted, once deleteKeys is set
-	caller      S3Caller // S3 gateway mode: the verified request's key
-	bucket, key string   // S3 gateway mode: the bucket and decoded key the request names
+	deleteKeys []string // S3 mode: a DeleteObjects's keys, as its body names them; nil until read
+	deleteRes  []string // their resources, sorted, once deleteKeys is set
+	caller     S3Caller // S3 gateway mode: the verified request's key
 	// rawBody is the body as net/http reads it when S3Caller.PrepareBody
 	// replaced r.Body (a signed stream decoded), for draining after a bad chunk.
 	rawBody io.Reader
 	keyID   string // S3 gateway mode: the verified access key id, for logs
 
 	owner    context.Context // cluster mode: Ownership.Context, nil otherwise
+	ownValid func() bool     // cluster mode: Ownership.Valid, nil otherwise
 	admitted bool            // the barrier admitted the write: finish and the release run after forwarding
 	up       fence.Upload    // the body as the barrier sees it
 	in       clientBody      // r.Body's wrapper for the upstream client, when it has a body
@@ -313,6 +314,19 @@ type exchange struct {
 	answered bool            // upstreamError answered (or aborted) the client itself and logged it
 	traced   bool            // wrote counts the copies sent (the write is replayable)
 	wrote    atomic.Int32    // copies of the request written upstream, when traced
+}
+
+// valid reports why an admitted write's body may no longer be sent, nil
+// while it may: this replica's ownership of its shard ended
+// (errOwnershipEnded), or its gateway key was revoked (S3Caller.Valid).
+func (ex *exchange) valid() error {
+	if ex.ownValid != nil && !ex.ownValid() {
+		return errOwnershipEnded
+	}
+	if ex.caller != nil {
+		return ex.caller.Valid()
+	}
+	return nil
 }
 
 // resource is the write's first resource, "" before resolve.
@@ -398,13 +412,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				defer own.Done()
 			}
 			ex.owner = own.Context
-			ex.body.valid = own.Valid
+			ex.ownValid = own.Valid
 		}
 	}
 
 	// An abort of a multipart upload by the token that created it applies no
 	// data: it passes after a takeover, outside the barrier (S3 mode).
-	if err == nil && ex.multipart == s3.AbortUpload && p.creatorAbort(ex) {
+	if err == nil && ex.s3.Multipart == s3.AbortUpload && p.creatorAbort(ex) {
 		p.forwardAbort(ex)
 		return
 	}
@@ -433,7 +447,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // fence, for every method (fence.ErrBadResource, ErrHopByHop), and decides
 // whether the request is a fenced write: a method (or a method-override
 // header) outside UnfencedMethods, unless it carries no token and
-// RequireToken is off.
+// RequireToken is off. In S3 mode the request is read once, as the store
+// will read it (s3.Addressing.Classify: s3.ErrAmbiguous, s3.ErrHost), and
+// S3BucketWrites applied to what it does (bucketPolicy).
 func (p *Proxy) classify(ex *exchange) error {
 	r := ex.r
 	// Read the token before ReverseProxy touches any header.
@@ -445,15 +461,6 @@ func (p *Proxy) classify(ex *exchange) error {
 		return err
 	}
 	ex.path = rawPath(r)
-	if p.s3 != nil {
-		// Every request, reads too: the proxy forwards nothing for a host it
-		// cannot map, rather than guess which object it names.
-		path, err := p.s3.Path(r.Host, ex.path)
-		if err != nil {
-			return fmt.Errorf("%w: %w", fence.ErrBadResource, err)
-		}
-		ex.path = path
-	}
 	if err := p.checkHopByHop(r); err != nil {
 		return err
 	}
@@ -461,53 +468,39 @@ func (p *Proxy) classify(ex *exchange) error {
 		return err
 	}
 	ex.fenced = !p.unfencedRequest(r) && !(errors.Is(ex.tokenErr, fence.ErrTokenMissing) && !p.opts.RequireToken)
-	if p.s3 == nil {
+	if p.s3 == nil || r.RequestURI == "*" {
 		return nil
 	}
-	if ex.fenced {
-		if err := checkQuery(r.URL.RawQuery); err != nil {
-			return err
+	// Every request, reads too: the proxy forwards nothing it cannot read
+	// as the store will, rather than guess which object it names.
+	req, err := p.s3.Classify(r, ex.path, p.tokenParam)
+	if err != nil {
+		if errors.Is(err, s3.ErrHost) {
+			err = fmt.Errorf("%w: %w", fence.ErrBadResource, err)
 		}
+		return err
 	}
-	if !strings.Contains(strings.TrimPrefix(ex.path, "/"), "/") {
-		return p.bucketWrite(ex)
-	}
-	if ex.fenced && !hasMethodOverride(r) {
-		ex.multipart, ex.uploadID = s3.MultipartOf(r.Method, ex.path, r.URL.RawQuery, p.tokenParam)
-	}
-	return nil
+	ex.s3 = req
+	return p.bucketPolicy(ex)
 }
 
-// bucketWrite applies S3BucketWrites to a request to a bucket, by the S3
-// catalogue's operation for each method it may run as (its own and any
-// override header's): a configuration write under refuse is refused
-// (errBucketWrite), with a token or without, whatever UnfencedMethods say.
-// A fenced write stays fenced (on the bucket's name) unless every operation
-// is a read, a CreateBucket (it writes no object: a job that creates its
-// bucket first must not raise the bucket's fence for the next job; fenced
-// under fence) or a configuration write under pass.
-func (p *Proxy) bucketWrite(ex *exchange) error {
-	r := ex.r
-	ms := []string{r.Method}
-	if hasMethodOverride(r) {
-		ms = methods(r)
-	}
-	unfenced := true
-	for _, m := range ms {
-		op := s3.Lookup(m, ex.path, r.URL.RawQuery, r.Header)
-		switch {
-		case op.Writes == s3.BucketConfig && p.opts.S3BucketWrites != "fence" && p.opts.S3BucketWrites != "pass":
-			return fmt.Errorf("%w: %s %s is %s (lifecycle rules, policies and ACLs can delete or expose every object in the bucket), "+
-				"refused by FENCEPROXY_S3_BUCKET_WRITES=refuse; set it to pass (unfenced) or fence (fenced on the bucket)",
-				errBucketWrite, m, op.Name, op.Writes)
-		case op.Writes == s3.Nothing,
-			op.Writes == s3.NewBucket && p.opts.S3BucketWrites != "fence",
-			op.Writes == s3.BucketConfig && p.opts.S3BucketWrites == "pass":
-		default:
-			unfenced = false
-		}
-	}
-	if unfenced {
+// bucketPolicy applies S3BucketWrites to what an S3 request does: a
+// configuration write under refuse is refused (errBucketWrite), with a
+// token or without, whatever UnfencedMethods say. A fenced write stays fenced
+// (on the bucket's name) unless it is a read, a CreateBucket (it writes no
+// object: a job that creates its bucket first must not raise the bucket's
+// fence for the next job; fenced under fence) or a configuration write under
+// pass.
+func (p *Proxy) bucketPolicy(ex *exchange) error {
+	op := ex.s3.Op
+	switch {
+	case op.Writes == s3.BucketConfig && p.opts.S3BucketWrites != "fence" && p.opts.S3BucketWrites != "pass":
+		return fmt.Errorf("%w: %s %s is %s (lifecycle rules, policies and ACLs can delete or expose every object in the bucket), "+
+			"refused by FENCEPROXY_S3_BUCKET_WRITES=refuse; set it to pass (unfenced) or fence (fenced on the bucket)",
+			errBucketWrite, ex.r.Method, op.Name, op.Writes)
+	case op.Writes == s3.Nothing && ex.s3.Key == "",
+		op.Writes == s3.NewBucket && p.opts.S3BucketWrites != "fence",
+		op.Writes == s3.BucketConfig && p.opts.S3BucketWrites == "pass":
 		ex.fenced = false
 	}
 	return nil
@@ -594,7 +587,7 @@ func checkStreamLength(r *http.Request) error {
 // from its body (deleteResources). A token error comes first, but the
 // resources are still found for the logs, without reading a body.
 func (p *Proxy) resolve(ex *exchange) error {
-	resources, err := p.resources(ex.r, ex.path)
+	resources, err := p.resources(ex)
 	ex.resources = resources
 	if ex.tokenErr != nil {
 		return ex.tokenErr
@@ -630,6 +623,9 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 		ex.hasBody = true
 		ex.in.init(r)
 		ex.body.init(ex.w, r, &ex.in, &ex.up, p.opts.UploadIdleTimeout)
+		if ex.ownValid != nil || ex.caller != nil {
+			ex.body.valid = ex.valid
+		}
 	}
 	return p.barrier.Admit(r.Context(), ex.resources, ex.token, &ex.up)
 }
@@ -640,7 +636,7 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 // in ex.in. A bodyless request that went through no barrier goes as it came.
 func (p *Proxy) forward(ex *exchange) {
 	r := ex.r
-	if !ex.admitted && !hasBody(r) && ex.multipart == s3.NotMultipart && ex.caller == nil {
+	if !ex.admitted && !hasBody(r) && ex.s3.Multipart == s3.NotMultipart && ex.caller == nil {
 		// Nothing to watch: upstreamError answers from the request alone,
 		// and the common read keeps its allocations.
 		p.rp.ServeHTTP(ex.w, r)
@@ -671,6 +667,9 @@ func (p *Proxy) forward(ex *exchange) {
 		out.Body = &ex.body
 	case hasBody(r):
 		ex.in.init(r)
+		if ex.caller != nil {
+			ex.in.valid = ex.caller.Valid
+		}
 		out.Body = &ex.in
 	}
 	p.rp.ServeHTTP(ex.w, out)
@@ -880,8 +879,8 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 	attrs := []slog.Attr{slog.String("resource", ex.resource()), slog.String("token", ex.tokenText),
 		slog.String("method", r.Method), slog.String("target", logTarget(r))}
 	var pb wire.Problem
-	switch why {
-	case errUploadCut:
+	switch {
+	case why == errUploadCut:
 		p.opts.Metrics.upstreamError("upload_cut")
 		current, _ := p.barrier.Max(ex.resource())
 		pb, _ = p.problemFor(&fence.StaleError{Resource: ex.resource(), Token: ex.token, Current: current})
@@ -891,7 +890,7 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 		ex.w.Header().Set(wire.HeaderCurrentToken, pb.CurrentToken)
 		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off by a larger token", append(attrs,
 			slog.Int("status", pb.Status), slog.String("current_token", pb.CurrentToken))...)
-	case errOwnershipEnded:
+	case why == errOwnershipEnded:
 		p.opts.Metrics.upstreamError("ownership_ended")
 		pb, _ = p.problemFor(why)
 		pb.Token = ex.tokenText
@@ -899,7 +898,14 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 		ex.w.Header().Set("Retry-After", "1")
 		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upload cut off: this replica's ownership of the shard ended", append(attrs,
 			slog.Int("status", pb.Status))...)
-	case errUploadIdle:
+	case errors.Is(why, ErrKeyRevoked):
+		p.opts.Metrics.upstreamError("key_revoked")
+		pb, _ = p.problemFor(why)
+		pb.Token = ex.tokenText
+		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upload cut off: its S3 gateway key was revoked", append(attrs,
+			slog.Int("status", pb.Status), slog.String("key_id", ex.keyID))...)
+	case why == errUploadIdle:
 		p.opts.Metrics.upstreamError("upload_timeout")
 		pb = wire.Problem{Status: http.StatusRequestTimeout, Title: "Request body timeout",
 			Detail: "no body bytes arrived within the upload idle timeout; the upload was cut off and the backend did not get it whole"}

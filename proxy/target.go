@@ -57,19 +57,6 @@ func checkTarget(r *http.Request) error {
 	}
 }
 
-// checkQuery refuses, in S3 mode, a write's raw query holding "#"
-// (fence.ErrBadResource); off mode forwards every query as sent. No client sends one (it starts a fragment, which stays with the client),
-// and a store may cut the query there while the proxy reads on: versitygw
-// runs DELETE ?X-Amz-Foo=1#&uploadId=ID, which the proxy reads as an abort,
-// as DeleteObject, and PUT /bkt?policy#, which it reads as CreateBucket, as
-// PutBucketPolicy. Send "%23" for a "#" in a value.
-func checkQuery(rawQuery string) error {
-	if strings.IndexByte(rawQuery, '#') >= 0 {
-		return fmt.Errorf("%w: raw \"#\" in the query: a store may read it as the start of a fragment and the rest of the query not at all (send \"%%23\")", fence.ErrBadResource)
-	}
-	return nil
-}
-
 func (p *Proxy) checkHopByHop(r *http.Request) error {
 	if len(r.Header.Values("Upgrade")) > 0 {
 		return fmt.Errorf("%w: protocol upgrades are not forwarded", ErrHopByHop)
@@ -134,28 +121,59 @@ func (p *Proxy) unfencedRequest(r *http.Request) bool {
 	return true
 }
 
-// resources returns the resource keys a fenced write touches: its path's
-// (path: the target's as received, or S3 mode's /{bucket}/{key}), and
-// for a WebDAV COPY or MOVE also its Destination's. fence.ErrBadResource for a
-// target the fence cannot name; ErrUnsupported and ErrFormUpload for S3
-// writes whose keys are in the body (s3.Classify), errBodyKeys in S3 mode
+// resources returns the resource keys a fenced write touches: in S3 mode
+// those of the objects it changes (s3.Request.Changes: the path's object, a
+// rename's source) or of its bucket for a bucket write, else its path's as
+// received; and for a WebDAV COPY or MOVE also its Destination's.
+// fence.ErrBadResource for a target the fence cannot name; ErrUnsupported and
+// ErrFormUpload for writes whose keys are in the body, errBodyKeys in S3 mode
 // for a DeleteObjects, whose keys deleteResources reads.
-func (p *Proxy) resources(r *http.Request, path string) ([]string, error) {
-	key, err := p.resolver.Target(path)
-	if err != nil {
-		return nil, err
-	}
-	posts := r.Method == http.MethodPost || (hasMethodOverride(r) && slices.Contains(methods(r), http.MethodPost))
-	switch s3.Classify(posts, r.URL.RawQuery, r.Header, key) {
-	case s3.BulkDelete:
-		if p.s3 != nil {
-			return []string{key}, errBodyKeys
+func (p *Proxy) resources(ex *exchange) ([]string, error) {
+	r := ex.r
+	var keys []string
+	if p.s3 == nil {
+		key, err := p.resolver.Target(ex.path)
+		if err != nil {
+			return nil, err
 		}
-		return []string{key}, ErrUnsupported
-	case s3.FormUpload:
-		return []string{key}, ErrFormUpload
+		keys = []string{key}
+		posts := r.Method == http.MethodPost || (hasMethodOverride(r) && slices.Contains(methods(r), http.MethodPost))
+		switch s3.InBody(posts, r.URL.RawQuery, r.Header, key) {
+		case s3.BulkDelete:
+			return keys, ErrUnsupported
+		case s3.FormUpload:
+			return keys, ErrFormUpload
+		}
+	} else {
+		// The bytes backends read otherwise than as a path byte ("\\", raw
+		// ";", control bytes): refused in S3 mode too.
+		if err := p.resolver.CheckTarget(ex.path); err != nil {
+			return nil, err
+		}
+		req := ex.s3
+		switch req.Op.Writes {
+		case s3.Objects:
+			return []string{req.Bucket}, errBodyKeys
+		case s3.Form:
+			return []string{req.Bucket}, ErrFormUpload
+		case s3.NewBucket, s3.BucketConfig:
+			key, err := p.resolver.Key("/" + req.Bucket)
+			if err != nil {
+				return nil, err
+			}
+			keys = []string{key}
+		}
+		for _, o := range req.Changes() {
+			key, err := p.resolver.Key("/" + o.Bucket + "/" + o.Object)
+			if err != nil {
+				return keys, err
+			}
+			keys = append(keys, key)
+		}
+		if len(keys) == 0 {
+			return nil, fmt.Errorf("%w: %s %s changes no object the fence can name", fence.ErrBadResource, r.Method, req.Op.Name)
+		}
 	}
-	keys := []string{key}
 	for _, dest := range r.Header.Values("Destination") {
 		u, err := url.Parse(dest)
 		if err != nil || !strings.HasPrefix(u.Path, "/") {
@@ -179,20 +197,21 @@ func (p *Proxy) resources(r *http.Request, path string) ([]string, error) {
 
 // deleteResources reads the body of an S3 DeleteObjects (S3 mode: POST
 // /{bucket}?delete), at most s3.MaxDeleteBody bytes and s3.MaxDeleteKeys
-// keys, and returns the resources of its keys, {bucket}/{key} resolved as the
-// path of a PUT of the key, sorted and without duplicates. The body is then
-// r's again, byte for byte (Content-MD5 and x-amz-checksum-* stay valid).
-// s3.ErrMalformedDelete for a body too large or not a Delete of 1 to 1,000
-// keys; fence.ErrBadResource for a key the resolver refuses; errBadBody when
-// the body cannot be read; errUnsupported for a ?delete POST to an object.
-// Nothing is forwarded on an error.
+// keys, and returns the resources of its keys, {bucket}/{key} with the key
+// in its alias class (s3.ObjectName) as for a PUT of the key, sorted and
+// without duplicates. The body is then r's again, byte for byte
+// (Content-MD5 and x-amz-checksum-* stay valid). s3.ErrMalformedDelete for a
+// body too large or not a Delete of 1 to 1,000 keys; fence.ErrBadResource for
+// a key the resolver refuses; s3.ErrAmbiguous for a key that names the
+// bucket to some stores ("/"); errBadBody when the body cannot be read;
+// errUnsupported for a ?delete POST to an object. Nothing is forwarded on an
+// error.
 func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
 	if ex.deleteKeys != nil { // read already (gateway mode checks the keys' grants first)
 		return ex.deleteRes, nil
 	}
 	r := ex.r
-	bucket := strings.TrimSuffix(ex.path, "/")
-	if strings.Count(bucket, "/") != 1 {
+	if ex.s3.Key != "" {
 		return nil, fmt.Errorf("%w: S3 multi-object delete (POST ?delete) is sent to a bucket, not to an object", errUnsupported)
 	}
 	if r.ContentLength > s3.MaxDeleteBody {
@@ -216,7 +235,14 @@ func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
 	}
 	resources := make([]string, 0, len(keys))
 	for _, k := range keys {
-		res, err := p.resolver.Target(s3.KeyPath(bucket, k))
+		o := s3.ObjectName(k)
+		if o == "" {
+			return nil, fmt.Errorf("%w: DeleteObjects key %.64q names the bucket to some stores", s3.ErrAmbiguous, k)
+		}
+		if err := fence.Prefix(k); err != nil { // no control bytes, as in a path
+			return nil, fmt.Errorf("key %.64q: %w", k, err)
+		}
+		res, err := p.resolver.Key("/" + ex.s3.Bucket + "/" + o)
 		if err != nil {
 			return nil, fmt.Errorf("key %.64q: %w", k, err)
 		}

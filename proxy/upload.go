@@ -39,9 +39,11 @@ type uploadBody struct {
 	// held: the upstream client reads the body ahead and sends it later
 	// (upstream.HeldBody); its end counts as sent only at Send.
 	held bool
-	// valid, in cluster mode, reports whether this replica still owns the
-	// write's shard (Ownership.Valid); nil: always.
-	valid func() bool
+	// valid reports why the write may no longer be sent, nil while it may:
+	// in cluster mode this replica's ownership of the write's shard ended
+	// (errOwnershipEnded), in gateway mode its key was revoked
+	// (ErrKeyRevoked). nil: always valid.
+	valid func() error
 
 	// Read runs on the upstream client's goroutine, which may still be
 	// reading when the exchange has already failed for another reason.
@@ -63,8 +65,10 @@ func (b *uploadBody) Hold() { b.held = true }
 // a larger token cut it off meanwhile (errUploadCut: nothing is sent). From
 // here on a backend may apply it.
 func (b *uploadBody) Send() error {
-	if b.valid != nil && !b.valid() {
-		return b.stop(errOwnershipEnded)
+	if b.valid != nil {
+		if err := b.valid(); err != nil {
+			return b.stop(err)
+		}
 	}
 	if !b.up.Send() {
 		return b.stop(errUploadCut)
@@ -84,8 +88,10 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	if b.up.State() == fence.Cut {
 		return 0, b.stop(errUploadCut)
 	}
-	if b.valid != nil && !b.valid() {
-		return 0, b.stop(errOwnershipEnded)
+	if b.valid != nil {
+		if err := b.valid(); err != nil {
+			return 0, b.stop(err)
+		}
 	}
 	n, err := b.body.Read(p)
 	if b.remaining > 0 {
@@ -104,8 +110,10 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 		// These bytes complete the body: once handed over, a backend may
 		// apply it. A held body is sent later, at Send. A replica that
 		// stalled on the read past its ownership hands nothing over.
-		if !b.held && b.valid != nil && !b.valid() {
-			return 0, b.stop(errOwnershipEnded)
+		if !b.held && b.valid != nil {
+			if err := b.valid(); err != nil {
+				return 0, b.stop(err)
+			}
 		}
 		if !b.held && !b.up.Send() {
 			return 0, b.stop(errUploadCut)
@@ -148,6 +156,9 @@ type clientBody struct {
 	// trailer is the outbound request's Trailer (set by rewrite before the
 	// upstream client reads the body): the names to copy, nil for none.
 	trailer http.Header
+	// valid, when set, reports why the body may no longer be read (a
+	// gateway key revoked): checked before every read. nil: always.
+	valid func() error
 
 	mu  sync.Mutex
 	err error
@@ -157,6 +168,16 @@ type clientBody struct {
 func (b *clientBody) init(r *http.Request) { b.body, b.in = r.Body, r }
 
 func (b *clientBody) Read(p []byte) (int, error) {
+	if b.valid != nil {
+		if err := b.valid(); err != nil {
+			b.mu.Lock()
+			if b.err == nil {
+				b.err = err
+			}
+			b.mu.Unlock()
+			return 0, err
+		}
+	}
 	n, err := b.body.Read(p)
 	switch {
 	case err == io.EOF:

@@ -2,7 +2,6 @@ package s3
 
 import (
 	"errors"
-	"net/http"
 	"testing"
 )
 
@@ -61,40 +60,6 @@ func TestAddressingPath(t *testing.T) {
 	}
 }
 
-func TestCatalogueLookup(t *testing.T) {
-	form := http.Header{"Content-Type": {"multipart/form-data; boundary=x"}}
-	for _, tc := range []struct {
-		method, path, query string
-		header              http.Header
-		want                Writes
-	}{
-		{"GET", "/b", "list-type=2", nil, Nothing},
-		{"GET", "/b", "policy", nil, Nothing},
-		{"HEAD", "/b", "", nil, Nothing},
-		{"PUT", "/b", "", nil, NewBucket},
-		{"PUT", "/b", "policy", nil, BucketConfig},
-		{"PUT", "/b", "lifecycle", nil, BucketConfig},
-		{"DELETE", "/b", "", nil, BucketConfig},
-		{"DELETE", "/b", "cors", nil, BucketConfig},
-		{"PATCH", "/b", "", nil, BucketConfig}, // unknown: a write, never a read
-		{"POST", "/b", "delete", nil, Objects},
-		{"POST", "/b", "", form, Form},
-		{"POST", "/b", "", nil, BucketConfig},
-		{"GET", "/b/k", "uploadId=1", nil, Nothing},
-		{"PUT", "/b/k", "", nil, Object},
-		{"PUT", "/b/k", "partNumber=1&uploadId=x", nil, Object},
-		{"PUT", "/b/k", "tagging", nil, Object},
-		{"DELETE", "/b/k", "uploadId=x", nil, Object},
-		{"POST", "/b/k", "uploads", nil, Object},
-		{"PROPPATCH", "/b/k", "", nil, Object},
-		{"PUT", "/b/k/deeper", "policy", nil, Object}, // a key, whatever its query
-	} {
-		if got := Lookup(tc.method, tc.path, tc.query, tc.header).Writes; got != tc.want {
-			t.Errorf("%s %s?%s: %v, want %v", tc.method, tc.path, tc.query, got, tc.want)
-		}
-	}
-}
-
 // TestAddressingPathStyleOnly: with virtual-hosted style off, a domain is
 // path style as before and {bucket}.{domain} is ErrHost.
 func TestAddressingPathStyleOnly(t *testing.T) {
@@ -114,7 +79,7 @@ func TestAddressingPathStyleOnly(t *testing.T) {
 
 // TestPathAllocs: mapping a path-style request, the common case, allocates
 // nothing per request, with or without a port in Host (a client on port 80
-// or 443 sends none), nor does looking up a PutObject in the catalogue.
+// or 443 sends none).
 func TestPathAllocs(t *testing.T) {
 	a, err := NewAddressing([]string{"s3.internal", "localhost"}, true)
 	if err != nil {
@@ -124,8 +89,5 @@ func TestPathAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { _, _ = a.Path(host, "/bkt/obj-1") }); n != 0 {
 			t.Errorf("Path(%q, /bkt/obj-1): %v allocations, want 0", host, n)
 		}
-	}
-	if n := testing.AllocsPerRun(100, func() { Lookup(http.MethodPut, "/bkt/obj-1", "", nil) }); n != 0 {
-		t.Errorf("Lookup of a PutObject: %v allocations, want 0", n)
 	}
 }

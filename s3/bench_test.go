@@ -2,6 +2,8 @@ package s3
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -29,18 +31,31 @@ func BenchmarkPath(b *testing.B) {
 	}
 }
 
-// BenchmarkLookup is the catalogue's lookup of a PutObject, the common
-// fenced write, and of a CreateBucket, which reads the whole table.
-func BenchmarkLookup(b *testing.B) {
-	h := http.Header{}
-	for _, c := range []struct{ name, method, path, query string }{
-		{"PutObject", http.MethodPut, "/bkt/obj-1", ""},
-		{"CreateBucket", http.MethodPut, "/bkt", "x-id=CreateBucket"},
+// BenchmarkClassify is the one reading of a request per request: a
+// PutObject, the common fenced write, a CreateBucket, which reads the whole
+// catalogue, and a CopyObject with its source.
+func BenchmarkClassify(b *testing.B) {
+	a, err := NewAddressing([]string{"s3.internal", "localhost"}, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, method, target string
+		header               http.Header
+	}{
+		{"PutObject", http.MethodPut, "/bkt/obj-1", http.Header{"Content-Type": {"text/plain"}, "X-Amz-Content-Sha256": {"UNSIGNED-PAYLOAD"}}},
+		{"CreateBucket", http.MethodPut, "/bkt?x-id=CreateBucket", http.Header{}},
+		{"CopyObject", http.MethodPut, "/bkt/obj-2", http.Header{"X-Amz-Copy-Source": {"/bkt/obj-1"}}},
 	} {
+		r := httptest.NewRequest(c.method, "http://localhost:8080"+c.target, nil)
+		r.Header = c.header
+		raw, _, _ := strings.Cut(c.target, "?")
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				Lookup(c.method, c.path, c.query, h)
+				if _, err := a.Classify(r, raw, nil); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

@@ -2,7 +2,6 @@ package s3
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 )
 
@@ -38,12 +37,18 @@ type Operation struct {
 	Name   string // the S3 API's names, for logs and docs
 	Method string // "" for any method not matched by an earlier row
 	Bucket bool   // the path names a bucket alone (/{bucket}), else an object
-	Query  string // a query parameter that marks the operation; "" for any query
+	// Query lists parameters (any case) of which one marks the operation;
+	// nil for any query.
+	Query []string
 	// Plain: only when the query names no sub-resource, i.e. has no
 	// parameter but those whose names start with "x-" in any case (x-id,
-	// a presigned URL's X-Amz-*, X-Fencing-Token).
+	// a presigned URL's X-Amz-*).
 	Plain  bool
 	Writes Writes
+	// Creates: the operation writes a new version of the object from the
+	// request (PutObject, CopyObject, CreateMultipartUpload), so the audit
+	// metadata goes with it.
+	Creates bool
 }
 
 // bucketConfigs are the sub-resources of a bucket's configuration (the S3
@@ -55,17 +60,25 @@ var bucketConfigs = []string{
 	"publicAccessBlock", "replication", "requestPayment", "tagging", "versioning", "website",
 }
 
-// Catalogue lists the operations in the order Lookup matches them: the
-// first row whose method, target and query parameter match.
+// objectSubresources are the sub-resources of an object's PUT that change
+// the object without writing its data: a PUT with none of them is a
+// PutObject (or CopyObject), whatever other parameters it has, since stores
+// ignore parameters they do not know.
+var objectSubresources = []string{"acl", "tagging", "retention", "legal-hold", "uploadId", "partNumber", "renameObject", "restore", "select", "torrent", "attributes"}
+
+// Catalogue lists the operations in the order lookup matches them: the
+// first row whose method, target and query match.
 var Catalogue = func() []Operation {
 	ops := []Operation{
 		{Name: "ListObjects, ListObjectsV2, ListObjectVersions, ListMultipartUploads, GetBucket* (any sub-resource)", Method: http.MethodGet, Bucket: true, Writes: Nothing},
 		{Name: "HeadBucket", Method: http.MethodHead, Bucket: true, Writes: Nothing},
-		{Name: "DeleteObjects", Method: http.MethodPost, Bucket: true, Query: "delete", Writes: Objects},
-		{Name: "PostObject (browser form upload)", Method: http.MethodPost, Bucket: true, Writes: Form},
+		{Name: "DeleteObjects", Method: http.MethodPost, Bucket: true, Query: []string{"delete"}, Writes: Objects},
+		// Stores route every other POST to a bucket to the form upload,
+		// whatever its Content-Type and query (versitygw does).
+		{Name: "PostObject (browser form upload; any other POST to a bucket)", Method: http.MethodPost, Bucket: true, Writes: Form},
 	}
 	for _, q := range bucketConfigs {
-		ops = append(ops, Operation{Name: "PutBucket*/DeleteBucket* (" + q + ")", Bucket: true, Query: q, Writes: BucketConfig})
+		ops = append(ops, Operation{Name: "PutBucket*/DeleteBucket* (" + q + ")", Bucket: true, Query: []string{q}, Writes: BucketConfig})
 	}
 	return append(ops,
 		// A PUT with a sub-resource no row above names is a configuration
@@ -75,33 +88,40 @@ var Catalogue = func() []Operation {
 		Operation{Name: "any other write to a bucket", Bucket: true, Writes: BucketConfig},
 		Operation{Name: "GetObject, GetObjectAcl, GetObjectTagging, GetObjectAttributes, ListParts, ... (any sub-resource)", Method: http.MethodGet, Writes: Nothing},
 		Operation{Name: "HeadObject", Method: http.MethodHead, Writes: Nothing},
-		Operation{Name: "PutObject, CopyObject (destination), UploadPart, UploadPartCopy, PutObjectAcl, PutObjectTagging, PutObjectRetention, PutObjectLegalHold", Method: http.MethodPut, Writes: Object},
+		Operation{Name: "UploadPart, UploadPartCopy, PutObjectAcl, PutObjectTagging, PutObjectRetention, PutObjectLegalHold, RenameObject, ...", Method: http.MethodPut,
+			Query: objectSubresources, Writes: Object},
+		Operation{Name: "PutObject, CopyObject (destination)", Method: http.MethodPut, Writes: Object, Creates: true},
 		Operation{Name: "DeleteObject, DeleteObjectTagging, AbortMultipartUpload", Method: http.MethodDelete, Writes: Object},
-		Operation{Name: "CreateMultipartUpload, CompleteMultipartUpload, RestoreObject, SelectObjectContent", Method: http.MethodPost, Writes: Object},
+		// No S3 operation: refused rather than read as a write of the path
+		// alone, in case a store reads it as a DeleteObjects of its bucket.
+		Operation{Name: "DeleteObjects sent to an object", Method: http.MethodPost, Query: []string{"delete"}, Writes: Objects},
+		Operation{Name: "CreateMultipartUpload", Method: http.MethodPost, Query: []string{"uploads"}, Writes: Object, Creates: true},
+		Operation{Name: "CompleteMultipartUpload, RestoreObject, SelectObjectContent, ...", Method: http.MethodPost, Writes: Object},
 		Operation{Name: "any other request to an object", Writes: Object},
 	)
 }()
 
-// noBucket is a write to a path that names no bucket (/): it is fenced on
-// its path, which names no resource (the proxy answers 400).
-var noBucket = Operation{Name: "a write to no bucket", Bucket: true, Writes: Object}
+// noBucket is a request to no bucket (/): ListBuckets, or a write of
+// nothing the fence can name (refused).
+var (
+	listBuckets = Operation{Name: "ListBuckets", Bucket: true, Writes: Nothing}
+	noBucket    = Operation{Name: "a write to no bucket", Bucket: true, Writes: Object}
+)
 
-// Lookup returns the catalogue's operation for a request: its method, the
-// path it names (/{bucket} or /{bucket}/{key}, as Addressing returns it),
-// its raw query and header. An operation the catalogue does not know writes
-// its target, never nothing: an object, or a bucket's configuration; a
-// write to / (no bucket) is an object write of that path.
-func Lookup(method, path, rawQuery string, header http.Header) Operation {
-	if strings.TrimPrefix(path, "/") == "" && method != http.MethodGet && method != http.MethodHead {
+// lookup returns the catalogue's operation for a request's method, target
+// (no bucket, a bucket alone, or an object) and parameters. An operation the
+// catalogue does not know writes its target, never nothing: an object, or a
+// bucket's configuration.
+func lookup(method string, none, bucket bool, q query) Operation {
+	if none {
+		if method == http.MethodGet || method == http.MethodHead {
+			return listBuckets
+		}
 		return noBucket
 	}
-	bucket := !strings.Contains(strings.TrimPrefix(path, "/"), "/")
 	for _, op := range Catalogue {
-		if op.Bucket != bucket || op.Method != "" && op.Method != method || op.Query != "" && !hasParam(rawQuery, op.Query) ||
-			op.Plain && !plainQuery(rawQuery) {
-			continue
-		}
-		if op.Writes == Form && !strings.HasPrefix(strings.ToLower(header.Get("Content-Type")), "multipart/form-data") {
+		if op.Bucket != bucket || op.Method != "" && op.Method != method || op.Query != nil && !q.hasAny(op.Query) ||
+			op.Plain && !q.plain() {
 			continue
 		}
 		return op
@@ -109,15 +129,21 @@ func Lookup(method, path, rawQuery string, header http.Header) Operation {
 	return Operation{Name: "unknown", Bucket: bucket, Writes: Object} // not reached: the last rows match any
 }
 
-// plainQuery reports whether a raw query names no sub-resource: each of its
-// parameters' names starts with "x-" in any case (split as hasParam does).
-func plainQuery(rawQuery string) bool {
-	for part := range strings.FieldsFuncSeq(rawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
-		n, _, _ := strings.Cut(part, "=")
-		if unescaped, err := url.QueryUnescape(n); err == nil {
-			n = unescaped
+// hasAny reports whether one of names is a parameter, in any case.
+func (q query) hasAny(names []string) bool {
+	for _, n := range names {
+		if q.has(n) {
+			return true
 		}
-		if len(n) < 2 || !strings.EqualFold(n[:2], "x-") {
+	}
+	return false
+}
+
+// plain reports a query that names no sub-resource: each of its parameters'
+// names starts with "x-" in any case.
+func (q query) plain() bool {
+	for _, p := range q {
+		if len(p.name) < 2 || !strings.EqualFold(p.name[:2], "x-") {
 			return false
 		}
 	}

@@ -1,7 +1,12 @@
-// Package s3 tells what an S3 REST request writes, as the fence sees it: one
-// table of request shapes whose targets are not the request path alone. The
-// proxy fences a write on its path's resource; a shape this classifier names
-// needs more (its keys are in the body) or is refused.
+// Package s3 reads S3 REST requests as S3 stores read them: the addressing
+// (path and virtual-hosted style), the catalogue of operations, and
+// Classify, which decides once, from the bytes a store will read, what a
+// request does (Request: the operation, the bucket, the objects it changes
+// or reads) or refuses a spelling that stores could read otherwise. Below
+// it: the signature (sigv4), the chunked bodies (awschunked), the gateway's
+// worker keys (keyring), the re-signing for the store (resign) and the
+// gateway that puts them together (gateway). It also holds the one table of
+// S3 error codes of the proxy's answers (errors.go).
 package s3
 
 import (
@@ -10,7 +15,8 @@ import (
 	"strings"
 )
 
-// Kind is what an S3 request writes, as far as the fence is concerned.
+// Kind is what a request to a backend that may speak S3 writes, as the
+// generic mode (FENCEPROXY_S3=off) sees it: the path, or keys in the body.
 type Kind int
 
 const (
@@ -27,10 +33,10 @@ const (
 	FormUpload
 )
 
-// Classify returns what a request writes, given whether it runs as POST (its
+// InBody returns what a request writes, given whether it runs as POST (its
 // method, or a method-override header's), its raw query, its header, and
-// its resource key (bucket first).
-func Classify(posts bool, rawQuery string, header http.Header, key string) Kind {
+// its resource key (bucket first). S3 mode reads requests with Classify.
+func InBody(posts bool, rawQuery string, header http.Header, key string) Kind {
 	if !posts {
 		return Path
 	}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"strings"
 )
 
 // Multipart is the part a request plays in an S3 multipart upload, as far as
@@ -26,7 +24,7 @@ const (
 	// /{bucket}/{key}?uploadId=ID.
 	CompleteUpload
 	// AbortUpload: AbortMultipartUpload, DELETE /{bucket}/{key}?uploadId=ID,
-	// in the strict shape MultipartOf describes.
+	// in the strict shape multipartOf describes.
 	AbortUpload
 )
 
@@ -34,78 +32,39 @@ const (
 // learn the upload's ID (S3's is a few hundred bytes).
 const MaxInitiateBody = 64 << 10
 
-// MultipartOf returns the part a request plays in a multipart upload and,
-// for Complete and Abort, the upload's ID. method is the request's (a
-// method-override header is the caller's to rule out), path is /{bucket}/{key}
-// as Addressing returns it, rawQuery the query as sent. ignored reports query
-// parameters that the store does not read (the fencing token's); nil: none.
+// multipartOf returns the part an object request plays in a multipart
+// upload and, for Complete and Abort, the upload's ID, from its method and
+// parameters (the ignored ones left out).
 //
-// A DELETE is AbortUpload only in a strict form: uploadId (so spelled) once
-// with a non-empty value, and besides it only presigned-URL authentication
-// (X-Amz-*), aws-sdk-go-v2's x-id=AbortMultipartUpload and the ignored
-// parameters; "&"-separated, no ";". Anything else with an uploadId may be
-// read by some store as DeleteObject, which destroys data, so it stays an
-// object write.
-func MultipartOf(method, path, rawQuery string, ignored func(name string) bool) (Multipart, string) {
-	if !strings.Contains(strings.TrimPrefix(path, "/"), "/") || rawQuery == "" {
-		return NotMultipart, ""
-	}
+// A DELETE is AbortUpload only in a strict form: uploadId (so spelled) with
+// a non-empty value, and besides it only presigned-URL authentication
+// (X-Amz-*) and aws-sdk-go-v2's x-id=AbortMultipartUpload. Anything else with
+// an uploadId may be read by some store as DeleteObject, which destroys
+// data, so it stays an object write.
+func multipartOf(method string, q query) (Multipart, string) {
 	switch method {
 	case http.MethodPost:
-		if hasParam(rawQuery, "uploads") {
+		if q.has("uploads") {
 			return CreateUpload, ""
 		}
-		if id, ok := uploadID(rawQuery, nil); ok {
+		if id, ok := q.get("uploadId"); ok && id != "" {
 			return CompleteUpload, id
 		}
 	case http.MethodDelete:
-		if ignored == nil {
-			ignored = func(string) bool { return false }
+		id, ok := q.get("uploadId")
+		if !ok || id == "" {
+			return NotMultipart, ""
 		}
-		if id, ok := uploadID(rawQuery, ignored); ok {
-			return AbortUpload, id
+		for _, p := range q {
+			switch {
+			case p.name == "uploadId", p.name == "x-id" && p.value == "AbortMultipartUpload", presignParam(p.name):
+			default:
+				return NotMultipart, ""
+			}
 		}
+		return AbortUpload, id
 	}
 	return NotMultipart, ""
-}
-
-// uploadID returns the uploadId of a raw query. With ignored not nil (an
-// abort) the query must have MultipartOf's strict form; else it is the
-// first uploadId, whatever surrounds it.
-func uploadID(rawQuery string, ignored func(string) bool) (string, bool) {
-	strict := ignored != nil
-	if strict && strings.Contains(rawQuery, ";") {
-		return "", false
-	}
-	var id string
-	n := 0
-	for part := range strings.SplitSeq(rawQuery, "&") {
-		k, v, _ := strings.Cut(part, "=")
-		name, err := url.QueryUnescape(k)
-		if err != nil {
-			return "", false
-		}
-		value, err := url.QueryUnescape(v)
-		if err != nil {
-			return "", false
-		}
-		switch {
-		case name == "uploadId":
-			if n++; n == 1 {
-				id = value
-			}
-		case !strict:
-		case name == "x-id" && value == "AbortMultipartUpload",
-			len(name) > 6 && strings.EqualFold(name[:6], "X-Amz-"),
-			ignored(name):
-		default:
-			return "", false
-		}
-	}
-	if id == "" || (strict && n != 1) {
-		return "", false
-	}
-	return id, true
 }
 
 // ErrNoUploadID: a CreateMultipartUpload answer without an upload ID.

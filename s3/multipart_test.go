@@ -6,46 +6,6 @@ import (
 	"testing"
 )
 
-func TestMultipartOf(t *testing.T) {
-	token := func(name string) bool { return strings.EqualFold(name, "X-Fencing-Token") }
-	cases := []struct {
-		method, path, query string
-		want                Multipart
-		id                  string
-	}{
-		{"POST", "/b/k", "uploads", CreateUpload, ""},
-		{"POST", "/b/k", "uploads=&x-id=CreateMultipartUpload", CreateUpload, ""},
-		{"POST", "/b", "uploads", NotMultipart, ""}, // a bucket
-		{"POST", "/b/k", "uploadId=abc%2Fd", CompleteUpload, "abc/d"},
-		{"POST", "/b/k", "uploadId=u&x-id=CompleteMultipartUpload", CompleteUpload, "u"},
-		{"DELETE", "/b/k", "uploadId=u", AbortUpload, "u"},
-		{"DELETE", "/b/k/deep/key", "x-id=AbortMultipartUpload&uploadId=u%2B1", AbortUpload, "u+1"},
-		{"DELETE", "/b/k", "uploadId=u&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ab&x-amz-date=1", AbortUpload, "u"},
-		{"DELETE", "/b/k", "uploadId=u&X-Fencing-Token=41", AbortUpload, "u"},
-		{"DELETE", "/b/k", "uploadId=u&versionId=v", NotMultipart, ""},
-		{"DELETE", "/b/k", "uploadId=u&x-id=DeleteObject", NotMultipart, ""},
-		{"DELETE", "/b/k", "uploadId=u&uploadId=u", NotMultipart, ""},
-		{"DELETE", "/b/k", "uploadId=u;a=b", NotMultipart, ""},
-		{"DELETE", "/b/k", "uploadid=u", NotMultipart, ""},
-		{"DELETE", "/b/k", "uploadId=", NotMultipart, ""},
-		{"DELETE", "/b/k", "uploadId=%zz", NotMultipart, ""},
-		{"DELETE", "/b/k", "X-Amz-=1&uploadId=u", NotMultipart, ""},
-		{"DELETE", "/b/k", "", NotMultipart, ""},
-		{"DELETE", "/b", "uploadId=u", NotMultipart, ""},
-		{"PUT", "/b/k", "uploadId=u&partNumber=1", NotMultipart, ""},
-	}
-	for _, c := range cases {
-		got, id := MultipartOf(c.method, c.path, c.query, token)
-		if got != c.want || id != c.id {
-			t.Errorf("MultipartOf(%s %s?%s) = %d, %q; want %d, %q", c.method, c.path, c.query, got, id, c.want, c.id)
-		}
-	}
-	// Without ignored parameters, the token in the query is another parameter.
-	if got, _ := MultipartOf("DELETE", "/b/k", "uploadId=u&X-Fencing-Token=41", nil); got != NotMultipart {
-		t.Errorf("with ignored nil, an abort with the token in its query = %d, want NotMultipart", got)
-	}
-}
-
 func TestInitiatedUpload(t *testing.T) {
 	ok := `<?xml version="1.0" encoding="UTF-8"?>` + "\n" +
 		`<InitiateMultipartUploadResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Bucket>b</Bucket><Key>k</Key><UploadId>VXBs&amp;b2Fk</UploadId></InitiateMultipartUploadResult>`

@@ -29,6 +29,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/shard"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
@@ -531,7 +532,7 @@ func (c *cluster) refuse(w http.ResponseWriter, r *http.Request, p wire.Problem)
 // the proxy listener, else a problem.
 func (c *cluster) writeProblem(w http.ResponseWriter, r *http.Request, p wire.Problem) {
 	if c.cfg.S3 != "off" && r.Context().Value(peerTargetKey{}) == "proxy" {
-		wire.WriteS3Error(w, p.Status, wire.S3ErrorOf(p, r.URL.Path))
+		s3.WriteError(w, p.Status, s3.ErrorOf(p, r.URL.Path))
 		return
 	}
 	wire.WriteProblem(w, p)

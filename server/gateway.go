@@ -7,9 +7,9 @@ import (
 	"strings"
 
 	"github.com/fenceproxy/fenceproxy/config"
-	"github.com/fenceproxy/fenceproxy/s3gateway"
-	"github.com/fenceproxy/fenceproxy/s3keys"
-	"github.com/fenceproxy/fenceproxy/s3resign"
+	"github.com/fenceproxy/fenceproxy/s3/gateway"
+	"github.com/fenceproxy/fenceproxy/s3/keyring"
+	"github.com/fenceproxy/fenceproxy/s3/resign"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -17,12 +17,12 @@ import (
 // keys, re-read until ctx ends; the store's credentials from the AWS default
 // chain, retrieved once now so that a missing one fails the start; and the
 // signer for the store at FENCEPROXY_UPSTREAM.
-func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger) (*s3gateway.Gateway, error) {
-	keys, err := s3keys.Watch(ctx, cfg.S3CredentialsFile, 0, log)
+func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger) (*gateway.Gateway, error) {
+	keys, err := keyring.Watch(ctx, cfg.S3CredentialsFile, 0, log)
 	if err != nil {
 		return nil, fmt.Errorf("FENCEPROXY_S3_CREDENTIALS_FILE: %w", err)
 	}
-	creds, err := s3resign.DefaultCredentials(ctx, cfg.S3Region)
+	creds, err := resign.DefaultCredentials(ctx, cfg.S3Region)
 	if err != nil {
 		return nil, err
 	}
@@ -35,9 +35,9 @@ func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger) (*s3ga
 	}
 	token := strings.ToLower(cfg.TokenHeader)
 	signature := strings.ToLower(wire.HeaderSignature)
-	signer := &s3resign.Signer{Endpoint: cfg.Upstream, Region: cfg.S3Region, VirtualHosted: cfg.S3StoreStyle == "virtual",
+	signer := &resign.Signer{Endpoint: cfg.Upstream, Region: cfg.S3Region, VirtualHosted: cfg.S3StoreStyle == "virtual",
 		Credentials: creds, Dropped: func(name string) bool { return name == token || name == signature }}
 	log.Info("S3 gateway mode", "store_key", c.AccessKeyID, "store_credentials_source", c.Source, "region", cfg.S3Region,
 		"store_style", cfg.S3StoreStyle, "worker_keys", keys.Keys().Len(), "token_metadata", cfg.S3TokenMetadata)
-	return s3gateway.New(s3gateway.Options{Keys: keys, Region: cfg.S3Region, Signer: signer, TokenMetadata: cfg.S3TokenMetadata})
+	return gateway.New(gateway.Options{Keys: keys, Region: cfg.S3Region, Signer: signer, TokenMetadata: cfg.S3TokenMetadata})
 }

@@ -15,7 +15,7 @@ import (
 const gwSecret3 = "worker3-secret-0123456789abcdef"
 
 // rotationBound is how soon a change of the credentials file takes effect:
-// s3keys re-reads it every 5 s; the rest is margin for a loaded machine.
+// s3/keyring re-reads it every 5 s; the rest is margin for a loaded machine.
 const rotationBound = 5*time.Second + 2*time.Second
 
 // TestS3GatewayRotation rewrites the workers' credentials file while the

@@ -45,6 +45,7 @@ const (
 	ReasonMissing      = "missing"       // 428: a fenced write without a token
 	ReasonMalformed    = "malformed"     // 400: the token is not a canonical decimal up to 2^63-1, or given twice
 	ReasonBadResource  = "bad_resource"  // 400: the target names no fenceable resource
+	ReasonAmbiguous    = "ambiguous"     // 400: S3 mode, a spelling a store could read as another operation or object
 	ReasonHopByHop     = "hop_by_hop"    // 400: a hop-by-hop header or an upgrade would skip the fence
 	ReasonUnsupported  = "unsupported"   // 400: a write whose targets the proxy cannot see
 	ReasonBadBody      = "bad_body"      // 400: the request body broke its framing or ended early; the backend did not get it whole
@@ -111,9 +112,9 @@ type Problem struct {
 	Standby string     `json:"standby,omitempty"`
 
 	// S3Code, when set, is the S3 error code of the answer in S3 modes in
-	// place of the reason's (S3ErrorCode): S3 gateway mode's refusals of a
-	// signature or a grant (SignatureDoesNotMatch, AccessDenied, ...). Not
-	// part of the problem+json body.
+	// place of the reason's (s3.Code, the one table: S3 gateway mode's
+	// refusals of a signature or a grant have their own). Not part of the
+	// problem+json body.
 	S3Code string `json:"-"`
 }
 

@@ -1,10 +1,10 @@
-// Package s3resign makes a worker's verified S3 request the store's: it
+// Package resign makes a worker's verified S3 request the store's: it
 // addresses the store's endpoint, keeps only what the worker signed (and the
 // framing), and signs the result with the proxy's own credentials
 // (aws-sdk-go-v2's v4 signer). It is the outbound half of gateway mode
 // (FENCEPROXY_S3=resign), where the proxy is the only holder of the store's
 // credentials; the inbound half verifies the worker's signature first.
-package s3resign
+package resign
 
 import (
 	"context"
@@ -38,8 +38,9 @@ var neverForwarded = map[string]bool{
 
 // framing are header names (lower case) forwarded whether signed or not:
 // how the body is framed, which the store needs to read it. Of an unsigned
-// Content-Encoding only the aws-chunked coding is framing; any other (gzip)
-// would be stored as the object's metadata, so it is dropped.
+// Content-Encoding only the aws-chunked coding of a streaming payload
+// (STREAMING-*) is framing; any other coding (gzip), and aws-chunked on any
+// other payload, would be stored as the object's metadata, so it is dropped.
 var framing = []string{"content-encoding", "x-amz-decoded-content-length", "x-amz-trailer", "expect"}
 
 // awsChunked is the Content-Encoding of an aws-chunked (streaming) body.
@@ -85,7 +86,7 @@ type Request struct {
 }
 
 // ErrBucket: a bucket name the store's address cannot carry.
-var ErrBucket = errors.New("s3resign: bad bucket name")
+var ErrBucket = errors.New("resign: bad bucket name")
 
 // hostLabel reports a bucket name that is a valid part of a host name:
 // lower-case letters, digits, '-' and '.', starting and ending with a letter
@@ -105,7 +106,7 @@ func hostLabel(b string) bool {
 
 // ErrQuery: a query that does not parse or repeats a parameter (the store
 // would read it otherwise than it was verified and checked).
-var ErrQuery = errors.New("s3resign: query does not parse or repeats a parameter")
+var ErrQuery = errors.New("resign: query does not parse or repeats a parameter")
 
 // Rewrite makes out, a copy of the worker's request (as
 // httputil.ProxyRequest.Out), the store's request for in: the store's URL in
@@ -172,6 +173,12 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	}
 	if ce, ok := h["Content-Encoding"]; ok && !signedCE {
 		delete(h, "Content-Encoding")
+		// aws-chunked is framing only of a streaming payload; on any other
+		// the store would keep it as the object's Content-Encoding, which
+		// the worker did not sign.
+		if !strings.HasPrefix(in.PayloadHash, "STREAMING-") {
+			ce = nil
+		}
 		for _, v := range ce {
 			for c := range strings.SplitSeq(v, ",") {
 				if strings.EqualFold(strings.TrimSpace(c), awsChunked) {
@@ -191,7 +198,7 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 
 	creds, err := s.Credentials.Retrieve(ctx)
 	if err != nil {
-		return fmt.Errorf("s3resign: the store's credentials: %w", err)
+		return fmt.Errorf("resign: the store's credentials: %w", err)
 	}
 	now := time.Now
 	if s.Now != nil {
@@ -200,7 +207,7 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	// S3 signs the path as sent, escaped once (escapePath), not twice.
 	s.once.Do(func() { s.signer = v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }) })
 	if err := s.signer.SignHTTP(ctx, creds, out, in.PayloadHash, "s3", s.Region, now()); err != nil {
-		return fmt.Errorf("s3resign: signing: %w", err)
+		return fmt.Errorf("resign: signing: %w", err)
 	}
 	for k, v := range unsigned {
 		out.Header[k] = v

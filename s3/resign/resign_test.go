@@ -1,4 +1,4 @@
-package s3resign_test
+package resign_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fenceproxy/fenceproxy/internal/s3backend"
-	"github.com/fenceproxy/fenceproxy/s3resign"
+	"github.com/fenceproxy/fenceproxy/s3/resign"
 )
 
 // workerPut is a worker's PUT to the proxy as it arrives (aws-sdk-go-v2 signs
@@ -92,11 +92,11 @@ func TestRewriteToVersitygw(t *testing.T) {
 		{"virtual-hosted", true, "dir/ünï code/%41.txt"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := &s3resign.Signer{Region: s3backend.Region, Credentials: creds, VirtualHosted: c.virtual, Dropped: dropped}
+			s := &resign.Signer{Region: s3backend.Region, Credentials: creds, VirtualHosted: c.virtual, Dropped: dropped}
 			s.Endpoint, _ = url.Parse("http://localhost:" + port)
 			in := workerPut(t, "http://proxy.internal:8080/jobs/x?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=00&X-Fencing-Token=41", "body of "+c.name)
 			out := in.Clone(ctx)
-			if err := s.Rewrite(ctx, out, s3resign.Request{Bucket: "jobs", Key: c.key, SignedHeaders: workerSigned,
+			if err := s.Rewrite(ctx, out, resign.Request{Bucket: "jobs", Key: c.key, SignedHeaders: workerSigned,
 				PayloadHash: in.Header.Get("X-Amz-Content-Sha256")}); err != nil {
 				t.Fatal(err)
 			}
@@ -129,10 +129,10 @@ func TestRewriteToVersitygw(t *testing.T) {
 	}
 
 	// A list with a prefix that needs escaping, a read with no body.
-	s := &s3resign.Signer{Endpoint: endpoint, Region: s3backend.Region, Credentials: creds, Dropped: dropped}
+	s := &resign.Signer{Endpoint: endpoint, Region: s3backend.Region, Credentials: creds, Dropped: dropped}
 	in, _ := http.NewRequest(http.MethodGet, "http://proxy.internal:8080/jobs?list-type=2&prefix=dir%2Fa%20b", nil)
 	out := in.Clone(ctx)
-	if err := s.Rewrite(ctx, out, s3resign.Request{Bucket: "jobs", SignedHeaders: []string{"host"}, PayloadHash: "UNSIGNED-PAYLOAD"}); err != nil {
+	if err := s.Rewrite(ctx, out, resign.Request{Bucket: "jobs", SignedHeaders: []string{"host"}, PayloadHash: "UNSIGNED-PAYLOAD"}); err != nil {
 		t.Fatal(err)
 	}
 	status, body := sendTo(t, addr, out)
@@ -156,16 +156,16 @@ func TestRewriteToVersitygw(t *testing.T) {
 // included) is the worker's and never reaches the store.
 func TestRewriteVirtualHostedBucketName(t *testing.T) {
 	endpoint, _ := url.Parse("https://s3.example.com")
-	s := &s3resign.Signer{Endpoint: endpoint, Region: "us-east-1", VirtualHosted: true,
+	s := &resign.Signer{Endpoint: endpoint, Region: "us-east-1", VirtualHosted: true,
 		Credentials: credentials.NewStaticCredentialsProvider("STORE", "store-secret", "")}
 	for _, b := range []string{"evil.com:443/", "Caps", "a", "-x-", "x/y", "x@y"} {
 		out, _ := http.NewRequest(http.MethodGet, "http://proxy/x", nil)
-		if err := s.Rewrite(context.Background(), out, s3resign.Request{Bucket: b, Key: "k", SignedHeaders: []string{"host"}, PayloadHash: "UNSIGNED-PAYLOAD"}); !errors.Is(err, s3resign.ErrBucket) {
+		if err := s.Rewrite(context.Background(), out, resign.Request{Bucket: b, Key: "k", SignedHeaders: []string{"host"}, PayloadHash: "UNSIGNED-PAYLOAD"}); !errors.Is(err, resign.ErrBucket) {
 			t.Errorf("bucket %q: %v (URL %s); want ErrBucket", b, err, out.URL)
 		}
 	}
 	out, _ := http.NewRequest(http.MethodGet, "http://proxy/jobs/k?X-Amz-Content-Sha256=x&x-amz-foo=1&versionId=v", nil)
-	if err := s.Rewrite(context.Background(), out, s3resign.Request{Bucket: "jobs", Key: "k", SignedHeaders: []string{"host"}, PayloadHash: "UNSIGNED-PAYLOAD"}); err != nil {
+	if err := s.Rewrite(context.Background(), out, resign.Request{Bucket: "jobs", Key: "k", SignedHeaders: []string{"host"}, PayloadHash: "UNSIGNED-PAYLOAD"}); err != nil {
 		t.Fatal(err)
 	}
 	if out.URL.Host != "jobs.s3.example.com" || out.URL.RawQuery != "versionId=v" {

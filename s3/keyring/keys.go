@@ -1,4 +1,4 @@
-// Package s3keys holds the worker credentials of the S3 gateway: which access
+// Package keyring holds the worker credentials of the S3 gateway: which access
 // key ids may sign requests to the proxy, their secrets (for SigV4
 // verification), and what each key may do (buckets and key prefixes, read
 // and/or write). Everything not granted is denied.
@@ -15,7 +15,7 @@
 // (keys[1].grants[0].access); no error or log line of this package holds a
 // secret. Watch loads the file and re-reads it while the proxy runs (a
 // Kubernetes Secret volume updates in place).
-package s3keys
+package keyring
 
 import (
 	"slices"
@@ -136,9 +136,11 @@ func (k *Keys) Allowed(id, bucket, key string, write bool) bool {
 // ListObjectVersions or ListMultipartUploads; "" when absent): a read grant
 // on bucket whose prefix starts listPrefix, so that everything the listing
 // can return is granted. A key granted "jobs/" may list "jobs/" and
-// "jobs/2024/", not "jobs" (it would show "jobsX") nor the whole bucket.
+// "jobs/2024/", not "jobs" (it would show "jobsX") nor the whole bucket. A
+// prefix with a "." or ".." segment ("jobs/../") is refused: a posix store
+// lists the directory it resolves to.
 func (k *Keys) AllowedList(id, bucket, listPrefix string) bool {
-	if k == nil || bucket == "" {
+	if k == nil || bucket == "" || hasDotSegment(listPrefix) {
 		return false
 	}
 	for _, g := range k.byID[id].grants {

@@ -1,4 +1,4 @@
-package s3resign_test
+package resign_test
 
 import (
 	"context"
@@ -17,23 +17,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fenceproxy/fenceproxy/internal/s3backend"
-	"github.com/fenceproxy/fenceproxy/s3keys"
-	"github.com/fenceproxy/fenceproxy/s3resign"
+	"github.com/fenceproxy/fenceproxy/s3/keyring"
+	"github.com/fenceproxy/fenceproxy/s3/resign"
 )
 
 // storeSigner is a path-style Signer for backend with its root credentials.
-func storeSigner(backend *s3backend.Server) (*s3resign.Signer, string) {
+func storeSigner(backend *s3backend.Server) (*resign.Signer, string) {
 	endpoint, _ := url.Parse(backend.URL)
 	creds := credentials.NewStaticCredentialsProvider(backend.AccessKey, backend.SecretKey, "")
-	return &s3resign.Signer{Endpoint: endpoint, Region: s3backend.Region, Credentials: creds}, endpoint.Host
+	return &resign.Signer{Endpoint: endpoint, Region: s3backend.Region, Credentials: creds}, endpoint.Host
 }
 
-// TestGrantedKeysStayInTheirPrefix: every key s3keys grants under "jobs/"
+// TestGrantedKeysStayInTheirPrefix: every key s3/keyring grants under "jobs/"
 // is written by versitygw (posix) under jobs/, whatever dot segments or
 // slashes it holds. versitygw resolves "jobs/../x" as a path and writes x,
 // outside the grant.
 func TestGrantedKeysStayInTheirPrefix(t *testing.T) {
-	keys, err := s3keys.Parse([]byte(`keys:
+	keys, err := keyring.Parse([]byte(`keys:
   - {access_key_id: w1, secret_access_key: "0123456789abcdef", grants: [{bucket: bkt, prefix: "jobs/", access: readwrite}]}
 `))
 	if err != nil {
@@ -49,7 +49,7 @@ func TestGrantedKeysStayInTheirPrefix(t *testing.T) {
 		}
 		in := workerPut(t, "http://proxy.internal:8080/bkt/k", "body of "+key)
 		out := in.Clone(ctx)
-		if err := s.Rewrite(ctx, out, s3resign.Request{Bucket: "bkt", Key: key, SignedHeaders: []string{"host"},
+		if err := s.Rewrite(ctx, out, resign.Request{Bucket: "bkt", Key: key, SignedHeaders: []string{"host"},
 			PayloadHash: in.Header.Get("X-Amz-Content-Sha256")}); err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestRewriteRefusesRepeatedParameters(t *testing.T) {
 	for _, key := range []string{"jobs/a", "secret/b"} {
 		in := workerPut(t, "http://proxy.internal:8080/bkt/k", "x")
 		out := in.Clone(ctx)
-		if err := s.Rewrite(ctx, out, s3resign.Request{Bucket: "bkt", Key: key, SignedHeaders: []string{"host"}, PayloadHash: in.Header.Get("X-Amz-Content-Sha256")}); err != nil {
+		if err := s.Rewrite(ctx, out, resign.Request{Bucket: "bkt", Key: key, SignedHeaders: []string{"host"}, PayloadHash: in.Header.Get("X-Amz-Content-Sha256")}); err != nil {
 			t.Fatal(err)
 		}
 		if status, body := sendTo(t, addr, out); status != http.StatusOK {
@@ -92,8 +92,8 @@ func TestRewriteRefusesRepeatedParameters(t *testing.T) {
 		in, _ := http.NewRequest(http.MethodGet, "http://proxy.internal:8080/bkt?"+q, nil)
 		checked := in.URL.Query().Get("prefix")
 		out := in.Clone(ctx)
-		err := s.Rewrite(ctx, out, s3resign.Request{Bucket: "bkt", SignedHeaders: []string{"host"}, PayloadHash: "UNSIGNED-PAYLOAD"})
-		if errors.Is(err, s3resign.ErrQuery) {
+		err := s.Rewrite(ctx, out, resign.Request{Bucket: "bkt", SignedHeaders: []string{"host"}, PayloadHash: "UNSIGNED-PAYLOAD"})
+		if errors.Is(err, resign.ErrQuery) {
 			continue
 		}
 		if err != nil {
@@ -115,8 +115,9 @@ func listed(body string) []string {
 
 // TestRewriteDropsUnsignedHeadersOfTheBody: an HTTP trailer (never signed:
 // S3's trailers travel inside an aws-chunked body) does not reach the store,
-// and of an unsigned Content-Encoding only aws-chunked does; a gzip the
-// worker did not sign was stored as the object's Content-Encoding.
+// and of an unsigned Content-Encoding only aws-chunked of a streaming payload
+// does; a gzip the worker did not sign, or an aws-chunked on a payload that
+// is not a stream, was stored as the object's Content-Encoding.
 func TestRewriteDropsUnsignedHeadersOfTheBody(t *testing.T) {
 	ctx := context.Background()
 	t.Run("trailers", func(t *testing.T) {
@@ -127,13 +128,13 @@ func TestRewriteDropsUnsignedHeadersOfTheBody(t *testing.T) {
 		}))
 		defer store.Close()
 		endpoint, _ := url.Parse(store.URL)
-		s := &s3resign.Signer{Endpoint: endpoint, Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("store", "store-secret", "")}
+		s := &resign.Signer{Endpoint: endpoint, Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("store", "store-secret", "")}
 		in := workerPut(t, "http://proxy.internal:8080/bkt/k", "body")
 		// A chunked request, as one with trailers arrives.
 		in.Body, in.ContentLength = io.NopCloser(strings.NewReader("body")), -1
 		in.Trailer = http.Header{"X-Amz-Acl": {"public-read"}, "X-Amz-Meta-Evil": {"1"}}
 		out := in.Clone(ctx)
-		if err := s.Rewrite(ctx, out, s3resign.Request{Bucket: "bkt", Key: "k", SignedHeaders: []string{"host"}, PayloadHash: in.Header.Get("X-Amz-Content-Sha256")}); err != nil {
+		if err := s.Rewrite(ctx, out, resign.Request{Bucket: "bkt", Key: "k", SignedHeaders: []string{"host"}, PayloadHash: in.Header.Get("X-Amz-Content-Sha256")}); err != nil {
 			t.Fatal(err)
 		}
 		if status, body := sendTo(t, endpoint.Host, out); status != http.StatusOK {
@@ -153,6 +154,10 @@ func TestRewriteDropsUnsignedHeadersOfTheBody(t *testing.T) {
 		}{
 			{"gzip", "", ""},
 			{"gzip", "content-encoding", "gzip"},
+			// aws-chunked is framing of a streaming payload only; on a hex
+			// payload hash it was forwarded, signed by the proxy and stored.
+			{"gzip, aws-chunked", "", ""},
+			{"aws-chunked", "", ""},
 		} {
 			in := workerPut(t, "http://proxy.internal:8080/bkt/k", "body")
 			in.Header.Set("Content-Encoding", c.sent)
@@ -161,7 +166,7 @@ func TestRewriteDropsUnsignedHeadersOfTheBody(t *testing.T) {
 				signed = append(signed, c.signed)
 			}
 			out := in.Clone(ctx)
-			if err := s.Rewrite(ctx, out, s3resign.Request{Bucket: "bkt", Key: "ce", SignedHeaders: signed, PayloadHash: in.Header.Get("X-Amz-Content-Sha256")}); err != nil {
+			if err := s.Rewrite(ctx, out, resign.Request{Bucket: "bkt", Key: "ce", SignedHeaders: signed, PayloadHash: in.Header.Get("X-Amz-Content-Sha256")}); err != nil {
 				t.Fatal(err)
 			}
 			if status, body := sendTo(t, addr, out); status != http.StatusOK {
@@ -182,7 +187,7 @@ func TestRewriteDropsUnsignedHeadersOfTheBody(t *testing.T) {
 		in := workerPut(t, "http://proxy.internal:8080/bkt/k", "body")
 		in.Header.Set("Content-Encoding", "gzip, aws-chunked")
 		out := in.Clone(ctx)
-		if err := s.Rewrite(ctx, out, s3resign.Request{Bucket: "bkt", Key: "k", SignedHeaders: []string{"host"}, PayloadHash: "STREAMING-UNSIGNED-PAYLOAD-TRAILER"}); err != nil {
+		if err := s.Rewrite(ctx, out, resign.Request{Bucket: "bkt", Key: "k", SignedHeaders: []string{"host"}, PayloadHash: "STREAMING-UNSIGNED-PAYLOAD-TRAILER"}); err != nil {
 			t.Fatal(err)
 		}
 		if got := out.Header.Values("Content-Encoding"); len(got) != 1 || got[0] != "aws-chunked" {

@@ -1,4 +1,4 @@
-package s3resign
+package resign
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 func DefaultCredentials(ctx context.Context, region string) (aws.CredentialsProvider, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(region))
 	if err != nil {
-		return nil, fmt.Errorf("s3resign: the AWS default credential chain: %w", err)
+		return nil, fmt.Errorf("resign: the AWS default credential chain: %w", err)
 	}
 	return cfg.Credentials, nil
 }

@@ -1,4 +1,4 @@
-package s3keys_test
+package keyring_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/s3keys"
+	"github.com/fenceproxy/fenceproxy/s3/keyring"
 )
 
 // logBuf is a slog JSON sink that tests read while the poller writes.
@@ -66,7 +66,7 @@ func replace(t *testing.T, path, content string) {
 	}
 }
 
-func allowed(s *s3keys.Store, id string) bool { return s.Allowed(id, "reports", "jobs/a", true) }
+func allowed(s *keyring.Store, id string) bool { return s.Allowed(id, "reports", "jobs/a", true) }
 
 func checkNoSecret(t *testing.T, logs *logBuf) {
 	t.Helper()
@@ -84,7 +84,7 @@ func TestWatchRotation(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "credentials.yaml")
 		replace(t, path, file("worker1", "worker2"))
 		log, logs := newLog()
-		s, err := s3keys.Watch(ctx, path, 0, log) // 0: DefaultEvery
+		s, err := keyring.Watch(ctx, path, 0, log) // 0: DefaultEvery
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,12 +97,12 @@ func TestWatchRotation(t *testing.T) {
 		}
 
 		// The worst case: the file changes just after a read.
-		time.Sleep(s3keys.DefaultEvery)
+		time.Sleep(keyring.DefaultEvery)
 		synctest.Wait()
 		time.Sleep(time.Nanosecond)
 		replace(t, path, file("worker1", "worker3"))
 		changed := time.Now()
-		time.Sleep(s3keys.DefaultEvery - 2*time.Nanosecond)
+		time.Sleep(keyring.DefaultEvery - 2*time.Nanosecond)
 		synctest.Wait()
 		if !allowed(s, "worker2") {
 			t.Fatal("reloaded before a read was due")
@@ -110,9 +110,9 @@ func TestWatchRotation(t *testing.T) {
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
 		if allowed(s, "worker2") {
-			t.Fatalf("worker2 still allowed %v after it was removed (every %v)", time.Since(changed), s3keys.DefaultEvery)
+			t.Fatalf("worker2 still allowed %v after it was removed (every %v)", time.Since(changed), keyring.DefaultEvery)
 		}
-		t.Logf("worker2 refused %v after its removal (every %v)", time.Since(changed), s3keys.DefaultEvery)
+		t.Logf("worker2 refused %v after its removal (every %v)", time.Since(changed), keyring.DefaultEvery)
 		if _, ok := s.Secret("worker2"); ok {
 			t.Fatal("Secret(worker2) still found")
 		}
@@ -128,7 +128,7 @@ func TestWatchRotation(t *testing.T) {
 
 		// Content unchanged: no reload.
 		at := s.LastReload()
-		time.Sleep(3 * s3keys.DefaultEvery)
+		time.Sleep(3 * keyring.DefaultEvery)
 		synctest.Wait()
 		if s.LastReload() != at || logs.count("reloaded") != 1 {
 			t.Fatalf("an unchanged file was loaded again:\n%s", logs)
@@ -137,7 +137,7 @@ func TestWatchRotation(t *testing.T) {
 		// A rotated secret adds and removes no id: the log names the key as
 		// changed, never the secret.
 		replace(t, path, strings.Replace(file("worker1", "worker3"), sec+"-worker1", sec+"-worker1-rotated", 1))
-		time.Sleep(s3keys.DefaultEvery)
+		time.Sleep(keyring.DefaultEvery)
 		synctest.Wait()
 		if got, _ := s.Secret("worker1"); got != sec+"-worker1-rotated" {
 			t.Fatal("worker1's new secret not in use")
@@ -157,7 +157,7 @@ func TestWatchBrokenFileKeepsTheLastGoodKeys(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "credentials.yaml")
 		replace(t, path, file("worker1"))
 		log, logs := newLog()
-		s, err := s3keys.Watch(ctx, path, every, log)
+		s, err := keyring.Watch(ctx, path, every, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestWatchBrokenFileKeepsTheLastGoodKeys(t *testing.T) {
 		if allowed(s, "worker2") {
 			t.Fatal("a key of an invalid file is in use")
 		}
-		var ve *s3keys.ValidationError
+		var ve *keyring.ValidationError
 		if err := s.LastError(); !errors.As(err, &ve) || !strings.Contains(err.Error(), `keys[1].grants[0].access: "rw" is not read, write or readwrite`) {
 			t.Fatalf("LastError = %v", err)
 		}
@@ -229,18 +229,18 @@ func TestWatchBrokenFileKeepsTheLastGoodKeys(t *testing.T) {
 
 func TestWatchStart(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := s3keys.Watch(t.Context(), filepath.Join(dir, "none.yaml"), time.Second, nil); !errors.Is(err, os.ErrNotExist) {
+	if _, err := keyring.Watch(t.Context(), filepath.Join(dir, "none.yaml"), time.Second, nil); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a missing file: %v", err)
 	}
 	path := filepath.Join(dir, "bad.yaml")
 	replace(t, path, "keys:\n"+key("worker1", marker+"short", okGrants))
-	_, err := s3keys.Watch(t.Context(), path, time.Second, nil)
-	var ve *s3keys.ValidationError
+	_, err := keyring.Watch(t.Context(), path, time.Second, nil)
+	var ve *keyring.ValidationError
 	if !errors.As(err, &ve) || strings.Contains(err.Error(), marker) || !strings.Contains(err.Error(), "keys[0].secret_access_key: shorter than 16") {
 		t.Fatalf("an invalid file: %v", err)
 	}
-	replace(t, path, strings.Repeat("#", s3keys.MaxFileSize+1))
-	if _, err := s3keys.Watch(t.Context(), path, time.Second, nil); err == nil || !strings.Contains(err.Error(), "larger than") {
+	replace(t, path, strings.Repeat("#", keyring.MaxFileSize+1))
+	if _, err := keyring.Watch(t.Context(), path, time.Second, nil); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("a large file: %v", err)
 	}
 }
@@ -291,7 +291,7 @@ func TestWatchKubernetesSecretVolume(t *testing.T) {
 	k := &kubeSecret{dir: t.TempDir()}
 	k.write(t, file("worker1", "worker2"))
 	log, logs := newLog()
-	s, err := s3keys.Watch(ctx, filepath.Join(k.dir, "credentials.yaml"), every, log)
+	s, err := keyring.Watch(ctx, filepath.Join(k.dir, "credentials.yaml"), every, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestWatchConcurrentReads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "credentials.yaml")
 	versions := []string{file("worker1", "a1", "a2"), file("worker2", "b1", "b2")}
 	replace(t, path, versions[0])
-	s, err := s3keys.Watch(ctx, path, time.Millisecond, nil)
+	s, err := keyring.Watch(ctx, path, time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

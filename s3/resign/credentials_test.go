@@ -1,11 +1,11 @@
-package s3resign_test
+package resign_test
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/fenceproxy/fenceproxy/s3resign"
+	"github.com/fenceproxy/fenceproxy/s3/resign"
 )
 
 // TestDefaultCredentials: the chain finds the store's key in the
@@ -24,7 +24,7 @@ func TestDefaultCredentials(t *testing.T) {
 	}
 	get := func() (string, error) {
 		t.Helper()
-		p, err := s3resign.DefaultCredentials(t.Context(), "us-east-1")
+		p, err := resign.DefaultCredentials(t.Context(), "us-east-1")
 		if err != nil {
 			t.Fatal(err)
 		}

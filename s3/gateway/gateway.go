@@ -1,9 +1,9 @@
-// Package s3gateway is fenceproxy's S3 gateway mode (FENCEPROXY_S3=resign):
-// workers sign their requests with keys of the proxy (s3keys), the proxy
+// Package gateway is fenceproxy's S3 gateway mode (FENCEPROXY_S3=resign):
+// workers sign their requests with keys of the proxy (s3/keyring), the proxy
 // verifies each signature (sigv4) and grant, and signs what it forwards with
-// the store's own credentials (s3resign), so that it is the only holder of
+// the store's own credentials (s3/resign), so that it is the only holder of
 // those. It implements proxy.S3Gateway.
-package s3gateway
+package gateway
 
 import (
 	"context"
@@ -11,30 +11,31 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/awschunked"
 	"github.com/fenceproxy/fenceproxy/proxy"
-	"github.com/fenceproxy/fenceproxy/s3keys"
-	"github.com/fenceproxy/fenceproxy/s3resign"
-	"github.com/fenceproxy/fenceproxy/sigv4"
+	"github.com/fenceproxy/fenceproxy/s3"
+	"github.com/fenceproxy/fenceproxy/s3/awschunked"
+	"github.com/fenceproxy/fenceproxy/s3/keyring"
+	"github.com/fenceproxy/fenceproxy/s3/resign"
+	"github.com/fenceproxy/fenceproxy/s3/sigv4"
 )
 
-// Keys are the workers' keys: *s3keys.Store (reloaded from its file).
+// Keys are the workers' keys: *keyring.Store (reloaded from its file).
 type Keys interface {
-	Keys() *s3keys.Keys
+	Keys() *keyring.Keys
 }
 
 // Options configures a Gateway. Keys, Region and Signer are required.
 type Options struct {
-	Keys   Keys             // the workers' keys and grants (FENCEPROXY_S3_CREDENTIALS_FILE)
-	Region string           // the region workers sign for (FENCEPROXY_S3_REGION)
-	Signer *s3resign.Signer // signs for the store
+	Keys   Keys           // the workers' keys and grants (FENCEPROXY_S3_CREDENTIALS_FILE)
+	Region string         // the region workers sign for (FENCEPROXY_S3_REGION)
+	Signer *resign.Signer // signs for the store
 	// TokenMetadata adds x-amz-meta-fencing-token: <token> to PutObject,
-	// CopyObject and CreateMultipartUpload (FENCEPROXY_S3_TOKEN_METADATA).
+	// CopyObject and CreateMultipartUpload (FENCEPROXY_S3_TOKEN_METADATA),
+	// and drops a worker's own from every request.
 	TokenMetadata bool
 	Now           func() time.Time // nil: time.Now
 }
@@ -48,23 +49,14 @@ type Gateway struct {
 func New(opts Options) (*Gateway, error) {
 	switch {
 	case opts.Keys == nil:
-		return nil, errors.New("s3gateway: no worker keys")
+		return nil, errors.New("gateway: no worker keys")
 	case opts.Region == "":
-		return nil, errors.New("s3gateway: no region")
+		return nil, errors.New("gateway: no region")
 	case opts.Signer == nil:
-		return nil, errors.New("s3gateway: no signer for the store")
+		return nil, errors.New("gateway: no signer for the store")
 	}
 	return &Gateway{opts: opts}, nil
 }
-
-// codedError carries the S3 code of a verification failure for the proxy's
-// answer (proxy.S3Gateway's contract).
-type codedError struct{ err error }
-
-func (e codedError) Error() string   { return e.err.Error() }
-func (e codedError) Unwrap() error   { return e.err }
-func (e codedError) S3Code() string  { return sigv4.Code(e.err) }
-func (e codedError) HTTPStatus() int { return sigv4.Status(e.err) }
 
 // Verify checks r's SigV4 signature with the key's secret, from the keys in
 // use now (one version for the whole request).
@@ -73,16 +65,18 @@ func (g *Gateway) Verify(r *http.Request) (proxy.S3Caller, error) {
 	v := sigv4.Verifier{Secrets: keys, Region: g.opts.Region, Now: g.opts.Now}
 	auth, err := v.Verify(r)
 	if err != nil {
-		return nil, codedError{err}
+		return nil, err // its class has its S3 code and status in s3.Code's table
 	}
-	return &caller{g: g, keys: keys, auth: auth}, nil
+	secret, _ := keys.Secret(auth.AccessKeyID)
+	return &caller{g: g, keys: keys, auth: auth, secret: secret}, nil
 }
 
 // caller is one verified request's key.
 type caller struct {
-	g    *Gateway
-	keys *s3keys.Keys
-	auth *sigv4.Auth
+	g      *Gateway
+	keys   *keyring.Keys
+	auth   *sigv4.Auth
+	secret string // the key's secret when verified, to tell a rotation
 	// A signed stream re-framed for the store: its headers.
 	reframed http.Header
 }
@@ -95,6 +89,20 @@ func (c *caller) Allowed(bucket, key string, write bool) bool {
 
 func (c *caller) AllowedList(bucket, prefix string) bool {
 	return c.keys.AllowedList(c.auth.AccessKeyID, bucket, prefix)
+}
+
+// Valid reports proxy.ErrKeyRevoked once the keys in use (re-read from the
+// file every few seconds) no longer hold the verified key, or hold it with
+// another secret.
+func (c *caller) Valid() error {
+	keys := c.g.opts.Keys.Keys()
+	if keys == c.keys {
+		return nil
+	}
+	if secret, ok := keys.Secret(c.auth.AccessKeyID); !ok || secret != c.secret {
+		return fmt.Errorf("%w: key %q was removed from the workers' keys or its secret changed", proxy.ErrKeyRevoked, c.auth.AccessKeyID)
+	}
+	return nil
 }
 
 // checksumTrailer is the trailer the store gets for a signed stream that
@@ -111,7 +119,7 @@ func (c *caller) PrepareBody(r *http.Request) error {
 	}
 	n, err := strconv.ParseInt(r.Header.Get("X-Amz-Decoded-Content-Length"), 10, 64)
 	if err != nil || n < 0 {
-		return fmt.Errorf("s3gateway: a signed stream needs x-amz-decoded-content-length, got %q", r.Header.Get("X-Amz-Decoded-Content-Length"))
+		return fmt.Errorf("gateway: a signed stream needs x-amz-decoded-content-length, got %q", r.Header.Get("X-Amz-Decoded-Content-Length"))
 	}
 	var trailers []string
 	trailer := checksumTrailer
@@ -128,7 +136,7 @@ func (c *caller) PrepareBody(r *http.Request) error {
 		DecodedLength: n, Trailers: trailers})
 	enc, err := awschunked.NewUnsignedTrailerEncoder(dec, n, trailer, 0)
 	if err != nil {
-		return fmt.Errorf("s3gateway: %w", err)
+		return fmt.Errorf("gateway: %w", err)
 	}
 	closer := r.Body
 	r.Body = struct {
@@ -151,41 +159,27 @@ func closerOf(c io.Closer) io.Closer {
 // Resign signs out for the store: only the worker's signed headers and the
 // framing go, the payload hash the worker signed (a re-framed stream:
 // STREAMING-UNSIGNED-PAYLOAD-TRAILER), and with TokenMetadata the write's
-// token as metadata.
-func (c *caller) Resign(ctx context.Context, out *http.Request, bucket, key, token string) error {
-	in := s3resign.Request{Bucket: bucket, Key: key, SignedHeaders: c.auth.SignedHeaders, PayloadHash: c.auth.PayloadHash}
+// token as metadata of an operation that creates an object (req.Op.Creates:
+// PutObject, CopyObject, CreateMultipartUpload); a worker's own
+// x-amz-meta-fencing-token never goes then, so that the metadata is always
+// the proxy's.
+func (c *caller) Resign(ctx context.Context, out *http.Request, req s3.Request, token string) error {
+	in := resign.Request{Bucket: req.Bucket, Key: req.Key, SignedHeaders: c.auth.SignedHeaders, PayloadHash: c.auth.PayloadHash}
 	if c.reframed != nil {
 		for k, v := range c.reframed {
 			out.Header[k] = v
 		}
 		in.PayloadHash = string(awschunked.UnsignedPayloadTrailer)
 	}
-	if token != "" && c.g.opts.TokenMetadata && createsObject(out, key) {
-		in.Header = http.Header{"X-Amz-Meta-Fencing-Token": {token}}
+	if c.g.opts.TokenMetadata {
+		delete(out.Header, TokenMetadataHeader)
+		if token != "" && req.Op.Creates {
+			in.Header = http.Header{TokenMetadataHeader: {token}}
+		}
 	}
 	return c.g.opts.Signer.Rewrite(ctx, out, in)
 }
 
-// createsObject reports PutObject, CopyObject and CreateMultipartUpload: a
-// PUT of an object without a sub-resource, or a POST ?uploads.
-func createsObject(r *http.Request, key string) bool {
-	if key == "" {
-		return false
-	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return false
-	}
-	switch r.Method {
-	case http.MethodPut:
-		for k := range q {
-			if !strings.HasPrefix(strings.ToLower(k), "x-") {
-				return false // a part, an ACL, tags, ...
-			}
-		}
-		return true
-	case http.MethodPost:
-		return q.Has("uploads")
-	}
-	return false
-}
+// TokenMetadataHeader is the audit metadata of TokenMetadata: the fencing
+// token of the write that created the object.
+const TokenMetadataHeader = "X-Amz-Meta-Fencing-Token"

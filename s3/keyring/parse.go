@@ -1,4 +1,4 @@
-package s3keys
+package keyring
 
 import (
 	"bytes"

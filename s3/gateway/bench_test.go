@@ -1,4 +1,4 @@
-package s3gateway_test
+package gateway_test
 
 import (
 	"context"
@@ -17,9 +17,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
-	"github.com/fenceproxy/fenceproxy/s3gateway"
-	"github.com/fenceproxy/fenceproxy/s3keys"
-	"github.com/fenceproxy/fenceproxy/s3resign"
+	"github.com/fenceproxy/fenceproxy/s3"
+	"github.com/fenceproxy/fenceproxy/s3/gateway"
+	"github.com/fenceproxy/fenceproxy/s3/keyring"
+	"github.com/fenceproxy/fenceproxy/s3/resign"
 )
 
 // BenchmarkGateway measures the gateway's work on one same-token 1 KiB
@@ -36,14 +37,14 @@ func BenchmarkGateway(b *testing.B) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	keys, err := s3keys.Watch(ctx, file, time.Hour, nil)
+	keys, err := keyring.Watch(ctx, file, time.Hour, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	endpoint, _ := url.Parse("http://store.invalid")
-	g, err := s3gateway.New(s3gateway.Options{Keys: keys, Region: "us-east-1", Now: func() time.Time { return at },
-		Signer: &s3resign.Signer{Endpoint: endpoint, Region: "us-east-1", Now: func() time.Time { return at },
+	g, err := gateway.New(gateway.Options{Keys: keys, Region: "us-east-1", Now: func() time.Time { return at },
+		Signer: &resign.Signer{Endpoint: endpoint, Region: "us-east-1", Now: func() time.Time { return at },
 			Credentials: aws.NewCredentialsCache(credentials{})}})
 	if err != nil {
 		b.Fatal(err)
@@ -65,6 +66,7 @@ func BenchmarkGateway(b *testing.B) {
 		}
 		reqs[i] = r
 	}
+	put := s3.Operation{Name: "PutObject", Writes: s3.Object, Creates: true}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -77,7 +79,8 @@ func BenchmarkGateway(b *testing.B) {
 			b.Fatal("not allowed")
 		}
 		out := r.Clone(context.Background())
-		if err := c.Resign(context.Background(), out, "bkt", fmt.Sprintf("obj-%d", i%len(reqs)), "7"); err != nil {
+		req := s3.Request{Op: put, Bucket: "bkt", Key: fmt.Sprintf("obj-%d", i%len(reqs))}
+		if err := c.Resign(context.Background(), out, req, "7"); err != nil {
 			b.Fatal(err)
 		}
 	}

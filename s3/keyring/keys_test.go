@@ -1,4 +1,4 @@
-package s3keys_test
+package keyring_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fenceproxy/fenceproxy/s3keys"
+	"github.com/fenceproxy/fenceproxy/s3/keyring"
 )
 
 // Every secret in these tests holds the marker, so that one check finds a
@@ -15,9 +15,9 @@ const marker = "Sekr1t"
 
 const sec = marker + "-0123456789abcdef" // valid: 23 printable characters
 
-func mustParse(t *testing.T, src string) *s3keys.Keys {
+func mustParse(t *testing.T, src string) *keyring.Keys {
 	t.Helper()
-	k, err := s3keys.Parse([]byte(src))
+	k, err := keyring.Parse([]byte(src))
 	if err != nil {
 		t.Fatalf("Parse: %v\n%s", err, src)
 	}
@@ -29,7 +29,7 @@ func TestParseValid(t *testing.T) {
 		name   string
 		src    string
 		ids    []string
-		grants map[string][]s3keys.Grant
+		grants map[string][]keyring.Grant
 	}{
 		{"the example of the docs", `
 keys:
@@ -37,10 +37,10 @@ keys:
     secret_access_key: "` + sec + `"
     grants:
       - {bucket: reports, prefix: "jobs/", access: readwrite}   # access: read | write | readwrite
-`, []string{"worker1"}, map[string][]s3keys.Grant{"worker1": {{"reports", "jobs/", s3keys.ReadWrite}}}},
+`, []string{"worker1"}, map[string][]keyring.Grant{"worker1": {{"reports", "jobs/", keyring.ReadWrite}}}},
 		{"JSON", `{"keys": [{"access_key_id": "worker1", "secret_access_key": "` + sec + `",
   "grants": [{"bucket": "reports", "prefix": "jobs/", "access": "read"}, {"bucket": "logs", "access": "write"}]}]}`,
-			[]string{"worker1"}, map[string][]s3keys.Grant{"worker1": {{"reports", "jobs/", s3keys.Read}, {"logs", "", s3keys.Write}}}},
+			[]string{"worker1"}, map[string][]keyring.Grant{"worker1": {{"reports", "jobs/", keyring.Read}, {"logs", "", keyring.Write}}}},
 		{"an explicit empty list refuses everyone", "keys: []\n", nil, nil},
 		{"prefix absent and empty are the whole bucket, block style, several keys", `
 # worker keys
@@ -60,10 +60,10 @@ keys:
 - access_key_id: minio.user-1_x~
   secret_access_key: "` + sec + `"
   grants: [{bucket: abc, access: read}]
-`, []string{"0123456789abcdef0123456789abcdef", "AKIAIOSFODNN7EXAMPLE", "minio.user-1_x~"}, map[string][]s3keys.Grant{
-			"AKIAIOSFODNN7EXAMPLE":             {{"reports", "", s3keys.Read}, {"reports.archive.example.com", "", s3keys.Write}},
-			"0123456789abcdef0123456789abcdef": {{"gcs_bucket-1", "a b/ü/", s3keys.ReadWrite}},
-			"minio.user-1_x~":                  {{"abc", "", s3keys.Read}},
+`, []string{"0123456789abcdef0123456789abcdef", "AKIAIOSFODNN7EXAMPLE", "minio.user-1_x~"}, map[string][]keyring.Grant{
+			"AKIAIOSFODNN7EXAMPLE":             {{"reports", "", keyring.Read}, {"reports.archive.example.com", "", keyring.Write}},
+			"0123456789abcdef0123456789abcdef": {{"gcs_bucket-1", "a b/ü/", keyring.ReadWrite}},
+			"minio.user-1_x~":                  {{"abc", "", keyring.Read}},
 		}},
 		{"a dotted GCS bucket of 222 bytes", `
 keys:
@@ -202,7 +202,7 @@ func TestParseInvalid(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k, err := s3keys.Parse([]byte(tc.src))
+			k, err := keyring.Parse([]byte(tc.src))
 			if err == nil {
 				t.Fatalf("Parse succeeded (%d keys), want %q\n%s", k.Len(), tc.want, tc.src)
 			}
@@ -212,7 +212,7 @@ func TestParseInvalid(t *testing.T) {
 			if strings.Contains(err.Error(), marker) {
 				t.Fatalf("the error holds a secret: %v", err)
 			}
-			var ve *s3keys.ValidationError
+			var ve *keyring.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("error %T, want *ValidationError: %v", err, err)
 			}
@@ -346,7 +346,7 @@ func TestSecret(t *testing.T) {
 }
 
 func TestNilKeysDenyAll(t *testing.T) {
-	var k *s3keys.Keys
+	var k *keyring.Keys
 	if _, ok := k.Secret("w1"); ok || k.Allowed("w1", "reports", "jobs/a", false) || k.AllowedList("w1", "reports", "") || k.Len() != 0 || k.IDs() != nil || k.Grants("w1") != nil {
 		t.Fatal("a nil *Keys allows something")
 	}

@@ -94,51 +94,6 @@ var (
 	ErrPayloadHash = errors.New("sigv4: bad x-amz-content-sha256")
 )
 
-// Code returns the S3 error code for an error of Verify ("AccessDenied",
-// "InvalidAccessKeyId", ...), "InternalError" for any other non-nil error, ""
-// for nil.
-func Code(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, ErrAnonymous), errors.Is(err, ErrExpired), errors.Is(err, ErrUnsignedHeader), errors.Is(err, ErrTwoCredentials):
-		return "AccessDenied"
-	case errors.Is(err, ErrUnknownKey):
-		return "InvalidAccessKeyId"
-	case errors.Is(err, ErrSignatureMismatch):
-		return "SignatureDoesNotMatch"
-	case errors.Is(err, ErrSkew):
-		return "RequestTimeTooSkewed"
-	case errors.Is(err, ErrMalformed):
-		return "AuthorizationHeaderMalformed"
-	case errors.Is(err, ErrMalformedQuery):
-		return "AuthorizationQueryParametersError"
-	case errors.Is(err, ErrAlgorithm):
-		return "InvalidRequest"
-	case errors.Is(err, ErrPayloadHash):
-		return "InvalidArgument"
-	}
-	return "InternalError"
-}
-
-// Status returns the HTTP status S3 answers an error of Verify with: 400 for
-// a request that is not well formed (AuthorizationHeaderMalformed,
-// AuthorizationQueryParametersError, InvalidRequest, InvalidArgument), 403
-// for one that is refused (AccessDenied, InvalidAccessKeyId,
-// SignatureDoesNotMatch, RequestTimeTooSkewed), 500 for any other non-nil
-// error, 200 for nil.
-func Status(err error) int {
-	switch Code(err) {
-	case "":
-		return http.StatusOK
-	case "AuthorizationHeaderMalformed", "AuthorizationQueryParametersError", "InvalidRequest", "InvalidArgument":
-		return http.StatusBadRequest
-	case "InternalError":
-		return http.StatusInternalServerError
-	}
-	return http.StatusForbidden
-}
-
 // Secrets is the consumer's key store: the secret access key of an access key
 // id, ok false when the id is unknown. It is called once per verified
 // request, from many goroutines.

@@ -1,0 +1,16 @@
+//go:build s3teeth
+
+package s3
+
+import (
+	"os"
+	"strings"
+)
+
+// protected is off for the protections FENCEPROXY_TEST_S3_UNPROTECTED
+// names (comma-separated): "encoded-slash" reads an encoded byte in the
+// bucket as part of its name, "trailing-slash" keeps a trailing "/" in an
+// object's alias class. Only the differential test's teeth build has it.
+func protected(name string) bool {
+	return !strings.Contains(","+os.Getenv("FENCEPROXY_TEST_S3_UNPROTECTED")+",", ","+name+",")
+}

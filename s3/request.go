@@ -1,0 +1,379 @@
+package s3
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+)
+
+// ErrAmbiguous: the proxy and a store, or two stores, could read the request
+// as another operation or on other objects than the ones the proxy would
+// fence or grant (an encoded "/" in the bucket, a routing header given twice,
+// a "?" inside x-amz-copy-source, ...). No client sends such a spelling; the
+// proxy refuses it, reads too, and forwards nothing (400 ambiguous).
+var ErrAmbiguous = errors.New("the request could be read as another operation or object than the one fenced")
+
+// Request is one S3 request as the store reads it, decided once by Classify:
+// the operation, the bucket, the object it names, the objects it changes
+// besides (a rename's source) or reads from (a copy's source), its part in a
+// multipart upload and, for a listing, its prefix. Every later step reads
+// this value: the resources fenced, the gateway's grants, the upload records
+// and the audit metadata.
+type Request struct {
+	Op     Operation // the catalogue's row
+	Bucket string    // "" for a request to no bucket (ListBuckets)
+	// Key is the object key as the path spells it, decoded: what the store
+	// is asked for ("" for the bucket itself). It may hold runs of "/" or
+	// end in "/".
+	Key string
+	// Object is Key's alias class (ObjectName): the name under which the
+	// object is fenced and granted. "" exactly when Key is.
+	Object string
+	// Source is x-amz-copy-source (CopyObject, UploadPartCopy): read. nil
+	// without one.
+	Source *ObjectRef
+	// Renamed is x-amz-rename-source (RenameObject): deleted. nil without
+	// one.
+	Renamed   *ObjectRef
+	Multipart Multipart
+	UploadID  string // the upload of a Complete or an Abort
+	// Listing: a GET of the bucket whose parameters are all a listing's
+	// (ListObjects, ListObjectsV2, ListObjectVersions, ListMultipartUploads),
+	// below Prefix (decoded).
+	Listing bool
+	Prefix  string
+}
+
+// ObjectRef is an object named by a header: a bucket, a key as decoded and its
+// alias class, and a version.
+type ObjectRef struct {
+	Bucket, Key, Object string
+	VersionID           string
+}
+
+// Changes returns the objects the request writes, deletes or changes whose
+// names its path and headers give: the path's object for an object write,
+// and a rename's source. A DeleteObjects names its keys in the body
+// (DeleteKeys); a bucket-level operation changes no object.
+func (r Request) Changes() []ObjectRef {
+	var out []ObjectRef
+	if r.Op.Writes == Object {
+		out = append(out, ObjectRef{Bucket: r.Bucket, Key: r.Key, Object: r.Object})
+	}
+	if r.Renamed != nil {
+		out = append(out, *r.Renamed)
+	}
+	return out
+}
+
+// ObjectName returns the alias class of an object key, the one name under
+// which the proxy fences and grants every spelling that some store reads as
+// that object: runs of "/" are one "/" (stores on a file system, and
+// versitygw's HTTP server, merge them), and a leading or trailing "/" goes
+// (a store on a file system opens "o/" as "o"). Two keys that one strict
+// store keeps apart may so share one fence, which refuses more, never less.
+func ObjectName(key string) string {
+	for len(key) > 0 && key[0] == '/' {
+		key = key[1:]
+	}
+	for len(key) > 0 && key[len(key)-1] == '/' && protected("trailing-slash") {
+		key = key[:len(key)-1]
+	}
+	if !strings.Contains(key, "//") {
+		return key
+	}
+	var b strings.Builder
+	b.Grow(len(key))
+	for i := 0; i < len(key); i++ {
+		if key[i] != '/' || key[i-1] != '/' {
+			b.WriteByte(key[i])
+		}
+	}
+	return b.String()
+}
+
+// Classify reads an S3 request as the store will: the Host and the path
+// through the addressing, the path decoded before the bucket is split from
+// the key, the query's sub-resources, and the headers that select an
+// operation or an object, each of which must come once. rawPath is the
+// target's path as received, still percent-encoded; ignored reports query
+// parameters the store does not read (the fencing token's; nil: none).
+//
+// Errors wrap ErrHost (a Host the addressing does not map), ErrAmbiguous (a
+// spelling the proxy and a store could read differently: an encoded byte or
+// a byte no bucket name has in the bucket, a key that names the bucket to
+// some stores and an object to others, a raw ";" or "#" or a bad escape or a
+// repeated parameter in the query, a method-override header, a routing
+// header given twice or under a name with "_", an x-amz-copy-source or
+// x-amz-rename-source that stores parse differently) or fence.ErrBadResource
+// (a write to no bucket).
+func (a Addressing) Classify(r *http.Request, rawPath string, ignored func(name string) bool) (Request, error) {
+	if err := checkHeaders(r.Header); err != nil {
+		return Request{}, err
+	}
+	path, err := a.Path(r.Host, rawPath)
+	if err != nil {
+		return Request{}, err
+	}
+	var req Request
+	rawBucket, rawKey, hasKey := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if rawBucket == "" && hasKey {
+		return Request{}, fmt.Errorf("%w: the path %q starts with an empty segment, which some stores merge away and others read as no bucket", ErrAmbiguous, rawPath)
+	}
+	if rawBucket != "" {
+		if err := checkBucketSegment(rawBucket); err != nil {
+			return Request{}, err
+		}
+		req.Bucket = rawBucket
+	}
+	if hasKey {
+		key, err := url.PathUnescape(rawKey)
+		if err != nil {
+			return Request{}, fmt.Errorf("%w: the key does not unescape: %v", fence.ErrBadResource, err)
+		}
+		if err := fence.Prefix(key); err != nil { // control bytes: no store reads them alike
+			return Request{}, err
+		}
+		req.Key, req.Object = key, ObjectName(key)
+		if req.Object == "" {
+			return Request{}, fmt.Errorf("%w: the path %q names the bucket to some stores and an object %q to others", ErrAmbiguous, rawPath, key)
+		}
+	}
+	q, err := parseQuery(r.URL.RawQuery, ignored)
+	if err != nil {
+		return Request{}, err
+	}
+	req.Op = lookup(r.Method, req.Bucket == "", req.Key == "", q)
+	if req.Bucket == "" && req.Op.Writes != Nothing {
+		return Request{}, fmt.Errorf("%w: %s to no bucket", fence.ErrBadResource, r.Method)
+	}
+	if v, ok := r.Header["X-Amz-Copy-Source"]; ok {
+		src, err := ParseCopySource(v[0])
+		if err != nil {
+			return Request{}, err
+		}
+		req.Source = &src
+	}
+	if v, ok := r.Header["X-Amz-Rename-Source"]; ok {
+		src, err := ParseCopySource(v[0])
+		if err != nil || src.VersionID != "" {
+			return Request{}, fmt.Errorf("%w: x-amz-rename-source %.80q is not /{bucket}/{key}", ErrAmbiguous, v[0])
+		}
+		req.Renamed = &src
+	}
+	if req.Key != "" {
+		req.Multipart, req.UploadID = multipartOf(r.Method, q)
+	}
+	if req.Key == "" && req.Bucket != "" && req.Op.Writes == Nothing && r.Method == http.MethodGet {
+		req.Listing, req.Prefix = listing(q)
+	}
+	return req, nil
+}
+
+// routingHeaders are the headers besides x-amz-* (other than metadata) that
+// decide what a store does with a request: each may come once.
+var routingHeaders = map[string]bool{
+	"Authorization": true, "Content-Type": true, "Content-Length": true, "Content-Encoding": true,
+	"Content-Md5": true, "Transfer-Encoding": true, "Expect": true, "X-Forwarded-Host": true,
+}
+
+// methodOverrides are the headers some HTTP frameworks read as the method.
+var methodOverrides = map[string]bool{"X-Http-Method-Override": true, "X-Http-Method": true, "X-Method-Override": true}
+
+// routing reports a canonical header name that selects an operation or an
+// object: routingHeaders and x-amz-* but x-amz-meta-*.
+func routing(name string) bool {
+	if routingHeaders[name] {
+		return true
+	}
+	return len(name) > 6 && name[:6] == "X-Amz-" && !strings.HasPrefix(name, "X-Amz-Meta-")
+}
+
+// checkHeaders refuses headers a store could read otherwise than the proxy
+// (ErrAmbiguous): a method override, a routing header given twice (Go reads
+// the first, some stores the last), or given under a name with "_" for "-"
+// (servers that map "_" to "-" read it as the header itself).
+func checkHeaders(h http.Header) error {
+	for name, v := range h {
+		switch {
+		case methodOverrides[name]:
+			return fmt.Errorf("%w: %s: S3 stores run the request line's method only, and some frameworks another one", ErrAmbiguous, name)
+		case len(v) > 1 && routing(name):
+			return fmt.Errorf("%w: %s given %d times (stores differ in which one they read)", ErrAmbiguous, name, len(v))
+		case strings.IndexByte(name, '_') >= 0:
+			if alias := http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-")); routing(alias) || methodOverrides[alias] {
+				return fmt.Errorf("%w: header %q is %s to servers that read \"_\" as \"-\"", ErrAmbiguous, name, alias)
+			}
+		}
+	}
+	return nil
+}
+
+// checkBucketSegment checks the bucket as the path spells it: letters,
+// digits, '.', '-' and '_' (legacy names), not "." or "..". An encoded byte
+// ("%2F") is refused: one store decodes the path before it splits the
+// bucket from the key (versitygw reads /bkt%2Fobj as object obj of bucket
+// bkt), another splits first.
+func checkBucketSegment(b string) error {
+	if b == "." || b == ".." {
+		return fmt.Errorf("%w: dot segment %q as the bucket", fence.ErrBadResource, b)
+	}
+	if len(b) > 255 {
+		return fmt.Errorf("%w: a bucket name of %d bytes", fence.ErrBadResource, len(b))
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '-', c == '_':
+		case c == '%' && !protected("encoded-slash"):
+		case c == '%':
+			return fmt.Errorf("%w: an encoded byte in the bucket %q: stores differ on whether they decode it before splitting the bucket from the key", ErrAmbiguous, b)
+		default:
+			return fmt.Errorf("%w: byte %q is in no bucket name", fence.ErrBadResource, c)
+		}
+	}
+	return nil
+}
+
+// param is one decoded query parameter.
+type param struct{ name, value string }
+
+// query is a request's parameters, decoded, in order, without the ignored ones.
+type query []param
+
+// has reports a parameter named name, in any case (S3 is case-sensitive;
+// some stores are not).
+func (q query) has(name string) bool {
+	for _, p := range q {
+		if strings.EqualFold(p.name, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// get returns the value of the parameter spelt name exactly.
+func (q query) get(name string) (string, bool) {
+	for _, p := range q {
+		if p.name == name {
+			return p.value, true
+		}
+	}
+	return "", false
+}
+
+// parseQuery decodes a raw query as stores do, refusing what they read
+// differently (ErrAmbiguous): a raw "#" (some cut the query there) or ";"
+// (some split on it), an escape that does not decode, or a parameter given
+// twice, or twice in different cases (stores differ in which they read).
+// Parameters ignored reports are left out; the proxy reads those itself.
+func parseQuery(raw string, ignored func(string) bool) (query, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	if i := strings.IndexAny(raw, "#;"); i >= 0 {
+		return nil, fmt.Errorf("%w: raw %q in the query: some stores cut or split the query there (send %%23, %%3B)", ErrAmbiguous, raw[i])
+	}
+	var q query
+	for part := range strings.SplitSeq(raw, "&") {
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, fmt.Errorf("%w: query parameter %.40q does not unescape", ErrAmbiguous, k)
+		}
+		value, err := url.QueryUnescape(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the value of query parameter %.40q does not unescape", ErrAmbiguous, name)
+		}
+		if ignored != nil && ignored(name) {
+			continue
+		}
+		if q.has(name) {
+			return nil, fmt.Errorf("%w: query parameter %.40q given twice", ErrAmbiguous, name)
+		}
+		q = append(q, param{name, value})
+	}
+	return q, nil
+}
+
+// ParseCopySource reads an x-amz-copy-source (or x-amz-rename-source) value,
+// [/]{bucket}/{key}[?versionId={id}] with bucket and key URL-encoded, as every
+// store reads it, or refuses it (ErrAmbiguous): stores differ in whether they
+// cut the version at the first raw "?" or at "?versionId=" after decoding
+// the whole value, and in whether "+" is a space, so a raw "?" must start
+// exactly one versionId, and no "+", decoded "?" or bad escape may appear.
+// The bucket must be a bucket name and the key not empty.
+func ParseCopySource(v string) (ObjectRef, error) {
+	bad := func(why string) (ObjectRef, error) {
+		return ObjectRef{}, fmt.Errorf("%w: x-amz-copy-source %.80q: %s", ErrAmbiguous, v, why)
+	}
+	src, version, hasVersion := strings.Cut(strings.TrimPrefix(v, "/"), "?")
+	var o ObjectRef
+	if hasVersion {
+		id, ok := strings.CutPrefix(version, "versionId=")
+		if !ok || id == "" || strings.ContainsAny(id, "?&#=+%") {
+			return bad("a raw \"?\" starts anything but one versionId")
+		}
+		o.VersionID = id
+	}
+	if strings.IndexByte(src, '+') >= 0 {
+		return bad("a raw \"+\" (a space to some stores): send %2B")
+	}
+	decoded, err := url.PathUnescape(src)
+	if err != nil {
+		return bad("it does not unescape")
+	}
+	if strings.IndexByte(decoded, '?') >= 0 {
+		return bad("a \"?\" in the bucket or key (some stores decode the whole value before they cut the version)")
+	}
+	bucket, key, ok := strings.Cut(decoded, "/")
+	if !ok || key == "" {
+		return bad("not {bucket}/{key}")
+	}
+	for i := 0; i < len(bucket); i++ {
+		if c := bucket[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			return bad("not a bucket name")
+		}
+	}
+	if fence.Prefix(key) != nil {
+		return bad("a control byte in the key, or a key too long")
+	}
+	o.Bucket, o.Key, o.Object = bucket, key, ObjectName(key)
+	if bucket == "" || bucket == "." || bucket == ".." || o.Object == "" {
+		return bad("not {bucket}/{key}")
+	}
+	return o, nil
+}
+
+// listParams are the parameters of the bucket listings: a GET of a bucket
+// with no other parameter is a listing.
+var listParams = map[string]bool{
+	"list-type": true, "prefix": true, "delimiter": true, "max-keys": true, "continuation-token": true,
+	"start-after": true, "fetch-owner": true, "encoding-type": true, "marker": true, "uploads": true,
+	"key-marker": true, "upload-id-marker": true, "versions": true, "version-id-marker": true, "x-id": true,
+	"max-uploads": true, "optional-object-attributes": true,
+}
+
+// listing reports a GET of a bucket whose parameters are all a listing's or
+// a presigned URL's, and its prefix.
+func listing(q query) (bool, string) {
+	for _, p := range q {
+		if !listParams[p.name] && !presignParam(p.name) {
+			return false, ""
+		}
+	}
+	prefix, _ := q.get("prefix")
+	return true, prefix
+}
+
+// presignParam reports a query parameter of presigned-URL authentication.
+func presignParam(name string) bool {
+	return len(name) > 6 && strings.EqualFold(name[:6], "X-Amz-")
+}
