@@ -123,7 +123,7 @@ func (p *Proxy) checkGrants(ex *exchange, caller S3Caller) error {
 			return err
 		}
 		for _, k := range ex.deleteKeys {
-			if !object(bucket, k, s3.ObjectName(k), true) {
+			if extra := s3.MarkerData(k); !object(bucket, k, s3.ObjectName(k), true) || extra != "" && !caller.Allowed(bucket, extra, true) {
 				return errNoGrant{fmt.Sprintf("writes of %q in bucket %q", k, bucket)}
 			}
 		}
@@ -136,11 +136,15 @@ func (p *Proxy) checkGrants(ex *exchange, caller S3Caller) error {
 			return errNoGrant{fmt.Sprintf("writes of %q in bucket %q", req.Key, bucket)}
 		}
 	}
+	// Every object the write changes besides: a rename's source, a
+	// directory marker's data object.
+	for _, o := range req.Changes() {
+		if !object(o.Bucket, o.Key, o.Object, true) {
+			return errNoGrant{fmt.Sprintf("writes of %q in bucket %q", o.Key, o.Bucket)}
+		}
+	}
 	if src := req.Source; src != nil && !object(src.Bucket, src.Key, src.Object, false) {
 		return errNoGrant{fmt.Sprintf("reads of the copy source %q in bucket %q", src.Key, src.Bucket)}
-	}
-	if src := req.Renamed; src != nil && !object(src.Bucket, src.Key, src.Object, true) {
-		return errNoGrant{fmt.Sprintf("writes of the rename source %q in bucket %q", src.Key, src.Bucket)}
 	}
 	return nil
 }

@@ -198,8 +198,8 @@ func (p *Proxy) resources(ex *exchange) ([]string, error) {
 // deleteResources reads the body of an S3 DeleteObjects (S3 mode: POST
 // /{bucket}?delete), at most s3.MaxDeleteBody bytes and s3.MaxDeleteKeys
 // keys, and returns the resources of its keys, {bucket}/{key} with the key
-// in its alias class (s3.ObjectName) as for a PUT of the key, sorted and
-// without duplicates. The body is then r's again, byte for byte
+// in its alias class (s3.ObjectName) as for a PUT of the key (a directory
+// marker's data object too, s3.MarkerData), sorted and without duplicates. The body is then r's again, byte for byte
 // (Content-MD5 and x-amz-checksum-* stay valid). s3.ErrMalformedDelete for a
 // body too large or not a Delete of 1 to 1,000 keys; fence.ErrBadResource for
 // a key the resolver refuses; s3.ErrAmbiguous for a key that names the
@@ -242,11 +242,16 @@ func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
 		if err := fence.Prefix(k); err != nil { // no control bytes, as in a path
 			return nil, fmt.Errorf("key %.64q: %w", k, err)
 		}
-		res, err := p.resolver.Key("/" + ex.s3.Bucket + "/" + o)
-		if err != nil {
-			return nil, fmt.Errorf("key %.64q: %w", k, err)
+		for _, name := range []string{o, s3.MarkerData(k)} {
+			if name == "" {
+				continue
+			}
+			res, err := p.resolver.Key("/" + ex.s3.Bucket + "/" + name)
+			if err != nil {
+				return nil, fmt.Errorf("key %.64q: %w", k, err)
+			}
+			resources = append(resources, res)
 		}
-		resources = append(resources, res)
 	}
 	slices.Sort(resources)
 	ex.deleteKeys, ex.deleteRes = keys, slices.Compact(resources)

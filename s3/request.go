@@ -57,26 +57,52 @@ type ObjectRef struct {
 
 // Changes returns the objects the request writes, deletes or changes whose
 // names its path and headers give: the path's object for an object write,
-// and a rename's source. A DeleteObjects names its keys in the body
-// (DeleteKeys); a bucket-level operation changes no object.
+// and a rename's source. A key ending in "/" (a directory marker) changes
+// one more: SeaweedFS stores more than 1 KiB written to "a/b/" as the object
+// "a/b/b". A DeleteObjects names its keys in the body (DeleteKeys); a
+// bucket-level operation changes no object.
 func (r Request) Changes() []ObjectRef {
 	var out []ObjectRef
+	add := func(o ObjectRef) {
+		out = append(out, o)
+		if extra := markerData(o.Key, o.Object); extra != "" {
+			out = append(out, ObjectRef{Bucket: o.Bucket, Key: extra, Object: extra})
+		}
+	}
 	if r.Op.Writes == Object {
-		out = append(out, ObjectRef{Bucket: r.Bucket, Key: r.Key, Object: r.Object})
+		add(ObjectRef{Bucket: r.Bucket, Key: r.Key, Object: r.Object})
 	}
 	if r.Renamed != nil {
-		out = append(out, *r.Renamed)
+		add(*r.Renamed)
 	}
 	return out
 }
 
+// MarkerData returns the other object a write to key may change when key is
+// a directory marker (it ends in "/" or "\"): the alias class followed by
+// its last segment ("a/b/" -> "a/b/b"), where SeaweedFS stores the data of
+// a marker over 1 KiB; "" for any other key. A DeleteObjects's keys need it
+// too.
+func MarkerData(key string) string { return markerData(key, ObjectName(key)) }
+
+func markerData(key, object string) string {
+	if key == "" || object == "" || (key[len(key)-1] != '/' && key[len(key)-1] != '\\') || !protected("marker-data") {
+		return ""
+	}
+	return object + "/" + object[strings.LastIndexByte(object, '/')+1:]
+}
+
 // ObjectName returns the alias class of an object key, the one name under
 // which the proxy fences and grants every spelling that some store reads as
-// that object: runs of "/" are one "/" (stores on a file system, and
-// versitygw's HTTP server, merge them), and a leading or trailing "/" goes
-// (a store on a file system opens "o/" as "o"). Two keys that one strict
-// store keeps apart may so share one fence, which refuses more, never less.
+// that object: a "\" is a "/" (SeaweedFS splits keys on both), runs of "/"
+// are one "/" (stores on a file system, versitygw's HTTP server and SeaweedFS
+// merge them), and a leading or trailing "/" goes (a store on a file system
+// opens "o/" as "o"). Two keys that one strict store keeps apart may so share
+// one fence, which refuses more, never less.
 func ObjectName(key string) string {
+	if strings.IndexByte(key, '\\') >= 0 && protected("backslash") {
+		key = strings.ReplaceAll(key, "\\", "/")
+	}
 	for len(key) > 0 && key[0] == '/' {
 		key = key[1:]
 	}

@@ -213,8 +213,17 @@ func TestClassifySources(t *testing.T) {
 		t.Fatalf("copy source %+v, %v; want %+v", req.Source, err, want)
 	}
 	req, err = classifyRaw(t, "PUT", "localhost", "/bkt/dst?renameObject", "X-Amz-Rename-Source: /bkt/old/")
-	if err != nil || req.Renamed == nil || len(req.Changes()) != 2 || req.Changes()[1].Object != "old" {
-		t.Fatalf("rename: %+v, %v; want the path's object and bkt/old changed", req, err)
+	var changed []string
+	for _, o := range req.Changes() {
+		changed = append(changed, o.Bucket+"/"+o.Object)
+	}
+	// A directory marker's data: SeaweedFS stores it as old/old.
+	if err != nil || req.Renamed == nil || strings.Join(changed, " ") != "bkt/dst bkt/old bkt/old/old" {
+		t.Fatalf("rename: %q, %v; want bkt/dst, bkt/old and bkt/old/old changed", changed, err)
+	}
+	req, _ = classifyRaw(t, "PUT", "localhost", "/bkt/a/b%5C")
+	if c := req.Changes(); len(c) != 2 || c[0].Object != "a/b" || c[1].Object != "a/b/b" {
+		t.Fatalf("PUT /bkt/a/b%%5C changes %+v; want a/b and a/b/b", c)
 	}
 }
 
@@ -269,9 +278,18 @@ func TestClassifyMultipart(t *testing.T) {
 	}
 }
 
+func TestMarkerData(t *testing.T) {
+	for key, want := range map[string]string{"o": "", "o/": "o/o", "a/b/": "a/b/b", `a\b\`: "a/b/b", "a//": "a/a", "/": ""} {
+		if got := MarkerData(key); got != want {
+			t.Errorf("MarkerData(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
 func TestObjectName(t *testing.T) {
 	for key, want := range map[string]string{
 		"o": "o", "o/": "o", "/o": "o", "a//b": "a/b", "//a///b//": "a/b", "/": "", "": "", "a/b/c": "a/b/c",
+		`a\b`: "a/b", `a\\b\`: "a/b", `\`: "",
 	} {
 		if got := ObjectName(key); got != want {
 			t.Errorf("ObjectName(%q) = %q, want %q", key, got, want)

@@ -15,8 +15,9 @@
 // a request without a token changes nothing; and in gateway mode every
 // object the store changed or returned for the worker lies inside the
 // worker's grants. The resource of a store's object is found here, from the
-// store's own name for it, by the documented alias rule (docs/S3.md: runs of
-// "/" are one, a leading or trailing "/" goes), not by the proxy's code.
+// store's own name for it, by the documented alias rule (docs/S3.md: a "\"
+// is a "/", runs of "/" are one, a leading or trailing "/" goes), not by the
+// proxy's code.
 package s3diff
 
 import (
@@ -167,19 +168,25 @@ func (r *run) fences(ctx context.Context) map[string]uint64 {
 }
 
 // resourceOf is the resource of a store's object under the documented
-// alias rule: the bucket, then the key with runs of "/" as one and no
-// leading or trailing "/". Written here apart from the proxy's code.
+// alias rule: the bucket, then the key's canon.
 func resourceOf(bucket, key string) string {
+	if c := canon(key); c != "" {
+		return bucket + "/" + c
+	}
+	return bucket
+}
+
+// canon is a key under the documented alias rule, written here apart from
+// the proxy's code: a "\" is a "/", runs of "/" are one, no leading or
+// trailing "/".
+func canon(key string) string {
 	var segs []string
-	for s := range strings.SplitSeq(key, "/") {
+	for s := range strings.SplitSeq(strings.ReplaceAll(key, "\\", "/"), "/") {
 		if s != "" {
 			segs = append(segs, s)
 		}
 	}
-	if len(segs) == 0 {
-		return bucket
-	}
-	return bucket + "/" + strings.Join(segs, "/")
+	return strings.Join(segs, "/")
 }
 
 // intent is what the generator aimed at: the check needs only the token.
@@ -268,15 +275,21 @@ func (r *run) check(i int, spec Spec, in intent, ans Answer, before, after Snaps
 
 // aliasClass names how the store's key differs from the literal one.
 func aliasClass(literal, stored string) string {
+	norm := strings.ReplaceAll(literal, "\\", "/")
+	c := canon(literal)
 	switch {
-	case strings.TrimRight(stored, "/") == strings.TrimRight(literal, "/"):
-		return "a trailing / (\"k/\" is k)"
-	case strings.TrimLeft(stored, "/") == strings.TrimLeft(literal, "/"):
-		return "a leading / (\"/k\" is k)"
-	case resourceOf("", stored) == resourceOf("", literal):
-		return "runs of / (\"a//b\" is a/b)"
+	case strings.HasSuffix(norm, "/") && c != "" && canon(stored) == c+"/"+c[strings.LastIndexByte(c, '/')+1:]:
+		return `the data of a directory marker ("a/b/" is a/b/b)`
+	case canon(stored) != c:
+		return fmt.Sprintf("%q stored as %q", literal, stored)
+	case norm != literal:
+		return `a \ is a / ("a\b" is a/b)`
+	case strings.HasSuffix(literal, "/") && !strings.HasSuffix(stored, "/"):
+		return `a trailing / ("k/" is k)`
+	case strings.HasPrefix(literal, "/"):
+		return `a leading / ("/k" is k)`
 	}
-	return fmt.Sprintf("%q stored as %q", literal, stored)
+	return `runs of / ("a//b" is a/b)`
 }
 
 // literalKey is the key a request's path spells, decoded, as a store that
@@ -409,6 +422,9 @@ func (r *run) generate(ctx context.Context, fences map[string]uint64) (Spec, int
 	case "put":
 		objectPath()
 		s.Body = []byte(r.marker(target.bucket, target.key))
+		if m.big {
+			s.Body = append(s.Body, bytes.Repeat([]byte{'.'}, 2000)...)
+		}
 	case "copy":
 		objectPath()
 		src := universe[r.rng.IntN(len(universe))]
@@ -539,6 +555,8 @@ type mutations struct {
 	bucketPct  bool // an encoded byte in the bucket
 	bucketSep  bool // %2F between the bucket and the key
 	encSlash   bool // a key's "/" as %2F
+	backslash  bool // a key's "/" as %5C (SeaweedFS splits keys on it)
+	big        bool // a body over 1 KiB (SeaweedFS keeps smaller markers' data inline)
 	double     bool // a run of "/" inside the key
 	leading    bool // the key starts with "/"
 	trailing   string
@@ -566,6 +584,8 @@ func (r *run) mutations() *mutations {
 	m.bucketPct = add(0.03, "bucket %XX")
 	m.bucketSep = add(0.07, "bucket%2Fkey")
 	m.encSlash = add(0.10, "key %2F")
+	m.backslash = add(0.06, "key %5C")
+	m.big = add(0.3, "body over 1 KiB")
 	m.double = add(0.08, "key //")
 	m.leading = add(0.05, "leading /")
 	if add(0.10, "trailing /") {
@@ -683,14 +703,21 @@ func (r *run) spellKeyPath(m *mutations, key string) string {
 	if m.encSlash {
 		sep = []string{"%2F", "%2f"}[r.rng.IntN(2)]
 	}
+	if m.backslash {
+		sep = "%5C"
+	}
 	if m.double {
-		sep = "//"
+		sep += sep
 	}
 	p := strings.Join(segs, sep)
 	if m.leading {
 		p = "/" + p
 	}
-	return p + m.trailing
+	trailing := m.trailing
+	if trailing != "" && m.backslash {
+		trailing = "%5C"
+	}
+	return p + trailing
 }
 
 // spellKeyText spells a key as a form field or DeleteObjects key (text,
@@ -698,6 +725,9 @@ func (r *run) spellKeyPath(m *mutations, key string) string {
 func (r *run) spellKeyText(m *mutations, key string) string {
 	if m.double {
 		key = strings.Replace(key, "/", "//", 1)
+	}
+	if m.backslash {
+		key = strings.ReplaceAll(key, "/", "\\")
 	}
 	if m.leading {
 		key = "/" + key

@@ -135,3 +135,65 @@ func TestVersitygwResign(t *testing.T) {
 	report(t, "versitygw, resign", seed, res)
 	noViolations(t, res)
 }
+
+// TestSeaweedPass: SeaweedFS (weed mini, authentication off) behind the
+// proxy in pass mode, path style only, FENCEPROXY_S3_BUCKET_WRITES=refuse.
+func TestSeaweedPass(t *testing.T) {
+	seed, requests := budget(t)
+	cfg := seaweedPass(t)
+	cfg.Seed, cfg.Requests = seed, requests
+	res := s3diff.Run(t, cfg)
+	report(t, "SeaweedFS, pass", seed, res)
+	noViolations(t, res)
+}
+
+// seaweedPass starts SeaweedFS and the proxy in front of it in pass mode.
+func seaweedPass(t *testing.T) s3diff.Config {
+	store := s3backend.StartSeaweed(t)
+	for _, b := range s3diff.Buckets {
+		store.CreateBucket(t, b)
+	}
+	in := servertest.Start(t, map[string]string{
+		"FENCEPROXY_UPSTREAM": store.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ADMIN_TOKEN": adminToken,
+		"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "127.0.0.1", "FENCEPROXY_S3_VIRTUAL_HOSTED": "false",
+	})
+	return s3diff.Config{
+		Proxy:    in.Proxy,
+		Control:  &client.Control{BaseURL: in.ControlURL(), AdminBearer: adminToken},
+		Snapshot: func(t testing.TB) s3diff.Snapshot { return s3diff.SeaweedSnapshot(t, store) },
+		Direct:   store.Client(), BucketWrites: "refuse",
+	}
+}
+
+// TestSeaweedResign: SeaweedFS behind the proxy in gateway mode, the worker
+// granted bkt/jobs/ and other/drop/, FENCEPROXY_S3_BUCKET_WRITES=pass.
+func TestSeaweedResign(t *testing.T) {
+	seed, requests := budget(t)
+	store := s3backend.StartSeaweed(t)
+	for _, b := range s3diff.Buckets {
+		store.CreateBucket(t, b)
+	}
+	keys := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(keys, []byte(workerKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": store.AccessKey, "AWS_SECRET_ACCESS_KEY": store.SecretKey,
+		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull, "AWS_EC2_METADATA_DISABLED": "true"} {
+		t.Setenv(k, v)
+	}
+	in := servertest.Start(t, map[string]string{
+		"FENCEPROXY_UPSTREAM": store.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ADMIN_TOKEN": adminToken,
+		"FENCEPROXY_S3": "resign", "FENCEPROXY_S3_DOMAINS": "localhost", "FENCEPROXY_S3_CREDENTIALS_FILE": keys,
+		"FENCEPROXY_S3_REGION": s3backend.Region, "FENCEPROXY_S3_BUCKET_WRITES": "pass", "FENCEPROXY_S3_TOKEN_METADATA": "true",
+	})
+	res := s3diff.Run(t, s3diff.Config{
+		Seed: seed, Requests: requests, Proxy: in.Proxy, Domain: "localhost",
+		Control:  &client.Control{BaseURL: in.ControlURL(), AdminBearer: adminToken},
+		Snapshot: func(t testing.TB) s3diff.Snapshot { return s3diff.SeaweedSnapshot(t, store) },
+		Direct:   store.Client(),
+		Signer:   &s3diff.Signer{AccessKey: "worker1", SecretKey: "worker1-secret-0123456789abcdef", Region: s3backend.Region},
+		Grants:   grants, BucketWrites: "pass",
+	})
+	report(t, "SeaweedFS, resign", seed, res)
+	noViolations(t, res)
+}

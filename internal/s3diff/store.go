@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/s3backend"
 )
 
 // Kind is what a snapshot item is.
@@ -160,4 +162,37 @@ func contentHash(t testing.TB, path string) string {
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
+}
+
+// SeaweedSnapshot reads SeaweedFS's filer (s3backend.Seaweed.Entries): a
+// directory per bucket, a file per object, a directory with a content type,
+// attributes or data of its own per directory marker ("d/"), the object's
+// metadata, tags, ACL, retention and legal hold in its extended attributes,
+// and multipart uploads below the bucket's .uploads (internal). A file's
+// data is read through the filer when it is at most 64 KiB.
+func SeaweedSnapshot(t testing.TB, sw *s3backend.Seaweed) Snapshot {
+	t.Helper()
+	snap := Snapshot{}
+	for path, e := range sw.Entries(t) {
+		bucket, rel, _ := strings.Cut(path, "/")
+		switch {
+		case strings.HasPrefix(bucket, "."): // SeaweedFS's own (.system)
+		case rel == "":
+			snap[bucket] = Item{Kind: Bucket, Bucket: bucket, State: e.Raw}
+		case rel == ".uploads" || strings.HasPrefix(rel, ".uploads/"):
+			snap[path] = Item{Kind: Internal, Bucket: bucket, Key: rel, State: e.Raw}
+		case e.Dir:
+			// An implicit directory (made for a deeper key) is no object.
+			if e.Mime != "" || len(e.Extended) > 0 || e.Size > 0 {
+				snap[path+"/"] = Item{Kind: Object, Bucket: bucket, Key: rel + "/", State: e.Raw}
+			}
+		default:
+			it := Item{Kind: Object, Bucket: bucket, Key: rel, State: e.Raw}
+			if e.Size <= 64<<10 {
+				it.Content = sw.Read(t, path)
+			}
+			snap[path] = it
+		}
+	}
+	return snap
 }

@@ -29,3 +29,23 @@ func TestTeeth(t *testing.T) {
 		})
 	}
 }
+
+// TestTeethSeaweed: the same against SeaweedFS, for what it reads so and
+// versitygw does not: a "\" as a "/" ("a\b" is a/b), and the data written to
+// a directory marker "a/b/" stored as the object a/b/b.
+func TestTeethSeaweed(t *testing.T) {
+	seed, requests := budget(t)
+	for _, protection := range []string{"backslash", "marker-data"} {
+		t.Run(protection, func(t *testing.T) {
+			t.Setenv("FENCEPROXY_TEST_S3_UNPROTECTED", protection)
+			cfg := seaweedPass(t)
+			cfg.Seed, cfg.Requests, cfg.StopAfter = seed, 5*requests, 1
+			res := s3diff.Run(t, cfg)
+			report(t, "SeaweedFS, pass, without "+protection, seed, res)
+			if len(res.Violations) == 0 {
+				t.Fatalf("without the %s protection, %d requests found no violation", protection, res.Requests)
+			}
+			t.Logf("found after %d requests: %s", res.Requests, res.Violations[0])
+		})
+	}
+}
