@@ -187,13 +187,23 @@ func (s *Server) waitReady() error {
 }
 
 func (s *Server) stop(t testing.TB) {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	if !stopProcess(s.cmd, s.exited) {
+		t.Errorf("versitygw did not stop within %v of SIGTERM; killed it", stopTimeout)
+	}
+}
+
+// stopProcess sends cmd SIGTERM and waits until exited is closed, at most
+// stopTimeout; then it kills it and waits. It reports whether SIGTERM was
+// enough.
+func stopProcess(cmd *exec.Cmd, exited <-chan struct{}) bool {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-s.exited:
+	case <-exited:
+		return true
 	case <-time.After(stopTimeout):
-		t.Errorf("versitygw did not stop within %v of SIGTERM; killing it", stopTimeout)
-		_ = s.cmd.Process.Kill()
-		<-s.exited
+		_ = cmd.Process.Kill()
+		<-exited
+		return false
 	}
 }
 
@@ -202,15 +212,22 @@ func (s *Server) stop(t testing.TB) {
 // root credentials, computes no optional checksums and never retries (a
 // refusal is seen exactly once). Its HTTP client ignores HTTP_PROXY.
 func (s *Server) Options(endpoint string) s3.Options {
+	return clientOptions(endpoint, s.AccessKey, s.SecretKey, s.transport)
+}
+
+// clientOptions are the options of a path-style S3 client of endpoint that
+// signs with key and secret over transport, computes no optional checksums
+// and never retries.
+func clientOptions(endpoint, key, secret string, transport *http.Transport) s3.Options {
 	return s3.Options{
 		Region:                     Region,
 		BaseEndpoint:               aws.String(endpoint),
 		UsePathStyle:               true,
-		Credentials:                credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
+		Credentials:                credentials.NewStaticCredentialsProvider(key, secret, ""),
 		Retryer:                    aws.NopRetryer{},
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
-		HTTPClient:                 &http.Client{Transport: s.transport},
+		HTTPClient:                 &http.Client{Transport: transport},
 	}
 }
 
@@ -223,10 +240,16 @@ func (s *Server) Client(opts ...func(*s3.Options)) *s3.Client {
 // failing the test on an error.
 func (s *Server) CreateBucket(t testing.TB, bucket string) {
 	t.Helper()
+	createBucket(t, "versitygw", s.Client(), bucket)
+}
+
+// createBucket creates bucket with c, failing the test on an error.
+func createBucket(t testing.TB, server string, c *s3.Client, bucket string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
-		t.Fatalf("versitygw: CreateBucket %q: %v", bucket, err)
+	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		t.Fatalf("%s: CreateBucket %q: %v", server, bucket, err)
 	}
 }
 
@@ -246,22 +269,23 @@ func lookPath(t testing.TB) string {
 		}
 		t.Skip(msg)
 	}
-	checkOnce.Do(func() { checkErr = checkVersion(bin) })
+	checkOnce.Do(func() { checkErr = checkVersion(bin, Module, Version) })
 	if checkErr != nil {
 		t.Fatalf("%v (go install %s/cmd/%s@%s)", checkErr, Module, Binary, Version)
 	}
 	return bin
 }
 
-// checkVersion reads the module version go install stamped into the binary
-// (versitygw --version prints "git" for such builds).
-func checkVersion(bin string) error {
+// checkVersion reads the module version go install (or go build in a
+// scratch module) stamped into the binary: versitygw --version prints "git"
+// for such builds, weed version no module version at all.
+func checkVersion(bin, module, version string) error {
 	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
 		return fmt.Errorf("%s: reading its build info: %w", bin, err)
 	}
-	if info.Main.Path != Module || info.Main.Version != Version {
-		return fmt.Errorf("%s is %s %s, want %s %s", bin, info.Main.Path, info.Main.Version, Module, Version)
+	if info.Main.Path != module || info.Main.Version != version {
+		return fmt.Errorf("%s is %s %s, want %s %s", bin, info.Main.Path, info.Main.Version, module, version)
 	}
 	return nil
 }

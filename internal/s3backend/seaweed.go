@@ -20,7 +20,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
-	"debug/buildinfo"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -33,12 +32,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
@@ -259,15 +255,10 @@ func (s *Seaweed) waitReady() error {
 }
 
 func (s *Seaweed) stop(t testing.TB) {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(stopTimeout):
+	if !stopProcess(s.cmd, s.exited) {
 		// Not an error: the data is thrown away, and mini's graceful stop
 		// waits on its admin's worker streams.
-		t.Logf("weed did not stop within %v of SIGTERM; killing it", stopTimeout)
-		_ = s.cmd.Process.Kill()
-		<-s.exited
+		t.Logf("weed did not stop within %v of SIGTERM; killed it", stopTimeout)
 	}
 }
 
@@ -276,16 +267,7 @@ func (s *Seaweed) stop(t testing.TB) {
 // SecretKey, computes no optional checksums and never retries (a refusal is
 // seen exactly once). Its HTTP client ignores HTTP_PROXY.
 func (s *Seaweed) Options(endpoint string) s3.Options {
-	return s3.Options{
-		Region:                     Region,
-		BaseEndpoint:               aws.String(endpoint),
-		UsePathStyle:               true,
-		Credentials:                credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
-		Retryer:                    aws.NopRetryer{},
-		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
-		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
-		HTTPClient:                 &http.Client{Transport: s.transport},
-	}
+	return clientOptions(endpoint, s.AccessKey, s.SecretKey, s.transport)
 }
 
 // Client is an S3 client straight to the gateway (Options with its URL).
@@ -297,11 +279,7 @@ func (s *Seaweed) Client(opts ...func(*s3.Options)) *s3.Client {
 // proxy), failing the test on an error.
 func (s *Seaweed) CreateBucket(t testing.TB, bucket string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := s.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
-		t.Fatalf("weed: CreateBucket %q: %v", bucket, err)
-	}
+	createBucket(t, "weed", s.Client(), bucket)
 }
 
 // Entry is one filer entry below BucketsDir, as the filer's JSON listing
@@ -568,26 +546,13 @@ func lookSeaweed(t testing.TB) string {
 		}
 		t.Skip(msg)
 	}
-	seaweedOnce.Do(func() { seaweedErr = checkSeaweedVersion(bin) })
+	seaweedOnce.Do(func() { seaweedErr = checkVersion(bin, SeaweedModule, SeaweedVersion) })
 	if seaweedErr != nil {
 		t.Fatalf("%v (build %s/weed@%s as .ci/run does)", seaweedErr, SeaweedModule, SeaweedVersion)
 	}
 	return bin
 }
 
-// checkSeaweedVersion reads the main module's version from the build info,
-// which names the seaweedfs module even when built in a scratch module (its
-// `weed version` only says 4.53).
-func checkSeaweedVersion(bin string) error {
-	info, err := buildinfo.ReadFile(bin)
-	if err != nil {
-		return fmt.Errorf("%s: reading its build info: %w", bin, err)
-	}
-	if info.Main.Path != SeaweedModule || info.Main.Version != SeaweedVersion {
-		return fmt.Errorf("%s is %s %s, want %s %s", bin, info.Main.Path, info.Main.Version, SeaweedModule, SeaweedVersion)
-	}
-	return nil
-}
 
 // freePorts returns n distinct loopback ports that were free a moment ago:
 // all are held open together, so none is handed out twice.

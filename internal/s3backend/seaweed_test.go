@@ -349,9 +349,9 @@ func TestCheckSeaweedVersion(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	err = checkSeaweedVersion(exe)
+	err = checkVersion(exe, SeaweedModule, SeaweedVersion)
 	if err == nil || !strings.Contains(err.Error(), "want "+SeaweedModule+" "+SeaweedVersion) {
-		t.Errorf("checkSeaweedVersion(test binary) = %v, want a mismatch", err)
+		t.Errorf("checkVersion(test binary) = %v, want a mismatch", err)
 	}
 }
 

@@ -111,29 +111,42 @@ func TestVersitygwResign(t *testing.T) {
 	for _, b := range s3diff.Buckets {
 		store.CreateBucket(t, b)
 	}
-	keys := filepath.Join(t.TempDir(), "keys.yaml")
-	if err := os.WriteFile(keys, []byte(workerKeys), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": store.AccessKey, "AWS_SECRET_ACCESS_KEY": store.SecretKey,
-		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull, "AWS_EC2_METADATA_DISABLED": "true"} {
-		t.Setenv(k, v)
-	}
-	in := servertest.Start(t, map[string]string{
-		"FENCEPROXY_UPSTREAM": store.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ADMIN_TOKEN": adminToken,
-		"FENCEPROXY_S3": "resign", "FENCEPROXY_S3_DOMAINS": "localhost", "FENCEPROXY_S3_CREDENTIALS_FILE": keys,
-		"FENCEPROXY_S3_REGION": s3backend.Region, "FENCEPROXY_S3_BUCKET_WRITES": "fence", "FENCEPROXY_S3_TOKEN_METADATA": "true",
-	})
+	in, _ := gatewayProxy(t, store.URL, store.AccessKey, store.SecretKey, map[string]string{"FENCEPROXY_S3_BUCKET_WRITES": "fence"})
 	res := s3diff.Run(t, s3diff.Config{
 		Seed: seed, Requests: requests, Proxy: in.Proxy, Domain: "localhost",
 		Control:  &client.Control{BaseURL: in.ControlURL(), AdminBearer: adminToken},
 		Snapshot: func(t testing.TB) s3diff.Snapshot { return s3diff.PosixSnapshot(t, store.Dir) },
-		Direct:   store.Client(),
-		Signer:   &s3diff.Signer{AccessKey: "worker1", SecretKey: "worker1-secret-0123456789abcdef", Region: s3backend.Region},
-		Grants:   grants, BucketWrites: "fence",
+		Direct:   store.Client(), Signer: workerSigner(), Grants: grants, BucketWrites: "fence",
 	})
 	report(t, "versitygw, resign", seed, res)
 	noViolations(t, res)
+}
+
+// gatewayProxy starts the proxy in gateway mode in front of the store at
+// storeURL, whose key and secret only it holds (the AWS default chain reads
+// them from the environment), with worker1's credentials file, the audit
+// metadata on, and extra settings; it returns the instance and the file.
+func gatewayProxy(t *testing.T, storeURL, key, secret string, extra map[string]string) (*servertest.Instance, string) {
+	t.Helper()
+	keys := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(keys, []byte(workerKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
+		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull, "AWS_EC2_METADATA_DISABLED": "true"} {
+		t.Setenv(k, v)
+	}
+	env := map[string]string{
+		"FENCEPROXY_UPSTREAM": storeURL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ADMIN_TOKEN": adminToken,
+		"FENCEPROXY_S3": "resign", "FENCEPROXY_S3_DOMAINS": "localhost", "FENCEPROXY_S3_CREDENTIALS_FILE": keys,
+		"FENCEPROXY_S3_REGION": s3backend.Region, "FENCEPROXY_S3_TOKEN_METADATA": "true",
+	}
+	return servertest.Start(t, servertest.Env(env, extra)), keys
+}
+
+// workerSigner signs as worker1 of workerKeys, for the proxy.
+func workerSigner() *s3diff.Signer {
+	return &s3diff.Signer{AccessKey: "worker1", SecretKey: "worker1-secret-0123456789abcdef", Region: s3backend.Region}
 }
 
 // TestSeaweedPass: SeaweedFS (weed mini, authentication off) behind the
@@ -173,26 +186,12 @@ func TestSeaweedResign(t *testing.T) {
 	for _, b := range s3diff.Buckets {
 		store.CreateBucket(t, b)
 	}
-	keys := filepath.Join(t.TempDir(), "keys.yaml")
-	if err := os.WriteFile(keys, []byte(workerKeys), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": store.AccessKey, "AWS_SECRET_ACCESS_KEY": store.SecretKey,
-		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull, "AWS_EC2_METADATA_DISABLED": "true"} {
-		t.Setenv(k, v)
-	}
-	in := servertest.Start(t, map[string]string{
-		"FENCEPROXY_UPSTREAM": store.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ADMIN_TOKEN": adminToken,
-		"FENCEPROXY_S3": "resign", "FENCEPROXY_S3_DOMAINS": "localhost", "FENCEPROXY_S3_CREDENTIALS_FILE": keys,
-		"FENCEPROXY_S3_REGION": s3backend.Region, "FENCEPROXY_S3_BUCKET_WRITES": "pass", "FENCEPROXY_S3_TOKEN_METADATA": "true",
-	})
+	in, _ := gatewayProxy(t, store.URL, store.AccessKey, store.SecretKey, map[string]string{"FENCEPROXY_S3_BUCKET_WRITES": "pass"})
 	res := s3diff.Run(t, s3diff.Config{
 		Seed: seed, Requests: requests, Proxy: in.Proxy, Domain: "localhost",
 		Control:  &client.Control{BaseURL: in.ControlURL(), AdminBearer: adminToken},
 		Snapshot: func(t testing.TB) s3diff.Snapshot { return s3diff.SeaweedSnapshot(t, store) },
-		Direct:   store.Client(),
-		Signer:   &s3diff.Signer{AccessKey: "worker1", SecretKey: "worker1-secret-0123456789abcdef", Region: s3backend.Region},
-		Grants:   grants, BucketWrites: "pass",
+		Direct:   store.Client(), Signer: workerSigner(), Grants: grants, BucketWrites: "pass",
 	})
 	report(t, "SeaweedFS, resign", seed, res)
 	noViolations(t, res)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,28 +37,19 @@ func startRepro(t *testing.T, mode, bucketWrites string, extra map[string]string
 	for _, b := range s3diff.Buckets {
 		store.CreateBucket(t, b)
 	}
-	env := map[string]string{
-		"FENCEPROXY_UPSTREAM": store.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ADMIN_TOKEN": adminToken,
-		"FENCEPROXY_S3": mode, "FENCEPROXY_S3_DOMAINS": "localhost", "FENCEPROXY_S3_BUCKET_WRITES": bucketWrites,
-	}
 	r := &reproRig{store: store}
 	if mode == "resign" {
-		r.keys = filepath.Join(t.TempDir(), "keys.yaml")
-		if err := os.WriteFile(r.keys, []byte(workerKeys), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": store.AccessKey, "AWS_SECRET_ACCESS_KEY": store.SecretKey,
-			"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull, "AWS_EC2_METADATA_DISABLED": "true"} {
-			t.Setenv(k, v)
-		}
-		env["FENCEPROXY_S3_CREDENTIALS_FILE"] = r.keys
-		env["FENCEPROXY_S3_REGION"] = s3backend.Region
-		r.signer = &s3diff.Signer{AccessKey: "worker1", SecretKey: "worker1-secret-0123456789abcdef", Region: s3backend.Region}
+		r.in, r.keys = gatewayProxy(t, store.URL, store.AccessKey, store.SecretKey,
+			servertest.Env(map[string]string{"FENCEPROXY_S3_BUCKET_WRITES": bucketWrites, "FENCEPROXY_S3_TOKEN_METADATA": ""}, extra))
+		r.signer = workerSigner()
 	} else {
+		r.in = servertest.Start(t, servertest.Env(map[string]string{
+			"FENCEPROXY_UPSTREAM": store.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ADMIN_TOKEN": adminToken,
+			"FENCEPROXY_S3": mode, "FENCEPROXY_S3_DOMAINS": "localhost", "FENCEPROXY_S3_BUCKET_WRITES": bucketWrites,
+		}, extra))
 		r.signer = &s3diff.Signer{AccessKey: store.AccessKey, SecretKey: store.SecretKey, Region: s3backend.Region}
 		r.resign = true
 	}
-	r.in = servertest.Start(t, servertest.Env(env, extra))
 	r.ctl = &client.Control{BaseURL: r.in.ControlURL(), AdminBearer: adminToken}
 	return r
 }
