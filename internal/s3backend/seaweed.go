@@ -553,7 +553,6 @@ func lookSeaweed(t testing.TB) string {
 	return bin
 }
 
-
 // freePorts returns n distinct loopback ports that were free a moment ago:
 // all are held open together, so none is handed out twice.
 func freePorts(n int) ([]int, error) {
