@@ -130,13 +130,14 @@ func ObjectName(key string) string {
 // parameters the store does not read (the fencing token's; nil: none).
 //
 // Errors wrap ErrHost (a Host the addressing does not map), ErrAmbiguous (a
-// spelling the proxy and a store could read differently: an encoded byte or
-// a byte no bucket name has in the bucket, a key that names the bucket to
-// some stores and an object to others, a raw ";" or "#" or a bad escape or a
+// spelling the proxy and a store could read differently: an encoded byte in
+// the bucket, an empty first segment, a key that names the bucket to some
+// stores and an object to others, a raw ";" or "#" or a bad escape or a
 // repeated parameter in the query, a method-override header, a routing
 // header given twice or under a name with "_", an x-amz-copy-source or
 // x-amz-rename-source that stores parse differently) or fence.ErrBadResource
-// (a write to no bucket).
+// (a byte no bucket name has, a "." or ".." bucket, a key that does not
+// decode or holds a control byte, a write to no bucket).
 func (a Addressing) Classify(r *http.Request, rawPath string, ignored func(name string) bool) (Request, error) {
 	if err := checkHeaders(r.Header); err != nil {
 		return Request{}, err
