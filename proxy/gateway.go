@@ -163,6 +163,9 @@ func (t gatewayTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if ex == nil || ex.caller == nil {
 		return nil, errNotVerified
 	}
+	if err := ex.caller.Valid(); err != nil {
+		return nil, err // the key was removed: nothing is sent
+	}
 	token := ""
 	if ex.fenced {
 		token = ex.tokenText

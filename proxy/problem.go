@@ -135,7 +135,7 @@ func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonAmbiguous, "Ambiguous request"
 	case errors.Is(err, s3.ErrMalformedDelete):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonMalformedXML, "Malformed DeleteObjects body"
-	case errors.Is(err, errUnsupported):
+	case errors.Is(err, errUnsupported), errors.Is(err, s3.ErrInBody):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonUnsupported, "Write cannot be fenced"
 	case errors.Is(err, ErrHopByHop):
 		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonHopByHop, "Hop-by-hop header refused"

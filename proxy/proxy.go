@@ -428,6 +428,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var release func()
 	if err == nil {
 		release, err = p.admit(ex)
+		if err == nil && ex.caller != nil {
+			// A gateway key removed while its write waited at the barrier
+			// sends nothing (a write with a body would be cut at its first
+			// read anyway; one without would go).
+			if verr := ex.caller.Valid(); verr != nil {
+				release()
+				err = verr
+			}
+		}
 	}
 	if err != nil {
 		p.refuse(ex, err)
@@ -817,6 +826,10 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	}
 	if why := ex.stopReason(); why != nil {
 		p.uploadStopped(ex, why)
+		return
+	}
+	if errors.Is(err, ErrKeyRevoked) { // gatewayTransport sent nothing
+		p.uploadStopped(ex, err)
 		return
 	}
 	if ex.owner != nil && ex.owner.Err() != nil && ex.admitted && ex.up.State() != fence.Sent {

@@ -242,6 +242,9 @@ func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
 		if err := fence.Prefix(k); err != nil { // no control bytes, as in a path
 			return nil, fmt.Errorf("key %.64q: %w", k, err)
 		}
+		if err := s3.CheckStoreState(o); err != nil {
+			return nil, fmt.Errorf("key %.64q: %w", k, err)
+		}
 		for _, name := range []string{o, s3.MarkerData(k)} {
 			if name == "" {
 				continue

@@ -63,8 +63,9 @@ var bucketConfigs = []string{
 // objectSubresources are the sub-resources of an object's PUT that change
 // the object without writing its data: a PUT with none of them is a
 // PutObject (or CopyObject), whatever other parameters it has, since stores
-// ignore parameters they do not know.
-var objectSubresources = []string{"acl", "tagging", "retention", "legal-hold", "uploadId", "partNumber", "renameObject", "restore", "select", "torrent", "attributes"}
+// ignore parameters they do not know (versitygw and SeaweedFS run a PUT
+// ?torrent, ?select, ?restore or ?attributes as a PutObject).
+var objectSubresources = []string{"acl", "tagging", "retention", "legal-hold", "uploadId", "partNumber", "renameObject"}
 
 // Catalogue lists the operations in the order lookup matches them: the
 // first row whose method, target and query match.

@@ -36,9 +36,10 @@ type Request struct {
 	// Source is x-amz-copy-source (CopyObject, UploadPartCopy): read. nil
 	// without one.
 	Source *ObjectRef
-	// Renamed is x-amz-rename-source (RenameObject): deleted. nil without
-	// one.
-	Renamed   *ObjectRef
+	// Renamed are the readings of x-amz-rename-source (RenameObject), whose
+	// object is deleted: a key of the request's bucket (SeaweedFS reads it
+	// so first), and {bucket}/{key}. nil without one.
+	Renamed   []ObjectRef
 	Multipart Multipart
 	UploadID  string // the upload of a Complete or an Abort
 	// Listing: a GET of the bucket whose parameters are all a listing's
@@ -72,8 +73,8 @@ func (r Request) Changes() []ObjectRef {
 	if r.Op.Writes == Object {
 		add(ObjectRef{Bucket: r.Bucket, Key: r.Key, Object: r.Object})
 	}
-	if r.Renamed != nil {
-		add(*r.Renamed)
+	for _, o := range r.Renamed {
+		add(o)
 	}
 	return out
 }
@@ -186,11 +187,20 @@ func (a Addressing) Classify(r *http.Request, rawPath string, ignored func(name 
 		req.Source = &src
 	}
 	if v, ok := r.Header["X-Amz-Rename-Source"]; ok {
-		src, err := ParseCopySource(v[0])
-		if err != nil || src.VersionID != "" {
-			return Request{}, fmt.Errorf("%w: x-amz-rename-source %.80q is not /{bucket}/{key}", ErrAmbiguous, v[0])
+		if req.Renamed, err = renameSources(req.Bucket, v[0]); err != nil {
+			return Request{}, err
 		}
-		req.Renamed = &src
+	}
+	if err := checkStoreState(req); err != nil {
+		return Request{}, err
+	}
+	if extracts(r, q) {
+		return Request{}, fmt.Errorf("%w: the store would extract the archive (extract, X-Seaweedfs-Extract, x-amz-meta-snowball-*), writing objects its members name", ErrInBody)
+	}
+	if r.Method == http.MethodPost && req.Key != "" && multipartBody(r.Header) && req.Op.Writes == Object {
+		// SeaweedFS routes a form POST by its Content-Type alone, to an
+		// object's path too: it writes the form's key.
+		req.Op = formToObject
 	}
 	if req.Key != "" {
 		req.Multipart, req.UploadID = multipartOf(r.Method, q)
@@ -335,7 +345,8 @@ func parseQuery(raw string, ignored func(string) bool) (query, error) {
 // store reads it, or refuses it (ErrAmbiguous): stores differ in whether they
 // cut the version at the first raw "?" or at "?versionId=" after decoding
 // the whole value, and in whether "+" is a space, so a raw "?" must start
-// exactly one versionId, and no "+", decoded "?" or bad escape may appear.
+// exactly one versionId, and no "+", encoded "?versionId=" or bad escape may
+// appear (an encoded "?" elsewhere is a key byte to all).
 // The bucket must be a bucket name and the key not empty.
 func ParseCopySource(v string) (ObjectRef, error) {
 	bad := func(why string) (ObjectRef, error) {
@@ -357,8 +368,8 @@ func ParseCopySource(v string) (ObjectRef, error) {
 	if err != nil {
 		return bad("it does not unescape")
 	}
-	if strings.IndexByte(decoded, '?') >= 0 {
-		return bad("a \"?\" in the bucket or key (some stores decode the whole value before they cut the version)")
+	if strings.Contains(decoded, "?versionId=") {
+		return bad("an encoded \"?versionId=\" in the bucket or key (versitygw decodes the whole value before it cuts the version there, SeaweedFS cuts at a raw \"?\" only)")
 	}
 	bucket, key, ok := strings.Cut(decoded, "/")
 	if !ok || key == "" {
@@ -377,6 +388,101 @@ func ParseCopySource(v string) (ObjectRef, error) {
 		return bad("not {bucket}/{key}")
 	}
 	return o, nil
+}
+
+// ErrInBody: a write whose objects are named in its body (a form upload, an
+// archive the store extracts), which the fence cannot see (400 unsupported).
+var ErrInBody = errors.New("the write names its objects in its body")
+
+// formToObject is a form upload sent to an object's path.
+var formToObject = Operation{Name: "PostObject sent to an object's path (a form upload to SeaweedFS)", Method: http.MethodPost, Writes: Form}
+
+// multipartBody reports a Content-Type of a multipart body, as a form upload
+// has.
+func multipartBody(h http.Header) bool {
+	ct := strings.TrimSpace(h.Get("Content-Type"))
+	return len(ct) >= 10 && strings.EqualFold(ct[:10], "multipart/")
+}
+
+// extracts reports a write that asks the store to extract an archive into
+// objects: SeaweedFS's ?extract and X-Seaweedfs-Extract, and the
+// x-amz-meta-snowball-* headers of AWS Snowball that SeaweedFS and MinIO
+// honour.
+func extracts(r *http.Request, q query) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return false
+	}
+	if q.has("extract") {
+		return true
+	}
+	for name := range r.Header {
+		if name == "X-Seaweedfs-Extract" || containsFold(name, "snowball") {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFold reports whether s holds sub (lower-case ASCII) in any case.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// storeSegment reports a key segment under which a store keeps its own state:
+// versitygw's multipart staging (.sgwtmp, first in the bucket), SeaweedFS's
+// (.uploads) and its object versions ({key}.versions). A write under one
+// changes another object's upload or versions.
+func storeSegment(seg string) bool {
+	return seg == ".sgwtmp" || seg == ".uploads" || seg == ".versions" || strings.HasSuffix(seg, ".versions")
+}
+
+// checkStoreState refuses an object, a copy's or a rename's source that lies
+// under a store's own state (fence.ErrBadResource).
+func checkStoreState(req Request) error {
+	if err := CheckStoreState(req.Object); err != nil {
+		return err
+	}
+	for _, o := range req.Renamed {
+		if err := CheckStoreState(o.Object); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckStoreState refuses an object name (an alias class) with a segment
+// under which a store keeps its own state (fence.ErrBadResource).
+func CheckStoreState(object string) error {
+	if !strings.Contains(object, ".") {
+		return nil
+	}
+	for seg := range strings.SplitSeq(object, "/") {
+		if storeSegment(seg) {
+			return fmt.Errorf("%w: segment %q: stores keep their own state under it (multipart uploads, versions)", fence.ErrBadResource, seg)
+		}
+	}
+	return nil
+}
+
+// renameSources returns the readings of an x-amz-rename-source value for a
+// rename into bucket: the whole value as a key of bucket (SeaweedFS's first
+// reading), and {bucket}/{key} when it has a "/" after a bucket name. Each
+// must parse as a copy source does (ErrAmbiguous).
+func renameSources(bucket, v string) ([]ObjectRef, error) {
+	whole, err := ParseCopySource(bucket + "/" + strings.TrimPrefix(v, "/"))
+	if err != nil || whole.VersionID != "" {
+		return nil, fmt.Errorf("%w: x-amz-rename-source %.80q is not a key, nor /{bucket}/{key}", ErrAmbiguous, v)
+	}
+	out := []ObjectRef{whole}
+	if qualified, err := ParseCopySource(v); err == nil && qualified != whole {
+		out = append(out, qualified)
+	}
+	return out, nil
 }
 
 // listParams are the parameters of the bucket listings: a GET of a bucket

@@ -73,7 +73,14 @@ func TestClassifyOperations(t *testing.T) {
 		{"PUT", "/bkt/k?tagging", nil, Object, "bkt", "k", "k", false},
 		{"PUT", "/bkt/k?Tagging", nil, Object, "bkt", "k", "k", false},
 		{"PUT", "/bkt/k?legal-hold", nil, Object, "bkt", "k", "k", false},
-		{"PUT", "/bkt/k?policy", nil, Object, "bkt", "k", "k", true}, // a key: an unknown parameter
+		{"PUT", "/bkt/k?policy", nil, Object, "bkt", "k", "k", true},  // a key: an unknown parameter
+		{"PUT", "/bkt/k?torrent", nil, Object, "bkt", "k", "k", true}, // a GET sub-resource: a PutObject to the stores
+		{"PUT", "/bkt/k?attributes", nil, Object, "bkt", "k", "k", true},
+		// A form POSTed to an object's path: SeaweedFS routes it by its
+		// Content-Type to the form upload, which writes the form's key.
+		{"POST", "/bkt/k", []string{"Content-Type: multipart/form-data; boundary=x"}, Form, "bkt", "k", "k", false},
+		{"POST", "/bkt/k?uploadId=u", []string{"Content-Type: Multipart/Mixed; boundary=x"}, Form, "bkt", "k", "k", false},
+		{"POST", "/bkt/k?uploadId=u", []string{"Content-Type: application/xml"}, Object, "bkt", "k", "k", false},
 		{"DELETE", "/bkt/k?uploadId=1", nil, Object, "bkt", "k", "k", false},
 		{"POST", "/bkt/k?uploads", nil, Object, "bkt", "k", "k", true},
 		{"POST", "/bkt/k?uploadId=u", nil, Object, "bkt", "k", "k", false},
@@ -161,6 +168,7 @@ func TestClassifyRefuses(t *testing.T) {
 		// Copy sources that stores parse differently.
 		{"PUT", "localhost", "/bkt/k", []string{"X-Amz-Copy-Source: reports/jobs/?/../../private/p.txt"}, ErrAmbiguous},
 		{"PUT", "localhost", "/bkt/k", []string{"X-Amz-Copy-Source: reports/jobs/%3FversionId=x"}, ErrAmbiguous},
+		{"PUT", "localhost", "/bkt/k", []string{"X-Amz-Copy-Source: reports/a?versionId=1%3FversionId=2"}, ErrAmbiguous},
 		{"PUT", "localhost", "/bkt/k", []string{"X-Amz-Copy-Source: reports/a+b"}, ErrAmbiguous},
 		{"PUT", "localhost", "/bkt/k", []string{"X-Amz-Copy-Source: reports/a?versionId="}, ErrAmbiguous},
 		{"PUT", "localhost", "/bkt/k", []string{"X-Amz-Copy-Source: reports/a?versionId=1&x=2"}, ErrAmbiguous},
@@ -169,6 +177,16 @@ func TestClassifyRefuses(t *testing.T) {
 		{"PUT", "localhost", "/bkt/k", []string{"X-Amz-Copy-Source: re%zzports/a"}, ErrAmbiguous},
 		{"PUT", "localhost", "/bkt/k", []string{"X-Amz-Copy-Source: rep;orts/a"}, ErrAmbiguous},
 		{"PUT", "localhost", "/bkt/k", []string{"X-Amz-Rename-Source: /bkt/a?versionId=1"}, ErrAmbiguous},
+		// Archives a store extracts into objects named in the body.
+		{"PUT", "localhost", "/bkt/a.zip?extract=zip", nil, ErrInBody},
+		{"PUT", "localhost", "/bkt/a.zip", []string{"X-Seaweedfs-Extract: zip"}, ErrInBody},
+		{"PUT", "localhost", "/bkt/a.tar", []string{"X-Amz-Meta-Snowball-Auto-Extract: true"}, ErrInBody},
+		{"PUT", "localhost", "/bkt/a.tar", []string{"X-Amz-Meta-Minio-Snowball-Prefix: x"}, ErrInBody},
+		// The stores' own state: multipart staging, versions.
+		{"PUT", "localhost", "/bkt/.sgwtmp/multipart/abc/id/", nil, fence.ErrBadResource},
+		{"DELETE", "localhost", "/bkt/.uploads/id/0001.part", nil, fence.ErrBadResource},
+		{"PUT", "localhost", "/bkt/d/a.txt.versions/v1", nil, fence.ErrBadResource},
+		{"PUT", "localhost", "/bkt/dst?renameObject", []string{"X-Amz-Rename-Source: .uploads/id"}, fence.ErrBadResource},
 		// Names no bucket has; writes to no bucket.
 		{"PUT", "localhost", "/b;kt/k", nil, fence.ErrBadResource},
 		{"PUT", "localhost", "/../k", nil, fence.ErrBadResource},
@@ -196,6 +214,11 @@ func TestClassifyPasses(t *testing.T) {
 		{"PUT", "/bkt/k?X-Fencing-Token=1&x-fencing-token=1", nil},
 		{"PUT", "/bkt/k", []string{"X-Amz-Copy-Source: bkt/a%2Fb?versionId=3HL4kqtJvjVBH40Nrjfkd"}},
 		{"PUT", "/bkt/k", []string{"X-Amz-Copy-Source: /bkt/a%20b%3Bc"}},
+		// An encoded "?" is a key byte to every store (boto3 sends one).
+		{"PUT", "/bkt/k", []string{"X-Amz-Copy-Source: bkt/p/report%3Fv%3D2.csv"}},
+		{"PUT", "/bkt/k?torrent", nil}, // a PutObject to the stores
+		{"GET", "/bkt/k?extract=zip", nil},
+		{"PUT", "/bkt/my.versions.txt", nil},
 	} {
 		if req, err := classifyRaw(t, c.method, "localhost", c.target, c.headers...); err != nil {
 			t.Errorf("%s %s %q: %+v, %v; want it read", c.method, c.target, c.headers, req, err)
@@ -217,9 +240,19 @@ func TestClassifySources(t *testing.T) {
 	for _, o := range req.Changes() {
 		changed = append(changed, o.Bucket+"/"+o.Object)
 	}
-	// A directory marker's data: SeaweedFS stores it as old/old.
-	if err != nil || req.Renamed == nil || strings.Join(changed, " ") != "bkt/dst bkt/old bkt/old/old" {
-		t.Fatalf("rename: %q, %v; want bkt/dst, bkt/old and bkt/old/old changed", changed, err)
+	// Both readings of the source (a key of the bucket, SeaweedFS's first;
+	// {bucket}/{key}), and a directory marker's data (SeaweedFS stores it as
+	// old/old).
+	if want := "bkt/dst bkt/bkt/old bkt/bkt/old/old bkt/old bkt/old/old"; err != nil || strings.Join(changed, " ") != want {
+		t.Fatalf("rename: %q, %v; want %s changed", changed, err, want)
+	}
+	req, err = classifyRaw(t, "PUT", "localhost", "/bkt/stolen?renameObject", "X-Amz-Rename-Source: jobs/a")
+	changed = nil
+	for _, o := range req.Changes() {
+		changed = append(changed, o.Bucket+"/"+o.Object)
+	}
+	if want := "bkt/stolen bkt/jobs/a jobs/a"; err != nil || strings.Join(changed, " ") != want {
+		t.Fatalf("rename of a bare key: %q, %v; want %s changed", changed, err, want)
 	}
 	req, _ = classifyRaw(t, "PUT", "localhost", "/bkt/a/b%5C")
 	if c := req.Changes(); len(c) != 2 || c[0].Object != "a/b" || c[1].Object != "a/b/b" {

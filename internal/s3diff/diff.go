@@ -21,6 +21,7 @@
 package s3diff
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/md5"
@@ -68,6 +69,9 @@ type Config struct {
 	Resign bool
 	// Grants, in gateway mode, are the worker's; nil in pass mode.
 	Grants []Grant
+	// Staging, when set, names where the store keeps an upload of key in
+	// progress (a key of bucket), for the writes aimed at it; nil: none.
+	Staging func(bucket, key, uploadID string) string
 	// BucketWrites is the proxy's FENCEPROXY_S3_BUCKET_WRITES.
 	BucketWrites string
 	// StopAfter ends the run after that many violations; 0 is 20.
@@ -227,8 +231,10 @@ func (r *run) check(i int, spec Spec, in intent, ans Answer, before, after Snaps
 		it := item(before, after, path)
 		switch it.Kind {
 		case Internal:
-			if in.token == "" || in.tok < fb[resourceOf(in.bucket, in.key)] {
-				violate("the store changed its internal state %s for a stale or tokenless request", path)
+			// The store's own state of the target's upload: changed only by
+			// a write admitted on the target itself.
+			if res := resourceOf(in.bucket, in.key); in.token == "" || fb[res] > in.tok || fa[res] < in.tok {
+				violate("the store changed its own state %s, for a write not admitted on %s (%d before, %d after)", path, res, fb[res], fa[res])
 			}
 			continue
 		case Bucket:
@@ -355,6 +361,7 @@ var ops = []struct {
 	weight int
 }{
 	{"put", 14}, {"copy", 10}, {"tag", 8}, {"untag", 5}, {"delete", 8}, {"complete", 5}, {"abort", 3},
+	{"formobject", 3}, {"rename", 3}, {"extract", 3}, {"staging", 3},
 	{"deleteobjects", 8}, {"postobject", 5}, {"buckettag", 4}, {"get", 6}, {"list", 5}, {"canonical", 12},
 }
 
@@ -495,6 +502,67 @@ func (r *run) generate(ctx context.Context, fences map[string]uint64) (Spec, int
 			m.labels = append(m.labels, "content_type")
 		default:
 			s.Header = append(s.Header, [2]string{"Content-Type", ct})
+		}
+	case "formobject":
+		// A form POSTed to an object's path, naming the target in its key
+		// field (SeaweedFS routes it by its Content-Type).
+		s.Method = "POST"
+		other := universe[r.rng.IntN(len(universe))]
+		s.Host, s.Path = r.spellPath(m, target.bucket, other.key)
+		const boundary = "fenceproxydiff"
+		s.Body = []byte(fmt.Sprintf("--%s\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n%s\r\n--%s\r\n"+
+			"Content-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n%s\r\n--%s--\r\n",
+			boundary, target.key, boundary, r.marker(target.bucket, target.key), boundary))
+		s.Header = append(s.Header, [2]string{"Content-Type", "multipart/form-data; boundary=" + boundary})
+	case "rename":
+		// RenameObject of the target to a new key, the source a bare key of
+		// the bucket or {bucket}/{key}.
+		s.Host, s.Path = r.spellPath(m, target.bucket, "renamed/"+strconv.Itoa(r.n))
+		r.n++
+		query = append(query, m.param("renameObject", ""))
+		src := []string{target.key, target.bucket + "/" + target.key, "/" + target.bucket + "/" + target.key}[r.rng.IntN(3)]
+		s.Header = append(s.Header, [2]string{"X-Amz-Rename-Source", src})
+	case "extract":
+		// An archive the store extracts beside its key, one member the
+		// target's last segment.
+		dir, base := "", target.key
+		if i := strings.LastIndexByte(target.key, '/'); i >= 0 {
+			dir, base = target.key[:i+1], target.key[i+1:]
+		}
+		s.Host, s.Path = r.spellPath(m, target.bucket, dir+"archive.zip")
+		var zb bytes.Buffer
+		zw := zip.NewWriter(&zb)
+		f, _ := zw.Create(base)
+		_, _ = f.Write([]byte(r.marker(target.bucket, target.key)))
+		_ = zw.Close()
+		s.Body = zb.Bytes()
+		switch r.rng.IntN(3) {
+		case 0:
+			query = append(query, "extract=zip")
+		case 1:
+			s.Header = append(s.Header, [2]string{"X-Seaweedfs-Extract", "zip"})
+		default:
+			s.Header = append(s.Header, [2]string{"X-Amz-Meta-Snowball-Auto-Extract", "true"})
+		}
+	case "staging":
+		// A write to where the store keeps the target's multipart upload.
+		if r.cfg.Staging == nil { // a read of the target instead
+			s.Method = "GET"
+			s.Host, s.Path = r.spellPath(m, target.bucket, target.key)
+			in.read = true
+			break
+		}
+		id, _ := r.upload(ctx, target.bucket, target.key, true)
+		staged := r.cfg.Staging(target.bucket, target.key, id)
+		s.Host, s.Path = r.spellPath(&mutations{}, target.bucket, staged)
+		switch r.rng.IntN(3) {
+		case 0:
+			s.Method = "DELETE"
+		case 1: // metadata only: a store refuses data for a directory's key
+			s.Header = append(s.Header, [2]string{"X-Amz-Meta-Owner", "stale"})
+		default:
+			s.Body = []byte(r.marker(target.bucket, target.key))
+			s.Header = append(s.Header, [2]string{"X-Amz-Meta-Owner", "stale"})
 		}
 	case "buckettag":
 		bucketPath()

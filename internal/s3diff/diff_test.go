@@ -1,6 +1,8 @@
 package s3diff_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"sort"
@@ -90,10 +92,23 @@ func versitygwPass(t *testing.T) s3diff.Config {
 		Proxy: in.Proxy, Domain: "localhost",
 		Control:  &client.Control{BaseURL: in.ControlURL(), AdminBearer: adminToken},
 		Snapshot: func(t testing.TB) s3diff.Snapshot { return s3diff.PosixSnapshot(t, store.Dir) },
-		Direct:   store.Client(),
-		Signer:   &s3diff.Signer{AccessKey: store.AccessKey, SecretKey: store.SecretKey, Region: s3backend.Region},
-		Resign:   true, BucketWrites: "pass",
+		Direct:   store.Client(), Staging: versitygwStaging,
+		Signer: &s3diff.Signer{AccessKey: store.AccessKey, SecretKey: store.SecretKey, Region: s3backend.Region},
+		Resign: true, BucketWrites: "pass",
 	}
+}
+
+// versitygwStaging is where versitygw's posix backend keeps an upload in
+// progress: below .sgwtmp/multipart/{sha256 of the key}/{upload id}/.
+func versitygwStaging(_, key, id string) string {
+	sum := sha256.Sum256([]byte(key))
+	return ".sgwtmp/multipart/" + hex.EncodeToString(sum[:]) + "/" + id + []string{"/", "/1"}[len(id)%2]
+}
+
+// seaweedStaging is where SeaweedFS keeps an upload in progress: below
+// .uploads/{upload id}/ in the bucket.
+func seaweedStaging(_, _, id string) string {
+	return ".uploads/" + id + []string{"/", "/0001.part"}[len(id)%2]
 }
 
 func noViolations(t *testing.T, res s3diff.Result) {
@@ -116,7 +131,7 @@ func TestVersitygwResign(t *testing.T) {
 		Seed: seed, Requests: requests, Proxy: in.Proxy, Domain: "localhost",
 		Control:  &client.Control{BaseURL: in.ControlURL(), AdminBearer: adminToken},
 		Snapshot: func(t testing.TB) s3diff.Snapshot { return s3diff.PosixSnapshot(t, store.Dir) },
-		Direct:   store.Client(), Signer: workerSigner(), Grants: grants, BucketWrites: "fence",
+		Direct:   store.Client(), Signer: workerSigner(), Grants: grants, BucketWrites: "fence", Staging: versitygwStaging,
 	})
 	report(t, "versitygw, resign", seed, res)
 	noViolations(t, res)
@@ -174,7 +189,7 @@ func seaweedPass(t *testing.T) s3diff.Config {
 		Proxy:    in.Proxy,
 		Control:  &client.Control{BaseURL: in.ControlURL(), AdminBearer: adminToken},
 		Snapshot: func(t testing.TB) s3diff.Snapshot { return s3diff.SeaweedSnapshot(t, store) },
-		Direct:   store.Client(), BucketWrites: "refuse",
+		Direct:   store.Client(), BucketWrites: "refuse", Staging: seaweedStaging,
 	}
 }
 
@@ -191,7 +206,7 @@ func TestSeaweedResign(t *testing.T) {
 		Seed: seed, Requests: requests, Proxy: in.Proxy, Domain: "localhost",
 		Control:  &client.Control{BaseURL: in.ControlURL(), AdminBearer: adminToken},
 		Snapshot: func(t testing.TB) s3diff.Snapshot { return s3diff.SeaweedSnapshot(t, store) },
-		Direct:   store.Client(), Signer: workerSigner(), Grants: grants, BucketWrites: "pass",
+		Direct:   store.Client(), Signer: workerSigner(), Grants: grants, BucketWrites: "pass", Staging: seaweedStaging,
 	})
 	report(t, "SeaweedFS, resign", seed, res)
 	noViolations(t, res)

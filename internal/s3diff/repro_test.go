@@ -5,7 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,6 +182,14 @@ func TestGatewayCopySource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A key with an encoded "?" copies (boto3 escapes it so): every store
+	// reads it as a key byte.
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("bkt"), Key: aws.String("jobs/report?v=2.csv"), Body: strings.NewReader("v2")}); err != nil {
+		t.Fatal(err)
+	}
+	if a := r.do(t, "PUT", "/bkt/jobs/copy-of-report", "40", "", "X-Amz-Copy-Source: bkt/jobs/report%3Fv%3D2.csv"); a.Status != 200 {
+		t.Errorf("copy of a key with an encoded \"?\": %d %s, want 200", a.Status, a.Body)
+	}
 	for _, src := range []string{
 		"bkt/jobs/?/../../private/p.txt", "/bkt/jobs/?/../../private/p.txt", "bkt/jobs/%3F/../../private/p.txt",
 		"bkt/jobs/../private/p.txt", "bkt/jobs/%2E%2E/private/p.txt", "bkt/jobs/x%3FversionId=1/../../private/p.txt",
@@ -217,6 +230,9 @@ func TestGatewayAuditToken(t *testing.T) {
 		{"/bkt/jobs/m2.txt?foo=1", []string{"X-Amz-Meta-Fencing-Token: 999"}},
 		{"/bkt/jobs/m3.txt?x-id=PutObject", []string{"X-Amz-Meta-Fencing-Token: 999"}},
 		{"/bkt/jobs/m4.txt?versionId=1&foo", nil},
+		// Sub-resources of other methods: a PutObject to both stores.
+		{"/bkt/jobs/m5.txt?torrent", []string{"X-Amz-Meta-Fencing-Token: 999"}},
+		{"/bkt/jobs/m6.txt?attributes", nil},
 	} {
 		token := fmt.Sprint(60 + i)
 		if a := r.do(t, "PUT", c.target, token, "data", c.header...); a.Status != 200 {
@@ -316,4 +332,63 @@ loop:
 		t.Errorf("the store has the object of the revoked key's upload")
 	}
 	t.Logf("upload ended %v after the key's removal, %d of %d bytes sent", took.Round(time.Millisecond), sent, size)
+}
+
+// TestGatewayRevokedKeyAtBarrier: a bodyless write of a key removed while
+// the write waited at the barrier (behind a smaller token's write still in
+// flight at the store) is refused with 403 when the barrier lets it go, and
+// the store keeps the object.
+func TestGatewayRevokedKeyAtBarrier(t *testing.T) {
+	store := s3backend.Start(t)
+	for _, b := range s3diff.Buckets {
+		store.CreateBucket(t, b)
+	}
+	// In front of the store: a forwarder that holds the write of
+	// jobs/slow for 8 s, longer than the credentials file's 5 s reload.
+	target, _ := url.Parse(store.URL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	director := rp.Director
+	rp.Director = func(r *http.Request) { host := r.Host; director(r); r.Host = host }
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/jobs/slow") {
+			time.Sleep(8 * time.Second)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(slow.Close)
+	in, keys := gatewayProxy(t, slow.URL, store.AccessKey, store.SecretKey, nil)
+	r := &reproRig{store: store, in: in, keys: keys, signer: workerSigner()}
+	if a := r.do(t, "PUT", "/bkt/jobs/slow", "50", "from 50"); a.Status != 200 {
+		t.Fatalf("first write: %d %s", a.Status, a.Body)
+	}
+	done := make(chan s3diff.Answer, 2)
+	go func() { done <- r.do(t, "PUT", "/bkt/jobs/slow", "60", "from 60") }()
+	time.Sleep(300 * time.Millisecond)
+	go func() { done <- r.do(t, "DELETE", "/bkt/jobs/slow", "61", "") }() // waits for 60 at the barrier
+	time.Sleep(300 * time.Millisecond)
+	if err := os.WriteFile(r.keys+".new", []byte("keys: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(r.keys+".new", r.keys); err != nil {
+		t.Fatal(err)
+	}
+	var statuses []int
+	for range 2 {
+		a := <-done
+		statuses = append(statuses, a.Status)
+		if a.Status == http.StatusForbidden && !strings.Contains(string(a.Body), "AccessDenied") {
+			t.Errorf("403 without AccessDenied: %s", a.Body)
+		}
+	}
+	got, err := store.Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("bkt"), Key: aws.String("jobs/slow")})
+	if err != nil {
+		t.Fatalf("the object is gone (answers %v): %v", statuses, err)
+	}
+	body, _ := io.ReadAll(got.Body)
+	got.Body.Close()
+	// 60 was in flight at the store when the key went; the DELETE of 61
+	// waited and must not follow.
+	if string(body) != "from 60" || !slices.Contains(statuses, http.StatusForbidden) {
+		t.Errorf("the object holds %q after answers %v; want from 60, and the DELETE refused with 403", body, statuses)
+	}
 }
