@@ -163,12 +163,22 @@ func (p *Proxy) resources(ex *exchange) ([]string, error) {
 			}
 			keys = []string{key}
 		}
-		for _, o := range req.Changes() {
-			key, err := p.resolver.Key("/" + o.Bucket + "/" + o.Object)
+		if req.Op.Writes == s3.Object && req.Renamed == nil && s3.MarkerData(req.Key) == "" {
+			// The common write, one object: its path as sent when that
+			// spells the alias class (no allocation for the key's path).
+			key, err := p.resolver.Key(p.objectPath(ex.path, req.Bucket, req.Object))
 			if err != nil {
-				return keys, err
+				return nil, err
 			}
-			keys = append(keys, key)
+			keys = []string{key}
+		} else {
+			for _, o := range req.Changes() {
+				key, err := p.resolver.Key("/" + o.Bucket + "/" + o.Object)
+				if err != nil {
+					return keys, err
+				}
+				keys = append(keys, key)
+			}
 		}
 		if len(keys) == 0 {
 			return nil, fmt.Errorf("%w: %s %s changes no object the fence can name", fence.ErrBadResource, r.Method, req.Op.Name)
@@ -193,6 +203,17 @@ func (p *Proxy) resources(ex *exchange) ([]string, error) {
 		keys = append(keys, dk)
 	}
 	return keys, nil
+}
+
+// objectPath returns /{bucket}/{object}: the request's raw path itself when
+// it spells exactly that (path style, nothing encoded, the key its own alias
+// class), else a new string.
+func (p *Proxy) objectPath(raw, bucket, object string) string {
+	if len(raw) == 2+len(bucket)+len(object) && raw[0] == '/' && raw[1:1+len(bucket)] == bucket &&
+		raw[1+len(bucket)] == '/' && raw[2+len(bucket):] == object {
+		return raw
+	}
+	return "/" + bucket + "/" + object
 }
 
 // deleteResources reads the body of an S3 DeleteObjects (S3 mode: POST
