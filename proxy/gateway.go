@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/fenceproxy/fenceproxy/s3"
@@ -33,10 +34,12 @@ type S3Caller interface {
 	// AccessKeyID is the verified key's id (not secret: logs show it).
 	AccessKeyID() string
 	// Valid reports whether the key still holds, nil if it does: an error
-	// wrapping ErrKeyRevoked once the key was removed from the workers' keys
-	// or its secret changed. The proxy checks it before every read of the
-	// request's body and before its last bytes go, so that a revoked key's
-	// upload in flight ends.
+	// wrapping ErrKeyRevoked once the key was removed from the workers' keys,
+	// its secret changed, or a grant the request was let through on went.
+	// The proxy checks it before every read of the request's body and
+	// before its last bytes go, when a write leaves the barrier, before it
+	// signs, and before every read of the answer's body, so that a revoked
+	// key's requests in flight end.
 	Valid() error
 	// PrepareBody replaces r's body, before anything reads it, when it is a
 	// signed stream (aws-chunked with chunk signatures): each chunk verified
@@ -51,9 +54,10 @@ type S3Caller interface {
 	Resign(ctx context.Context, out *http.Request, req s3.Request, token string) error
 }
 
-// ErrKeyRevoked: in S3 gateway mode, the verified key was removed or its
-// secret changed while its request was still sending its body (403
-// AccessDenied); the body was cut off before its end.
+// ErrKeyRevoked: in S3 gateway mode, the verified key was removed, its
+// secret changed or a grant the request uses went while the request was in
+// flight (403 AccessDenied, or the answer cut off): nothing more of it is
+// sent or returned.
 var ErrKeyRevoked = errors.New("the access key was revoked while its request was in flight")
 
 // errNoGrant: the key is not granted what the request does.
@@ -173,5 +177,25 @@ func (t gatewayTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err := ex.caller.Resign(r.Context(), r, ex.s3, token); err != nil {
 		return nil, err
 	}
-	return t.next.RoundTrip(r)
+	resp, err := t.next.RoundTrip(r)
+	if err == nil && resp.Body != nil && resp.Body != http.NoBody {
+		// A download ends too when its key goes.
+		resp.Body = &revocableBody{ReadCloser: resp.Body, valid: ex.caller.Valid}
+	}
+	return resp, err
+}
+
+// revocableBody is a response body that fails its reads once valid reports
+// the request's key revoked (ErrKeyRevoked): ReverseProxy then aborts the
+// answer, and the client gets no more of it.
+type revocableBody struct {
+	io.ReadCloser
+	valid func() error
+}
+
+func (b *revocableBody) Read(p []byte) (int, error) {
+	if err := b.valid(); err != nil {
+		return 0, err
+	}
+	return b.ReadCloser.Read(p)
 }

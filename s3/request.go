@@ -175,7 +175,15 @@ func (a Addressing) Classify(r *http.Request, rawPath string, ignored func(name 
 	if err != nil {
 		return Request{}, err
 	}
+	if svc := signedService(r.Header, q); svc != "" && svc != "s3" {
+		// SeaweedFS serves S3 Tables (s3tables) and IAM on its S3 port: a
+		// request signed for another service runs another API.
+		return Request{}, fmt.Errorf("%w: signed for service %q, not s3: the store may run another API on it", ErrAmbiguous, svc)
+	}
 	req.Op = lookup(r.Method, req.Bucket == "", req.Key == "", q)
+	if req.Op.Writes == Objects && multipartBody(r.Header) {
+		return Request{}, fmt.Errorf("%w: a DeleteObjects with a multipart body: a store that routes form uploads by their Content-Type reads it as one", ErrAmbiguous)
+	}
 	if req.Bucket == "" && req.Op.Writes != Nothing {
 		return Request{}, fmt.Errorf("%w: %s to no bucket", fence.ErrBadResource, r.Method)
 	}
@@ -335,9 +343,62 @@ func parseQuery(raw string, ignored func(string) bool) (query, error) {
 		if q.has(name) {
 			return nil, fmt.Errorf("%w: query parameter %.40q given twice", ErrAmbiguous, name)
 		}
+		if known := knownParam(name); known != "" && known != name {
+			return nil, fmt.Errorf("%w: query parameter %.40q is %s in another case: stores differ in whether they match it", ErrAmbiguous, name, known)
+		}
 		q = append(q, param{name, value})
 	}
 	return q, nil
+}
+
+// knownParams are the parameters that select an S3 operation or that a
+// store reads (sub-resources, listing and multipart parameters), as S3
+// spells them.
+var knownParams = func() []string {
+	names := []string{"delete", "uploads", "uploadId", "partNumber", "versionId", "versions", "x-id", "location",
+		"policyStatus", "id", "extract", "select", "select-type", "restore", "torrent", "attributes"}
+	names = append(names, bucketConfigs...)
+	names = append(names, objectSubresources...)
+	for n := range listParams {
+		names = append(names, n)
+	}
+	return names
+}()
+
+// knownParam returns the known parameter that name spells in any case, ""
+// for none.
+func knownParam(name string) string {
+	for _, k := range knownParams {
+		if len(k) == len(name) && strings.EqualFold(k, name) {
+			return k
+		}
+	}
+	return ""
+}
+
+// signedService returns the service of the request's SigV4 credential scope
+// (Authorization's Credential, or a presigned URL's X-Amz-Credential), "" if
+// it has none.
+func signedService(h http.Header, q query) string {
+	cred := ""
+	if a := h.Get("Authorization"); a != "" {
+		if _, after, ok := strings.Cut(a, "Credential="); ok {
+			cred, _, _ = strings.Cut(after, ",")
+		}
+	}
+	for _, p := range q {
+		if strings.EqualFold(p.name, "X-Amz-Credential") {
+			cred = p.value
+		}
+	}
+	// {key}/{date}/{region}/{service}/aws4_request
+	cred = strings.TrimSpace(cred)
+	i := strings.LastIndexByte(cred, '/')
+	if i < 0 {
+		return ""
+	}
+	cred = cred[:i]
+	return cred[strings.LastIndexByte(cred, '/')+1:]
 }
 
 // ParseCopySource reads an x-amz-copy-source (or x-amz-rename-source) value,

@@ -273,6 +273,18 @@ func TestGatewayAuditToken(t *testing.T) {
 // credentials file ends its upload in flight within the reload interval (5
 // s), with 403 AccessDenied, and the store never gets the object.
 func TestGatewayRevokedKey(t *testing.T) {
+	for name, keys := range map[string]string{
+		"key removed": "keys: []\n",
+		// The key stays, but no longer grants bkt/jobs/.
+		"grant narrowed": strings.Replace(workerKeys, `{bucket: bkt, prefix: "jobs/"`, `{bucket: bkt, prefix: "elsewhere/"`, 1),
+	} {
+		t.Run(name, func(t *testing.T) { revokedUpload(t, keys) })
+	}
+}
+
+// revokedUpload runs a slow upload of worker1 and writes newKeys as the
+// credentials file during it.
+func revokedUpload(t *testing.T, newKeys string) {
 	r := startRepro(t, "resign", "refuse", nil)
 	const size = 64 << 10
 	s := s3diff.Spec{Method: "PUT", Host: "localhost" + r.in.Proxy[strings.LastIndexByte(r.in.Proxy, ':'):], Path: "/bkt/jobs/slow.bin",
@@ -290,7 +302,7 @@ func TestGatewayRevokedKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if err := os.WriteFile(r.keys+".new", []byte("keys: []\n"), 0o600); err != nil {
+	if err := os.WriteFile(r.keys+".new", []byte(newKeys), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(r.keys+".new", r.keys); err != nil {
@@ -391,4 +403,54 @@ func TestGatewayRevokedKeyAtBarrier(t *testing.T) {
 	if string(body) != "from 60" || !slices.Contains(statuses, http.StatusForbidden) {
 		t.Errorf("the object holds %q after answers %v; want from 60, and the DELETE refused with 403", body, statuses)
 	}
+}
+
+// TestGatewayRevokedKeyDownload: a download in flight ends too when its key
+// is removed: the client gets no more of the answer.
+func TestGatewayRevokedKeyDownload(t *testing.T) {
+	r := startRepro(t, "resign", "refuse", nil)
+	const size = 32 << 20
+	if _, err := r.store.Client().PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String("bkt"),
+		Key: aws.String("jobs/big.bin"), Body: strings.NewReader(strings.Repeat("y", size))}); err != nil {
+		t.Fatal(err)
+	}
+	s := s3diff.Spec{Method: "GET", Host: "localhost" + r.in.Proxy[strings.LastIndexByte(r.in.Proxy, ':'):], Path: "/bkt/jobs/big.bin"}
+	conn, err := net.Dial("tcp", r.in.Proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hd, _ := s3diff.Wire(t, s, r.signer)
+	if _, err := conn.Write(hd); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16<<10)
+	read := 0
+	revoked := time.Time{}
+	for {
+		if read > 1<<20 && revoked.IsZero() {
+			if err := os.WriteFile(r.keys+".new", []byte("keys: []\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(r.keys+".new", r.keys); err != nil {
+				t.Fatal(err)
+			}
+			revoked = time.Now()
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		n, err := conn.Read(buf)
+		read += n
+		if err != nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // about 3 MB/s
+	}
+	took := time.Since(revoked)
+	if read >= size {
+		t.Fatalf("the whole object (%d bytes) came back after the key's removal", read)
+	}
+	if took > 8*time.Second {
+		t.Errorf("the download ended %v after the key's removal, want within the 5 s reload", took)
+	}
+	t.Logf("download ended %v after the key's removal, %d of %d bytes read", took.Round(time.Millisecond), read, size)
 }

@@ -77,30 +77,61 @@ type caller struct {
 	keys   *keyring.Keys
 	auth   *sigv4.Auth
 	secret string // the key's secret when verified, to tell a rotation
+	// granted are the grants the request was let through on (Allowed and
+	// AllowedList answers of true), to hold against a new version of the
+	// keys. Written before the body is read, read by Valid after.
+	granted []grantCheck
 	// A signed stream re-framed for the store: its headers.
 	reframed http.Header
 }
 
 func (c *caller) AccessKeyID() string { return c.auth.AccessKeyID }
 
+// grantCheck is one question the request's grants answered yes.
+type grantCheck struct {
+	bucket, key string
+	write, list bool
+}
+
+func (g grantCheck) allowed(keys *keyring.Keys, id string) bool {
+	if g.list {
+		return keys.AllowedList(id, g.bucket, g.key)
+	}
+	return keys.Allowed(id, g.bucket, g.key, g.write)
+}
+
 func (c *caller) Allowed(bucket, key string, write bool) bool {
-	return c.keys.Allowed(c.auth.AccessKeyID, bucket, key, write)
+	return c.check(grantCheck{bucket: bucket, key: key, write: write})
 }
 
 func (c *caller) AllowedList(bucket, prefix string) bool {
-	return c.keys.AllowedList(c.auth.AccessKeyID, bucket, prefix)
+	return c.check(grantCheck{bucket: bucket, key: prefix, list: true})
+}
+
+func (c *caller) check(g grantCheck) bool {
+	ok := g.allowed(c.keys, c.auth.AccessKeyID)
+	if ok {
+		c.granted = append(c.granted, g)
+	}
+	return ok
 }
 
 // Valid reports proxy.ErrKeyRevoked once the keys in use (re-read from the
-// file every few seconds) no longer hold the verified key, or hold it with
-// another secret.
+// file every few seconds) no longer hold the verified key, hold it with
+// another secret, or no longer grant what the request was let through on.
 func (c *caller) Valid() error {
 	keys := c.g.opts.Keys.Keys()
 	if keys == c.keys {
 		return nil
 	}
-	if secret, ok := keys.Secret(c.auth.AccessKeyID); !ok || secret != c.secret {
-		return fmt.Errorf("%w: key %q was removed from the workers' keys or its secret changed", proxy.ErrKeyRevoked, c.auth.AccessKeyID)
+	id := c.auth.AccessKeyID
+	if secret, ok := keys.Secret(id); !ok || secret != c.secret {
+		return fmt.Errorf("%w: key %q was removed from the workers' keys or its secret changed", proxy.ErrKeyRevoked, id)
+	}
+	for _, g := range c.granted {
+		if !g.allowed(keys, id) {
+			return fmt.Errorf("%w: key %q lost the grant of %q in bucket %q that the request uses", proxy.ErrKeyRevoked, id, g.key, g.bucket)
+		}
 	}
 	return nil
 }
