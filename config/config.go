@@ -69,7 +69,7 @@ type Config struct {
 	PeerSecrets   []string      `env:"PEER_SECRET" envSeparator:"," help:"with STORE=etcd, required: comma-separated secrets of at least 16 characters each, shared by every replica; the first authenticates the requests this replica forwards, any of them is accepted (to rotate: add the new one second, roll out, move it first, roll out, drop the old one); never logged"`
 	EtcdMaxTxnOps int           `env:"ETCD_MAX_TXN_OPS" envDefault:"128" help:"with STORE=etcd, the etcd cluster's --max-txn-ops: concurrent raises are committed together in Txns of at most this many operations; a value above the cluster's makes those Txns fail; at least 3"`
 	ShardTTL      time.Duration `env:"SHARD_TTL" envDefault:"10s" help:"with STORE=etcd, TTL of the etcd lease that holds this replica's shards: a replica cut off from etcd stops admitting within it, and its shards move after it plus LOCK_DELAY; at least 2s"`
-	LockDelay     time.Duration `env:"LOCK_DELAY" envDefault:"15s" help:"with STORE=etcd, how long a new owner of a shard waits, after the old owner's etcd lease expired (SHARD_TTL after its last keepalive), when the old owner lost it without handing it over (crash, cut off), for writes the old owner sent to still land; at least SHARD_TTL and ABANDON_GRACE (0s: none, tests only); planned handovers (SIGTERM, scaling) do not wait"`
+	LockDelay     time.Duration `env:"LOCK_DELAY" envDefault:"15s" help:"with STORE=etcd, how long a new owner of a shard waits, after the old owner's etcd lease expired (SHARD_TTL after its last keepalive), when the old owner lost it without handing it over (crash, cut off), for writes the old owner sent to still land; at least SHARD_TTL, and ABANDON_GRACE + 0.5s + UPSTREAM_UNSENT_MAX at 64 KiB/s (0s: none, tests only); planned handovers (SIGTERM, scaling) do not wait"`
 
 	// TokenHeader names the request header that carries the fencing token.
 	TokenHeader string `env:"TOKEN_HEADER" envDefault:"X-Fencing-Token" help:"request header carrying the fencing token; not one that HTTP or the proxy already gives a meaning (Host, Content-Length, hop-by-hop headers, Destination, Authorization, method overrides, X-Fencing-Token-Signature, ...)"`
@@ -102,6 +102,11 @@ type Config struct {
 	// UpstreamFastPath sends small plain-HTTP requests through fasthttp's
 	// client (package upstream); false sends everything through net/http's.
 	UpstreamFastPath bool `env:"UPSTREAM_FAST_PATH" envDefault:"true" help:"true: requests with a body of at most 64 KiB to an http:// backend go through fasthttp's client (faster; see docs/PERFORMANCE.md for what differs); false: everything through net/http's client"`
+
+	// UpstreamUnsentMax bounds what the kernel holds unsent of a request on
+	// each upstream connection: what it may still deliver once the process
+	// stopped (LockDelayMin counts it).
+	UpstreamUnsentMax ByteSize `env:"UPSTREAM_UNSENT_MAX" envDefault:"128KiB" help:"most bytes of a request the kernel holds unsent on each backend connection (TCP_NOTSENT_LOWAT, Linux): what it may still deliver after the process stopped or froze, which LOCK_DELAY must cover at 64 KiB/s; throughput is not capped by it; 0: the system's send buffer (up to 4 MiB)"`
 
 	// UploadIdleTimeout bounds the pause between bytes of a request body.
 	UploadIdleTimeout time.Duration `env:"UPLOAD_IDLE_TIMEOUT" envDefault:"30s" help:"longest pause between bytes of a request body; past it the upload is cut off before its end (the backend never gets the whole body), so a stalled client cannot hold a resource's barrier longer"`
@@ -569,6 +574,11 @@ func (c Config) validateCluster(bad func(name, format string, args ...any)) {
 	}
 	if c.LockDelay < c.AbandonGrace {
 		bad("LOCK_DELAY", "%s is below FENCEPROXY_ABANDON_GRACE %s: a write the old owner gave up on could land after the next owner's", c.LockDelay, c.AbandonGrace)
+	} else if need := c.LockDelayMin(); c.LockDelay != 0 && c.LockDelay < need {
+		bad("LOCK_DELAY", "%s is below %s: FENCEPROXY_ABANDON_GRACE %s, plus %s an old owner's exchange may run past its validity, "+
+			"plus %s for a backend reading %s/s to take the FENCEPROXY_UPSTREAM_UNSENT_MAX %s a stopped owner's kernel may still send; "+
+			"a write the old owner sent could land after the next owner's (docs/CLUSTER.md, \"One bound for every exchange\")",
+			c.LockDelay, need, c.AbandonGrace, OwnerCutAllowance, drainTime(c.UpstreamUnsentMax), ByteSize(DrainRate), unsentText(c.UpstreamUnsentMax))
 	}
 	if c.LockDelay != 0 && c.LockDelay < c.ShardTTL {
 		// The lock-delay also bounds how long an old owner may stall
@@ -579,6 +589,42 @@ func (c Config) validateCluster(bad func(name, format string, args ...any)) {
 	if c.Mode == "observe" {
 		bad("MODE", "observe is not available with FENCEPROXY_STORE=etcd (it forwards writes outside the barrier that a handover drains)")
 	}
+}
+
+// OwnerCutAllowance is how long after its ownership's validity ends an old
+// owner's upstream exchange may still run: the fast path's deadline is the
+// validity itself, the Transport's context is cancelled by a watch that
+// polls every 100ms; the rest is scheduling.
+const OwnerCutAllowance = 500 * time.Millisecond
+
+// DrainRate is the slowest rate, in bytes per second, at which LockDelayMin
+// assumes a backend reads what a stopped owner's kernel still holds for it.
+const DrainRate = 64 << 10
+
+// LockDelayMin is the shortest LOCK_DELAY that covers everything an old
+// owner may still send or a backend still apply once the owner's validity
+// ended: ABANDON_GRACE (a backend applying a write it got whole after the
+// exchange was cut), OwnerCutAllowance, and UPSTREAM_UNSENT_MAX read at
+// DrainRate (a stopped owner's kernel sends what it holds without it).
+func (c Config) LockDelayMin() time.Duration {
+	return c.AbandonGrace + OwnerCutAllowance + drainTime(c.UpstreamUnsentMax)
+}
+
+// drainTime is how long n bytes take at DrainRate; 0 bytes (the system's
+// send buffer, unbounded here) counts as 4 MiB, Linux's largest.
+func drainTime(n ByteSize) time.Duration {
+	if n == 0 {
+		n = 4 << 20
+	}
+	return time.Duration(float64(n) / DrainRate * float64(time.Second))
+}
+
+// unsentText names UPSTREAM_UNSENT_MAX's bound as drainTime counts it.
+func unsentText(n ByteSize) string {
+	if n == 0 {
+		return "0 (the system's send buffer, counted as 4 MiB)"
+	}
+	return n.String()
 }
 
 // maxShards bounds SHARDS: each shard is an etcd key and a watch event.

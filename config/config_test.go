@@ -115,6 +115,16 @@ func TestParse(t *testing.T) {
 			notErr: []string{"0123456789abcdef"}},
 		{name: "cluster lock-delay below the abandon grace", env: clusterWith("FENCEPROXY_LOCK_DELAY", "2s", "FENCEPROXY_ABANDON_GRACE", "3s"),
 			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "below FENCEPROXY_ABANDON_GRACE"}},
+		{name: "cluster lock-delay below the bound of an owner's exchanges", env: clusterWith("FENCEPROXY_LOCK_DELAY", "6s", "FENCEPROXY_ABANDON_GRACE", "5s"),
+			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "6s is below 7.5s", "FENCEPROXY_ABANDON_GRACE 5s", "FENCEPROXY_UPSTREAM_UNSENT_MAX 128 KiB"}},
+		{name: "cluster lock-delay covers a smaller unsent bound", env: clusterWith("FENCEPROXY_LOCK_DELAY", "6s", "FENCEPROXY_ABANDON_GRACE", "5s", "FENCEPROXY_UPSTREAM_UNSENT_MAX", "32KiB", "FENCEPROXY_SHARD_TTL", "5s"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.LockDelayMin() != 6*time.Second {
+					t.Errorf("LockDelayMin = %s, want 6s", cfg.LockDelayMin())
+				}
+			}},
+		{name: "cluster lock-delay with the system's send buffer", env: clusterWith("FENCEPROXY_LOCK_DELAY", "60s", "FENCEPROXY_ABANDON_GRACE", "5s", "FENCEPROXY_UPSTREAM_UNSENT_MAX", "0"),
+			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "1m0s is below 1m9.5s", "counted as 4 MiB"}},
 		{name: "cluster lock-delay below the TTL", env: clusterWith("FENCEPROXY_SHARD_TTL", "20s", "FENCEPROXY_LOCK_DELAY", "15s"),
 			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "below FENCEPROXY_SHARD_TTL 20s"}},
 		{name: "cluster lock-delay off", env: clusterWith("FENCEPROXY_LOCK_DELAY", "0s", "FENCEPROXY_ABANDON_GRACE", "0s"),

@@ -81,6 +81,7 @@ type Options struct {
 	ResponseTimeout   time.Duration  // upstream response headers after the request was sent; past it 504
 	UploadIdleTimeout time.Duration  // longest pause between body bytes of a forwarded write; past it 408
 	UpstreamFastPath  bool           // small plain-HTTP requests through package upstream's fast path
+	UpstreamUnsentMax int            // bytes the kernel holds unsent per backend connection (upstream.Options.UnsentMax); 0: the system's
 	UpstreamCAs       *x509.CertPool // roots for an https upstream; nil: the system roots
 
 	Logger  *slog.Logger // nil: discard
@@ -137,6 +138,12 @@ type Ownership struct {
 	// that a replica that stalled past its validity never completes an
 	// upload. nil: always.
 	Valid func() bool
+	// ValidUntil returns when the ownership's validity ends as it stands
+	// now (a renewal moves it later; the zero time: no end). The upstream
+	// exchange must end by then: the fast path makes it its connection's
+	// deadline when it writes the request (upstream.WithValidUntil), the
+	// Transport path follows Context. nil: no bound but Context.
+	ValidUntil func() time.Time
 	// Done is called once when the write is over: refused, or forwarded and
 	// answered or abandoned. nil: none.
 	Done func()
@@ -163,6 +170,7 @@ func OptionsFrom(cfg config.Config) Options {
 		ResponseTimeout:   cfg.UpstreamResponseTimeout,
 		UploadIdleTimeout: cfg.UploadIdleTimeout,
 		UpstreamFastPath:  cfg.UpstreamFastPath,
+		UpstreamUnsentMax: int(cfg.UpstreamUnsentMax),
 	}
 }
 
@@ -252,7 +260,8 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	transport := opts.Transport
 	if transport == nil {
 		transport = upstream.New(opts.Upstream, upstream.Options{FastPath: opts.UpstreamFastPath,
-			DialTimeout: opts.DialTimeout, ResponseTimeout: opts.ResponseTimeout, RootCAs: opts.UpstreamCAs})
+			DialTimeout: opts.DialTimeout, ResponseTimeout: opts.ResponseTimeout, RootCAs: opts.UpstreamCAs,
+			UnsentMax: opts.UpstreamUnsentMax})
 	}
 	if opts.S3 == "resign" {
 		transport = gatewayTransport{transport}
@@ -304,16 +313,29 @@ type exchange struct {
 	rawBody io.Reader
 	keyID   string // S3 gateway mode: the verified access key id, for logs
 
-	owner    context.Context // cluster mode: Ownership.Context, nil otherwise
-	ownValid func() bool     // cluster mode: Ownership.Valid, nil otherwise
-	admitted bool            // the barrier admitted the write: finish and the release run after forwarding
-	up       fence.Upload    // the body as the barrier sees it
-	in       clientBody      // r.Body's wrapper for the upstream client, when it has a body
-	body     uploadBody      // in's wrapper when hasBody
-	hasBody  bool            // an admitted write with a body
-	answered bool            // upstreamError answered (or aborted) the client itself and logged it
-	traced   bool            // wrote counts the copies sent (the write is replayable)
-	wrote    atomic.Int32    // copies of the request written upstream, when traced
+	owner    context.Context  // cluster mode: Ownership.Context, nil otherwise
+	ownValid func() bool      // cluster mode: Ownership.Valid, nil otherwise
+	ownUntil func() time.Time // cluster mode: Ownership.ValidUntil, nil otherwise
+	admitted bool             // the barrier admitted the write: finish and the release run after forwarding
+	up       fence.Upload     // the body as the barrier sees it
+	in       clientBody       // r.Body's wrapper for the upstream client, when it has a body
+	body     uploadBody       // in's wrapper when hasBody
+	hasBody  bool             // an admitted write with a body
+	answered bool             // upstreamError answered (or aborted) the client itself and logged it
+	traced   bool             // wrote counts the copies sent (the write is replayable)
+	wrote    atomic.Int32     // copies of the request written upstream, when traced
+}
+
+// ownershipOver reports whether, in cluster mode, the write's ownership
+// ended: its context cancelled or its validity passed.
+func (ex *exchange) ownershipOver() bool {
+	if ex.owner != nil && ex.owner.Err() != nil {
+		return true
+	}
+	if ex.ownValid != nil && !ex.ownValid() {
+		return true
+	}
+	return false
 }
 
 // valid reports why an admitted write's body may no longer be sent, nil
@@ -413,6 +435,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			ex.owner = own.Context
 			ex.ownValid = own.Valid
+			ex.ownUntil = own.ValidUntil
 		}
 	}
 
@@ -662,6 +685,9 @@ func (p *Proxy) forward(ex *exchange) {
 		if ex.owner != nil {
 			ctx = ex.owner
 		}
+		if ex.ownUntil != nil {
+			ctx = upstream.WithValidUntil(ctx, ex.ownUntil)
+		}
 		if replayable(r) {
 			// net/http's Transport silently sends such a request again when a
 			// reused connection fails after sending it; the first copy may
@@ -832,6 +858,12 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		p.uploadStopped(ex, err)
 		return
 	}
+	if ex.admitted && errors.Is(err, upstream.ErrPastValidity) {
+		// The fast path found the ownership's validity over before it wrote
+		// the request: nothing reached the backend.
+		p.uploadStopped(ex, errOwnershipEnded)
+		return
+	}
 	if ex.owner != nil && ex.owner.Err() != nil && ex.admitted && ex.up.State() != fence.Sent {
 		// The ownership ended (its context cancelled the exchange) before
 		// the body was handed over whole: the backend cannot apply it.
@@ -841,9 +873,15 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	status, kind := http.StatusBadGateway, "other"
 	gone := ex.client.Err() != nil
 	var timeout interface{ Timeout() bool }
+	detail := "the backend could not be reached or did not answer in time"
 	switch {
 	case gone:
 		status, kind = 499, "client_gone" // nobody reads a response
+	case ex.admitted && !dialError(err) && ex.ownershipOver():
+		// Sent whole, then cut at the ownership's validity: the outcome is
+		// unknown, as after a timeout.
+		status, kind = http.StatusGatewayTimeout, "ownership_ended"
+		detail = "this replica's ownership of the shard ended before the backend answered; the exchange was cut and the write may still be applied"
 	case !dialError(err) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &timeout) && timeout.Timeout())):
 		status, kind = http.StatusGatewayTimeout, "timeout"
 	}
@@ -874,8 +912,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		// read net/http's empty 200: abort the connection (HTTP/2: the stream).
 		panic(http.ErrAbortHandler)
 	}
-	p.writeProblem(w, r, wire.Problem{Status: status, Title: http.StatusText(status),
-		Detail: "the backend could not be reached or did not answer in time"})
+	p.writeProblem(w, r, wire.Problem{Status: status, Title: http.StatusText(status), Detail: detail})
 }
 
 // uploadStopped answers a request whose upload stopped before its end: the

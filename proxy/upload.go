@@ -36,9 +36,6 @@ type uploadBody struct {
 	idle      time.Duration // 0: no idle timeout
 	remaining int64         // bytes until the end of a Content-Length body; -1: until EOF
 
-	// held: the upstream client reads the body ahead and sends it later
-	// (upstream.HeldBody); its end counts as sent only at Send.
-	held bool
 	// valid reports why the write may no longer be sent, nil while it may:
 	// in cluster mode this replica's ownership of the write's shard ended
 	// (errOwnershipEnded), in gateway mode its key was revoked
@@ -56,24 +53,6 @@ func (b *uploadBody) init(w http.ResponseWriter, r *http.Request, body *clientBo
 	b.body, b.up, b.rc, b.idle, b.remaining = body, up, http.NewResponseController(w), idle, r.ContentLength
 	// A past deadline wakes a read blocked on a stalled client.
 	up.Interrupt = func() { _ = b.rc.SetReadDeadline(time.Now()) }
-}
-
-// Hold implements upstream.HeldBody: the body's end is not its sending.
-func (b *uploadBody) Hold() { b.held = true }
-
-// Send implements upstream.HeldBody: the body read ahead is sent now, unless
-// a larger token cut it off meanwhile (errUploadCut: nothing is sent). From
-// here on a backend may apply it.
-func (b *uploadBody) Send() error {
-	if b.valid != nil {
-		if err := b.valid(); err != nil {
-			return b.stop(err)
-		}
-	}
-	if !b.up.Send() {
-		return b.stop(errUploadCut)
-	}
-	return nil
 }
 
 func (b *uploadBody) Read(p []byte) (int, error) {
@@ -108,14 +87,15 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 		return 0, b.stop(err)
 	case err == io.EOF || b.remaining == 0:
 		// These bytes complete the body: once handed over, a backend may
-		// apply it. A held body is sent later, at Send. A replica that
-		// stalled on the read past its ownership hands nothing over.
-		if !b.held && b.valid != nil {
+		// apply it (the fast path, which reads a small body whole before it
+		// writes any, sends it right after). A replica that stalled on the
+		// read past its ownership hands nothing over.
+		if b.valid != nil {
 			if err := b.valid(); err != nil {
 				return 0, b.stop(err)
 			}
 		}
-		if !b.held && !b.up.Send() {
+		if !b.up.Send() {
 			return 0, b.stop(errUploadCut)
 		}
 		// No deadline while the server waits for the next request or watches

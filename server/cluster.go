@@ -371,6 +371,23 @@ func (c *cluster) valid(grants []shard.Grant) bool {
 	return true
 }
 
+// validUntil is when the first of grants' validities ends as they stand
+// now (shard.Owner.ValidUntil), a moment already past once one no longer
+// holds, the zero time when none ends (validity off).
+func (c *cluster) validUntil(grants []shard.Grant) time.Time {
+	var end time.Time
+	for _, g := range grants {
+		u, ok := c.owner.ValidUntil(g)
+		if !ok {
+			return time.Now().Add(-time.Nanosecond)
+		}
+		if !u.IsZero() && (end.IsZero() || u.Before(end)) {
+			end = u
+		}
+	}
+	return end
+}
+
 // proxyOwner is proxy.Options.Owner.
 func (c *cluster) proxyOwner(r *http.Request, resources []string) (proxy.Ownership, error) {
 	rt := c.enter(r.Context(), resources)
@@ -399,8 +416,9 @@ func (c *cluster) proxyOwner(r *http.Request, resources []string) (proxy.Ownersh
 	}
 	grants := rt.grants
 	return proxy.Ownership{
-		Context: ctx,
-		Valid:   func() bool { return c.valid(grants) },
+		Context:    ctx,
+		Valid:      func() bool { return c.valid(grants) },
+		ValidUntil: func() time.Time { return c.validUntil(grants) },
 		Done: func() {
 			for _, f := range cancels {
 				f()

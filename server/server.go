@@ -368,6 +368,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		"drain_timeout", cfg.DrainTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
 		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
 		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(), "upstream_fast_path", cfg.UpstreamFastPath,
+		"upstream_unsent_max", cfg.UpstreamUnsentMax.String(),
 		"abandon_grace", cfg.AbandonGrace.String(), "upload_idle_timeout", cfg.UploadIdleTimeout.String(),
 		"max_token_jump", cfg.MaxTokenJump, "allow_path_params", cfg.AllowPathParams,
 		"lease_grace", leaseGraceText(cfg.LeaseGrace), "lease_revoke_after", revokeAfterText(cfg.LeaseRevokeAfter),
@@ -381,7 +382,8 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if s.cluster != nil {
 		log.Info("cluster mode", "etcd_endpoints", cfg.EtcdEndpoints, "etcd_prefix", cfg.EtcdPrefix, "etcd_tls", cfg.EtcdCAFile != "" || cfg.EtcdCertFile != "",
 			"etcd_user", cfg.EtcdUsername, "shards", cfg.Shards, "replica_id", cfg.ReplicaID, "peer_listen", s.peerLn.Addr().String(),
-			"peer_advertise", cfg.PeerAdvertise, "shard_ttl", cfg.ShardTTL.String(), "lock_delay", cfg.LockDelay.String())
+			"peer_advertise", cfg.PeerAdvertise, "shard_ttl", cfg.ShardTTL.String(), "lock_delay", cfg.LockDelay.String(),
+			"lock_delay_min", cfg.LockDelayMin().String())
 	}
 	return s, nil
 }

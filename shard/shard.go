@@ -470,6 +470,23 @@ func (o *Owner) Holds(g Grant) bool {
 	return o.noValidity || o.now() < h.sess.valid.Load()
 }
 
+// ValidUntil returns when the validity of the ownership that granted g ends
+// as it stands now (a later confirmed keepalive moves it), on the wall clock
+// (converted from the boot-time clock), and false once that ownership no
+// longer holds (another epoch, its session lost); with the validity off
+// (tests), the zero time and true. An upstream exchange of a request
+// admitted under g must end by it (docs/CLUSTER.md).
+func (o *Owner) ValidUntil(g Grant) (time.Time, bool) {
+	h := o.slots[g.Shard].h.Load()
+	if h == nil || h.epoch != g.Epoch || h.sess.lost.Load() {
+		return time.Time{}, false
+	}
+	if o.noValidity {
+		return time.Time{}, true
+	}
+	return o.wall(h.sess.valid.Load()), true
+}
+
 // OwnerKey returns the etcd key of shard's owner; its CreateRevision is
 // the Epoch of the ownership that created it. A store can guard its writes
 // with it (etcdstore.Options.Guard): a compare on it fails once the shard

@@ -57,17 +57,24 @@ import (
 // through the Transport, which reads the answer while it writes.
 const SmallBodyMax = 64 << 10
 
-// HeldBody is a request body that tells reading its bytes from sending them.
-// The fast path reads a small body whole before it writes any of it; for a
-// HeldBody it calls Hold before the first Read, so that reaching the body's
-// end does not count as sent, and Send once the body is read, right before
-// the request is written: an error from Send ends RoundTrip with that error
-// (wrapped) and nothing written. The streaming path calls neither: there a
-// body's last Read is its sending.
-type HeldBody interface {
-	io.ReadCloser
-	Hold()
-	Send() error
+// ErrPastValidity is RoundTrip's error for a request whose validity
+// (WithValidUntil) had ended when it was to be written: nothing of it was
+// written, and a caller may answer as if it was never sent.
+var ErrPastValidity = errors.New("upstream: the request's validity ended before it was written; nothing was sent")
+
+type validUntilKey struct{}
+
+// WithValidUntil returns a copy of ctx for a request that may be in
+// exchange with the backend only until the time validUntil returns (read
+// right before the request is written; the zero time: no bound). The fast
+// path, which does not watch ctx while it waits for the answer, checks it
+// before writing (past it: ErrPastValidity, nothing written) and makes it
+// the connection's deadline, so the exchange ends then with a reset (an
+// error whose Timeout() is true). The Transport path watches ctx: the
+// caller cancels ctx by then (fenceproxy's cluster mode cancels it when the
+// shard's validity ends).
+func WithValidUntil(ctx context.Context, validUntil func() time.Time) context.Context {
+	return context.WithValue(ctx, validUntilKey{}, validUntil)
 }
 
 // MaxResponseHeaderBytes bounds a response's header block on the fast path
@@ -98,6 +105,12 @@ type Options struct {
 	// RootCAs are the certificate authorities an https upstream's
 	// certificate must chain to. nil: the system roots.
 	RootCAs *x509.CertPool
+	// UnsentMax bounds, in bytes, what the kernel holds unsent of a request
+	// on each connection (TCP_NOTSENT_LOWAT on Linux; elsewhere ignored):
+	// what it can still deliver after the process stopped
+	// (FENCEPROXY_UPSTREAM_UNSENT_MAX). Zero or negative: the system's
+	// send buffer (up to 4 MiB on Linux).
+	UnsentMax int
 }
 
 func (o Options) withDefaults() Options {
@@ -284,16 +297,9 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 		// The body is read whole before anything goes upstream: a stalled or
 		// cut upload then never reaches the backend at all, and a request
 		// that met a dead keep-alive connection can be sent on another.
-		held, _ := r.Body.(HeldBody)
-		if held != nil {
-			held.Hold()
-		}
 		buf := bodyBuffers.Get().(*[SmallBodyMax]byte)
 		defer bodyBuffers.Put(buf)
 		_, err := io.ReadFull(r.Body, buf[:r.ContentLength])
-		if err == nil && held != nil {
-			err = held.Send() // the last moment to refuse: nothing is written yet
-		}
 		r.Body.Close()
 		if err != nil {
 			return nil, fmt.Errorf("upstream: reading the request body: %w", err)
@@ -303,12 +309,24 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 	} else if r.Body != nil {
 		r.Body.Close()
 	}
+	var until time.Time
+	if f, _ := r.Context().Value(validUntilKey{}).(func() time.Time); f != nil && protected("validity") {
+		// The last moment to refuse: nothing is written yet. From here the
+		// exchange ends at the deadline, with a reset, wherever it is.
+		if until = f(); !until.IsZero() {
+			left := time.Until(until)
+			if left <= 0 {
+				return nil, ErrPastValidity
+			}
+			req.SetTimeout(left) // write and read deadlines; ReadTimeout still applies if shorter
+		}
+	}
 
 	resp := fasthttp.AcquireResponse()
 	resp.Header.SetNoDefaultContentType(true)
 	if err := c.hc.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		return nil, c.mapError(err, req.UserValue(resentKey{}) != nil)
+		return nil, c.mapError(err, req.UserValue(resentKey{}) != nil, until)
 	}
 	body := resp.BodyStream()
 	if body != nil {
@@ -362,7 +380,7 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 	rb := &responseBody{resp: resp, body: body, out: out}
 	if r.Context().Done() != nil {
 		// A client that goes away ends the exchange, as with the Transport.
-		// (Fenced writes run to the end: their context is never cancelled.)
+		// (A fenced write's context ends only with its validity.)
 		rb.stop = context.AfterFunc(r.Context(), rb.abort)
 	}
 	out.Body = rb
@@ -373,9 +391,14 @@ var headerValue = strings.NewReplacer("\n", " ", "\r", " ")
 
 // mapError gives fasthttp's errors the shapes net/http's Transport gives:
 // a timeout is a net.Error whose Timeout() is true. resent: an earlier
-// attempt may have reached the backend.
-func (c *Client) mapError(err error, resent bool) error {
+// attempt may have reached the backend. until: the request's validity
+// (WithValidUntil), zero if none.
+func (c *Client) mapError(err error, resent bool, until time.Time) error {
 	if errors.Is(err, fasthttp.ErrTimeout) {
+		if !until.IsZero() && !time.Now().Before(until) {
+			return fmt.Errorf("upstream: the request's validity ended (at %s) before the response headers: %w",
+				until.UTC().Format(time.RFC3339Nano), os.ErrDeadlineExceeded)
+		}
 		return fmt.Errorf("upstream: no response headers within %s: %w", c.timeout, os.ErrDeadlineExceeded)
 	}
 	var de *DialError
@@ -387,13 +410,9 @@ func (c *Client) mapError(err error, resent bool) error {
 
 // roundTripFallback sends r through the Transport, noting whether any
 // attempt wrote it: the Transport resends some requests on a new connection
-// after a reused one failed, possibly after writing them on it.
-//
-// A body whose Read fails (the proxy cut it off, or its client broke it)
-// ends with a reset of the connection, not a close: the Transport closes the
-// connection mid-body either way, and a backend that takes the close for the
-// body's end applies a truncated body (versitygw v1.8.0 stores a part or an
-// object cut short so), where a reset fails its read.
+// after a reused one failed, possibly after writing them on it. Whatever
+// ends the exchange early (a body whose Read fails, ctx cancelled) closes
+// the connection, which resets it (see dialer).
 func (c *Client) roundTripFallback(r *http.Request) (*http.Response, error) {
 	var wrote atomic.Bool
 	var conn atomic.Pointer[net.Conn]
@@ -402,11 +421,7 @@ func (c *Client) roundTripFallback(r *http.Request) (*http.Response, error) {
 		// Also called when the write failed: part of it may have gone out.
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})
-	out := r.WithContext(ctx)
-	if r.Body != nil && r.Body != http.NoBody {
-		out.Body = &resetOnFailure{ReadCloser: r.Body, conn: &conn}
-	}
-	resp, err := c.fallback.RoundTrip(out)
+	resp, err := c.fallback.RoundTrip(r.WithContext(ctx))
 	if err != nil {
 		var de *DialError
 		if wrote.Load() && errors.As(err, &de) {
@@ -415,41 +430,16 @@ func (c *Client) roundTripFallback(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Request = r
+	if resp.TLS == nil {
+		// The Transport takes the state from a *tls.Conn only.
+		if c := conn.Load(); c != nil {
+			if tc, ok := (*c).(tlsConn); ok {
+				cs := tc.ConnectionState()
+				resp.TLS = &cs
+			}
+		}
+	}
 	return resp, nil
-}
-
-// resetOnFailure is a request body that, when a Read fails with anything
-// but io.EOF, makes the close of the connection it is written on a reset
-// (SO_LINGER 0): the Transport closes that connection next.
-type resetOnFailure struct {
-	io.ReadCloser
-	conn *atomic.Pointer[net.Conn] // set by httptrace's GotConn before the body is read
-}
-
-func (b *resetOnFailure) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF {
-		if c := b.conn.Load(); c != nil {
-			resetOnClose(*c)
-		}
-	}
-	return n, err
-}
-
-// resetOnClose sets SO_LINGER 0 on c's TCP connection (under TLS too), so
-// that closing it sends a reset and drops what is unsent.
-func resetOnClose(c net.Conn) {
-	for {
-		if l, ok := c.(interface{ SetLinger(int) error }); ok {
-			_ = l.SetLinger(0)
-			return
-		}
-		u, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			return
-		}
-		c = u.NetConn()
-	}
 }
 
 // resendFailed is the error of a resend that could not connect after an

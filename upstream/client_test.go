@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -569,65 +570,72 @@ func TestFastPathDropsConnectionsWithStrayBytes(t *testing.T) {
 	}
 }
 
-// heldBody is a HeldBody over a byte slice that records the calls it gets
-// and refuses Send when refuse is set.
-type heldBody struct {
-	r      *bytes.Reader
-	calls  []string
-	refuse error
-}
-
-func (b *heldBody) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if b.r.Len() == 0 && (len(b.calls) == 0 || b.calls[len(b.calls)-1] != "read to the end") {
-		b.calls = append(b.calls, "read to the end")
-	}
-	return n, err
-}
-
-func (b *heldBody) Hold()        { b.calls = append(b.calls, "hold") }
-func (b *heldBody) Close() error { return nil }
-func (b *heldBody) Send() error {
-	b.calls = append(b.calls, "send")
-	return b.refuse
-}
-
-// The fast path asks a HeldBody at the moment of sending, after reading it
-// whole: a refusal then means nothing at all reaches the backend (the proxy
-// refuses so a body it read ahead after a larger token cut it off).
-func TestFastPathAsksHeldBodyBeforeSending(t *testing.T) {
-	for _, refuse := range []error{nil, errors.New("cut off by a larger token")} {
-		t.Run(fmt.Sprintf("refuse=%v", refuse), func(t *testing.T) {
-			backend := newRawBackend(t)
-			u, _ := url.Parse("http://" + backend.ln.Addr().String())
-			c := withFallback(u, stdTransport(), Options{})
-			t.Cleanup(c.CloseIdleConnections)
-			r := outbound(t, u.String(), "PUT", "/bkt/obj", nil, nil)
-			body := &heldBody{r: bytes.NewReader([]byte("the whole body")), refuse: refuse}
-			r.Body, r.ContentLength = body, int64(body.r.Len())
-			if !c.Fast(r) {
-				t.Fatal("not on the fast path")
-			}
-			resp, err := c.RoundTrip(r)
-			if got := strings.Join(body.calls, ", "); got != "hold, read to the end, send" {
-				t.Fatalf("calls: %s", got)
-			}
-			if refuse != nil {
-				if !errors.Is(err, refuse) {
-					t.Fatalf("RoundTrip: %v, want the refusal", err)
-				}
-				if n := backend.conns.Load(); n != 0 {
-					t.Fatalf("a refused body opened %d connections to the backend", n)
-				}
+// A request with a validity (WithValidUntil) on the fast path: past it,
+// nothing is written (ErrPastValidity, no connection opened); within it, the
+// exchange ends at the validity, with a reset the backend's read sees,
+// however long the backend takes to answer.
+func TestFastPathEndsAtValidity(t *testing.T) {
+	t.Run("past", func(t *testing.T) {
+		backend := newRawBackend(t)
+		u, _ := url.Parse("http://" + backend.ln.Addr().String())
+		c := withFallback(u, stdTransport(), Options{})
+		t.Cleanup(c.CloseIdleConnections)
+		r := outbound(t, u.String(), "PUT", "/bkt/obj", []byte("stale"), nil)
+		r = r.WithContext(WithValidUntil(r.Context(), func() time.Time { return time.Now().Add(-time.Millisecond) }))
+		if !c.Fast(r) {
+			t.Fatal("not on the fast path")
+		}
+		if _, err := c.RoundTrip(r); !errors.Is(err, ErrPastValidity) {
+			t.Fatalf("RoundTrip: %v, want ErrPastValidity", err)
+		}
+		if n := backend.conns.Load(); n != 0 {
+			t.Fatalf("a request past its validity opened %d connections to the backend", n)
+		}
+	})
+	t.Run("ends", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		got := make(chan error, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				got <- err
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
+			defer c.Close()
+			if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+				got <- err
+				return
 			}
-			resp.Body.Close()
-			if got := backend.last(); !strings.HasSuffix(got, "the whole body") {
-				t.Fatalf("backend got %q", got)
+			// Never answer; wait for the connection's end.
+			_, err = c.Read(make([]byte, 1))
+			got <- err
+		}()
+		u, _ := url.Parse("http://" + ln.Addr().String())
+		c := New(u, Options{FastPath: true, ResponseTimeout: time.Minute})
+		t.Cleanup(c.CloseIdleConnections)
+		const validity = 300 * time.Millisecond
+		until := time.Now().Add(validity)
+		r := outbound(t, u.String(), "PUT", "/bkt/obj", []byte("body"), nil)
+		r = r.WithContext(WithValidUntil(r.Context(), func() time.Time { return until }))
+		_, err = c.RoundTrip(r)
+		var ne interface{ Timeout() bool }
+		if !errors.As(err, &ne) || !ne.Timeout() || !strings.Contains(err.Error(), "validity ended") {
+			t.Fatalf("RoundTrip: %v, want a timeout at the validity", err)
+		}
+		if late := time.Since(until); late < 0 || late > 2*time.Second {
+			t.Fatalf("RoundTrip returned %v after the validity ended, want at it", late)
+		}
+		select {
+		case berr := <-got:
+			if !errors.Is(berr, syscall.ECONNRESET) {
+				t.Fatalf("the backend's read ended with %v, want ECONNRESET", berr)
 			}
-		})
-	}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the backend's connection did not end")
+		}
+	})
 }

@@ -57,10 +57,20 @@ func (handshakeTimeoutError) Temporary() bool { return true }
 // where they happen: whatever fails before a connection is handed over is a
 // *DialError. The Transport cannot tell a failed TLS handshake (nothing sent)
 // from a failed exchange, so the handshake is done here and not by it.
+//
+// Every connection it makes closes with a reset (SO_LINGER 0), never a FIN
+// (nor, over TLS, a close_notify): a backend that takes an orderly close
+// for the end of a body would apply what arrived of a body the proxy cut
+// off (versitygw v1.8.0 stores it), where a reset fails its read. A
+// connection is closed only after its answer was read whole or when its
+// exchange is given up, so a reset loses nothing the backend should get.
+// With Options.UnsentMax, the kernel holds at most about that many bytes
+// unsent on it (see limitUnsent).
 type dialer struct {
 	net       net.Dialer
 	tls       *tls.Config   // for an https upstream; ServerName is set per dial
 	handshake time.Duration // TLS handshake bound
+	unsent    int           // Options.UnsentMax; 0: the system's buffers
 }
 
 func newDialer(opts Options) *dialer {
@@ -70,6 +80,7 @@ func newDialer(opts Options) *dialer {
 		// HTTP/1.1, and a server that picked h2 would get HTTP/1.1 bytes.
 		tls:       &tls.Config{RootCAs: opts.RootCAs, MinVersion: tls.VersionTLS12},
 		handshake: opts.DialTimeout,
+		unsent:    opts.UnsentMax,
 	}
 }
 
@@ -79,12 +90,25 @@ func (d *dialer) dialContext(ctx context.Context, network, addr string) (net.Con
 	if err != nil {
 		return nil, &DialError{Err: err} // a *net.OpError with Op "dial"
 	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		var err error
+		if protected("reset") {
+			err = tc.SetLinger(0)
+		}
+		if err == nil && d.unsent > 0 && protected("unsent") {
+			err = limitUnsent(tc, d.unsent)
+		}
+		if err != nil {
+			tc.Close()
+			return nil, &DialError{Err: &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}}
+		}
+	}
 	return c, nil
 }
 
 // dialTLSContext connects and completes the TLS handshake with addr's host
-// as the server name (http.Transport.DialTLSContext); it returns the
-// *tls.Conn, from which the Transport takes the response's TLS state.
+// as the server name (http.Transport.DialTLSContext); it returns a tlsConn
+// (roundTripFallback sets the response's TLS state from it).
 func (d *dialer) dialTLSContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -111,7 +135,19 @@ func (d *dialer) dialTLSContext(ctx context.Context, network, addr string) (net.
 		}
 		return nil, &DialError{Err: &net.OpError{Op: "dial", Net: network, Addr: raw.RemoteAddr(), Err: err}}
 	}
-	return tc, nil
+	return tlsConn{tc}, nil
+}
+
+// tlsConn is an upstream TLS connection whose Close sends no close_notify:
+// the TLS end of stream a backend could take for the end of a body cut off
+// mid-way. It resets the TCP connection instead (see dialer).
+type tlsConn struct{ *tls.Conn }
+
+func (c tlsConn) Close() error {
+	if !protected("reset") {
+		return c.Conn.Close()
+	}
+	return c.NetConn().Close()
 }
 
 // newTransport returns the net/http Transport that carries what the fast

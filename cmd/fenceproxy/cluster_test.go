@@ -40,9 +40,10 @@ const (
 const (
 	clusterShards    = 16
 	clusterTTL       = 2 * time.Second
-	clusterLockDelay = 4 * time.Second
+	clusterLockDelay = 5 * time.Second // at least clusterAbandon + 0.5s + clusterUnsent at 64 KiB/s (config.LockDelayMin)
 	clusterAbandon   = 4 * time.Second
 	clusterAdmin     = "cluster-admin-token"
+	clusterUnsent    = "16KiB"
 )
 
 var clusterSlowApply = [2]time.Duration{2600 * time.Millisecond, 3600 * time.Millisecond}
@@ -204,6 +205,7 @@ func startCluster(t *testing.T, extra map[string]string) clustertest.Config {
 			"FENCEPROXY_SHARD_TTL":           clusterTTL.String(),
 			"FENCEPROXY_LOCK_DELAY":          clusterLockDelay.String(),
 			"FENCEPROXY_ABANDON_GRACE":       clusterAbandon.String(),
+			"FENCEPROXY_UPSTREAM_UNSENT_MAX": clusterUnsent,
 			"FENCEPROXY_ADMIN_TOKEN":         clusterAdmin,
 			"FENCEPROXY_UPLOAD_IDLE_TIMEOUT": "1s",
 			"FENCEPROXY_SHUTDOWN_TIMEOUT":    "5s",
