@@ -362,6 +362,9 @@ func (c Config) Validate() error {
 	if c.CacheSize < minCacheSize {
 		bad("CACHE_SIZE", "%s is below the minimum of 1MiB (%s)", c.CacheSize, cacheTooSmall)
 	}
+	if c.UpstreamUnsentMax > maxUnsent {
+		bad("UPSTREAM_UNSENT_MAX", "%s is above the maximum of 1 GiB (the kernel takes a 32-bit value; give 0 for the system's send buffer)", c.UpstreamUnsentMax)
+	}
 	switch u := c.Upstream; {
 	case u == nil:
 		bad("UPSTREAM", "is required")
@@ -574,7 +577,7 @@ func (c Config) validateCluster(bad func(name, format string, args ...any)) {
 	}
 	if c.LockDelay < c.AbandonGrace {
 		bad("LOCK_DELAY", "%s is below FENCEPROXY_ABANDON_GRACE %s: a write the old owner gave up on could land after the next owner's", c.LockDelay, c.AbandonGrace)
-	} else if need := c.LockDelayMin(); c.LockDelay != 0 && c.LockDelay < need {
+	} else if need := c.LockDelayMin(); c.LockDelay != 0 && c.LockDelay < need && c.UpstreamUnsentMax <= maxUnsent {
 		bad("LOCK_DELAY", "%s is below %s: FENCEPROXY_ABANDON_GRACE %s, plus %s an old owner's exchange may run past its validity, "+
 			"plus %s for a backend reading %s/s to take the FENCEPROXY_UPSTREAM_UNSENT_MAX %s a stopped owner's kernel may still send; "+
 			"a write the old owner sent could land after the next owner's (docs/CLUSTER.md, \"One bound for every exchange\")",
@@ -618,6 +621,9 @@ func drainTime(n ByteSize) time.Duration {
 	}
 	return time.Duration(float64(n) / DrainRate * float64(time.Second))
 }
+
+// maxUnsent bounds UPSTREAM_UNSENT_MAX: TCP_NOTSENT_LOWAT is a 32-bit value.
+const maxUnsent = 1 << 30
 
 // unsentText names UPSTREAM_UNSENT_MAX's bound as drainTime counts it.
 func unsentText(n ByteSize) string {

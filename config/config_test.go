@@ -123,6 +123,8 @@ func TestParse(t *testing.T) {
 					t.Errorf("LockDelayMin = %s, want 6s", cfg.LockDelayMin())
 				}
 			}},
+		{name: "unsent bound too large", env: clusterWith("FENCEPROXY_UPSTREAM_UNSENT_MAX", "8EiB"),
+			wantErr: []string{"FENCEPROXY_UPSTREAM_UNSENT_MAX", "above the maximum of 1 GiB"}, notErr: []string{"FENCEPROXY_LOCK_DELAY"}},
 		{name: "cluster lock-delay with the system's send buffer", env: clusterWith("FENCEPROXY_LOCK_DELAY", "60s", "FENCEPROXY_ABANDON_GRACE", "5s", "FENCEPROXY_UPSTREAM_UNSENT_MAX", "0"),
 			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "1m0s is below 1m9.5s", "counted as 4 MiB"}},
 		{name: "cluster lock-delay below the TTL", env: clusterWith("FENCEPROXY_SHARD_TTL", "20s", "FENCEPROXY_LOCK_DELAY", "15s"),

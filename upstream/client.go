@@ -26,9 +26,14 @@
 // Transport, the fast path sends a bodyless read (GET, HEAD) a second time
 // when its connection closed before any answer, and never a write.
 // Informational (1xx) responses are read and dropped.
+//
+// Every connection closes with a reset, never an orderly close (see
+// dialer), and a request with a validity (WithValidUntil) ends with it on
+// both paths.
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -65,14 +70,16 @@ var ErrPastValidity = errors.New("upstream: the request's validity ended before 
 type validUntilKey struct{}
 
 // WithValidUntil returns a copy of ctx for a request that may be in
-// exchange with the backend only until the time validUntil returns (read
-// right before the request is written; the zero time: no bound). The fast
-// path, which does not watch ctx while it waits for the answer, checks it
-// before writing (past it: ErrPastValidity, nothing written) and makes it
-// the connection's deadline, so the exchange ends then with a reset (an
-// error whose Timeout() is true). The Transport path watches ctx: the
-// caller cancels ctx by then (fenceproxy's cluster mode cancels it when the
-// shard's validity ends).
+// exchange with the backend only while its validity lasts: until the time
+// validUntil returns (read right before the request is written; the zero
+// time: no end), and until ctx is done, which the caller makes happen when
+// the validity ends (however often it was renewed meanwhile). Past
+// validUntil when the request is to be written, RoundTrip writes nothing and
+// returns ErrPastValidity. Once written, the exchange ends when ctx is done,
+// with a reset, on both paths: the Transport follows ctx; the fast path
+// sends such a request's body from a stream whose first Read puts a watch on
+// the connection fasthttp picked (a bodiless one goes through the
+// Transport). fenceproxy's cluster mode gives a write's ownership this way.
 func WithValidUntil(ctx context.Context, validUntil func() time.Time) context.Context {
 	return context.WithValue(ctx, validUntilKey{}, validUntil)
 }
@@ -233,6 +240,9 @@ func (c *Client) Fast(r *http.Request) bool {
 		if r.Body != nil && r.Body != http.NoBody {
 			return false // a body of unknown length
 		}
+		if r.Context().Value(validUntilKey{}) != nil && protected("validity") {
+			return false // no body to hang the exchange's watch on (see WithValidUntil)
+		}
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch:
 			// fasthttp frames these without a body as net/http does: no
@@ -293,6 +303,7 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 			req.Header.Add(k, headerValue.Replace(textproto.TrimString(v)))
 		}
 	}
+	var watched *watchedBody // a write with a validity: see WithValidUntil
 	if r.ContentLength > 0 {
 		// The body is read whole before anything goes upstream: a stalled or
 		// cut upload then never reaches the backend at all, and a request
@@ -304,29 +315,32 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, fmt.Errorf("upstream: reading the request body: %w", err)
 		}
-		req.SetBodyRaw(buf[:r.ContentLength])
-		// setRawBodyFraming adds the Content-Length line for a raw body.
-	} else if r.Body != nil {
-		r.Body.Close()
-	}
-	var until time.Time
-	if f, _ := r.Context().Value(validUntilKey{}).(func() time.Time); f != nil && protected("validity") {
-		// The last moment to refuse: nothing is written yet. From here the
-		// exchange ends at the deadline, with a reset, wherever it is.
-		if until = f(); !until.IsZero() {
-			left := time.Until(until)
-			if left <= 0 {
+		body := buf[:r.ContentLength]
+		if f, _ := r.Context().Value(validUntilKey{}).(func() time.Time); f != nil && protected("validity") {
+			watched = &watchedBody{client: c, ctx: r.Context(), body: body}
+			// The last moment to refuse: nothing is written yet.
+			if until := f(); !until.IsZero() && !time.Now().Before(until) {
 				return nil, ErrPastValidity
 			}
-			req.SetTimeout(left) // write and read deadlines; ReadTimeout still applies if shorter
+		} else {
+			req.SetBodyRaw(body)
+			// setRawBodyFraming adds the Content-Length line for a raw body.
 		}
+	} else if r.Body != nil {
+		r.Body.Close()
 	}
 
 	resp := fasthttp.AcquireResponse()
 	resp.Header.SetNoDefaultContentType(true)
-	if err := c.hc.Do(req, resp); err != nil {
+	var err error
+	if watched != nil {
+		err = watched.do(req, resp)
+	} else {
+		err = c.hc.Do(req, resp)
+	}
+	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		return nil, c.mapError(err, req.UserValue(resentKey{}) != nil, until)
+		return nil, c.mapError(err, req.UserValue(resentKey{}) != nil, watched)
 	}
 	body := resp.BodyStream()
 	if body != nil {
@@ -391,14 +405,13 @@ var headerValue = strings.NewReplacer("\n", " ", "\r", " ")
 
 // mapError gives fasthttp's errors the shapes net/http's Transport gives:
 // a timeout is a net.Error whose Timeout() is true. resent: an earlier
-// attempt may have reached the backend. until: the request's validity
-// (WithValidUntil), zero if none.
-func (c *Client) mapError(err error, resent bool, until time.Time) error {
+// attempt may have reached the backend. watched: the request's validity
+// watch, nil if none.
+func (c *Client) mapError(err error, resent bool, watched *watchedBody) error {
+	if watched != nil && watched.ended() {
+		return fmt.Errorf("upstream: the request's validity ended before the response headers: %w", context.Cause(watched.ctx))
+	}
 	if errors.Is(err, fasthttp.ErrTimeout) {
-		if !until.IsZero() && !time.Now().Before(until) {
-			return fmt.Errorf("upstream: the request's validity ended (at %s) before the response headers: %w",
-				until.UTC().Format(time.RFC3339Nano), os.ErrDeadlineExceeded)
-		}
 		return fmt.Errorf("upstream: no response headers within %s: %w", c.timeout, os.ErrDeadlineExceeded)
 	}
 	var de *DialError
@@ -406,6 +419,63 @@ func (c *Client) mapError(err error, resent bool, until time.Time) error {
 		return resendFailed(de)
 	}
 	return err
+}
+
+// watchedBody sends a fast-path write that has a validity (WithValidUntil)
+// as a body stream: at its first Read fasthttp has picked the connection and
+// named it in the response (Response.LocalAddr), so the exchange's watch
+// goes on that connection: when ctx is done, the connection's deadline is
+// set to now, which ends the exchange wherever it is and closes the
+// connection (a reset), and marks the connection so that it is never used
+// again. fasthttp does not resend a body stream, so do sends again itself
+// when a pooled connection was found dead before anything was written.
+type watchedBody struct {
+	client *Client
+	ctx    context.Context
+	body   []byte
+
+	resp *fasthttp.Response
+	r    bytes.Reader
+	stop func() bool // ends the watch; nil until the first Read
+	cut  atomic.Bool // the watch fired
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	if b.stop == nil {
+		b.stop = func() bool { return true }
+		if ap, ok := addrPort(b.resp.LocalAddr()); ok {
+			if cn, ok := b.client.conns.Load(ap); ok {
+				cn := cn.(*conn)
+				b.stop = context.AfterFunc(b.ctx, func() {
+					b.cut.Store(true)
+					cn.cut.Store(true)
+					_ = cn.Conn.SetDeadline(time.Now())
+				})
+			}
+		}
+	}
+	return b.r.Read(p)
+}
+
+// ended reports whether the watch cut the exchange.
+func (b *watchedBody) ended() bool { return b.cut.Load() }
+
+// do sends req with b as its body stream, again on another connection
+// (at most maxAttempts) while a pooled one is found dead before anything of
+// the request was written on it.
+func (b *watchedBody) do(req *fasthttp.Request, resp *fasthttp.Response) error {
+	for attempt := 1; ; attempt++ {
+		b.resp, b.stop = resp, nil
+		b.r.Reset(b.body)
+		req.SetBodyStream(b, len(b.body))
+		err := b.client.hc.Do(req, resp)
+		if b.stop != nil {
+			b.stop()
+		}
+		if !errors.Is(err, errConnDead) || attempt == maxAttempts || b.ended() {
+			return err
+		}
+	}
 }
 
 // roundTripFallback sends r through the Transport, noting whether any
@@ -535,6 +605,9 @@ type conn struct {
 	key   netip.AddrPort
 	once  sync.Once
 	read  bool // a response was read since the last write: the next write starts a request on a reused connection
+	// cut: a validity watch set a past deadline on it (watchedBody); it
+	// may be back in the pool, but is never written on again.
+	cut atomic.Bool
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -543,6 +616,9 @@ func (c *conn) Read(p []byte) (int, error) {
 }
 
 func (c *conn) Write(p []byte) (int, error) {
+	if c.cut.Load() {
+		return 0, errConnDead
+	}
 	if c.read {
 		c.read = false
 		if !idle(c.Conn) {

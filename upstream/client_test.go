@@ -572,8 +572,9 @@ func TestFastPathDropsConnectionsWithStrayBytes(t *testing.T) {
 
 // A request with a validity (WithValidUntil) on the fast path: past it,
 // nothing is written (ErrPastValidity, no connection opened); within it, the
-// exchange ends at the validity, with a reset the backend's read sees,
-// however long the backend takes to answer.
+// exchange ends when the validity's context is done, with a reset the
+// backend's read sees, however long the backend takes to answer; a validity
+// renewed while the backend works does not end it.
 func TestFastPathEndsAtValidity(t *testing.T) {
 	t.Run("past", func(t *testing.T) {
 		backend := newRawBackend(t)
@@ -590,6 +591,70 @@ func TestFastPathEndsAtValidity(t *testing.T) {
 		}
 		if n := backend.conns.Load(); n != 0 {
 			t.Fatalf("a request past its validity opened %d connections to the backend", n)
+		}
+	})
+	t.Run("bodiless", func(t *testing.T) {
+		u, _ := url.Parse("http://127.0.0.1:1")
+		c := withFallback(u, stdTransport(), Options{})
+		r := outbound(t, u.String(), "PUT", "/bkt/copy", nil, nil)
+		if !c.Fast(r) {
+			t.Fatal("a bodiless PUT without a validity is not on the fast path")
+		}
+		if r = r.WithContext(WithValidUntil(r.Context(), time.Now)); c.Fast(r) {
+			t.Fatal("a bodiless PUT with a validity is on the fast path, which has no body to watch it by")
+		}
+	})
+	t.Run("renewed", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			time.Sleep(time.Second) // past the first validity, within the renewed one
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		t.Cleanup(srv.Close)
+		u, _ := url.Parse(srv.URL)
+		c := New(u, Options{FastPath: true, ResponseTimeout: time.Minute})
+		t.Cleanup(c.CloseIdleConnections)
+		var until atomic.Int64
+		until.Store(time.Now().Add(300 * time.Millisecond).UnixNano())
+		renew := time.AfterFunc(150*time.Millisecond, func() { until.Store(time.Now().Add(time.Hour).UnixNano()) })
+		defer renew.Stop()
+		r := outbound(t, u.String(), "PUT", "/bkt/obj", []byte("body"), nil)
+		r = r.WithContext(WithValidUntil(r.Context(), func() time.Time { return time.Unix(0, until.Load()) }))
+		resp, err := c.RoundTrip(r)
+		if err != nil {
+			t.Fatalf("a write whose validity was renewed while the backend worked: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	})
+	t.Run("dead pooled connection", func(t *testing.T) {
+		var n atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			n.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		t.Cleanup(srv.Close)
+		u, _ := url.Parse(srv.URL)
+		c := New(u, Options{FastPath: true})
+		t.Cleanup(c.CloseIdleConnections)
+		for i := range 2 {
+			r := outbound(t, u.String(), "PUT", "/bkt/obj", []byte("body"), nil)
+			r = r.WithContext(WithValidUntil(context.Background(), func() time.Time { return time.Now().Add(time.Hour) }))
+			resp, err := c.RoundTrip(r)
+			if err != nil {
+				t.Fatalf("write %d: %v", i, err)
+			}
+			resp.Body.Close()
+			// The backend drops the pooled connection: the next write must
+			// find it dead before writing and go out on another.
+			srv.CloseClientConnections()
+			time.Sleep(50 * time.Millisecond) // the close reaches the client's socket
+		}
+		if n.Load() != 2 {
+			t.Fatalf("the backend got %d writes, want 2", n.Load())
 		}
 	})
 	t.Run("ends", func(t *testing.T) {
@@ -619,12 +684,16 @@ func TestFastPathEndsAtValidity(t *testing.T) {
 		t.Cleanup(c.CloseIdleConnections)
 		const validity = 300 * time.Millisecond
 		until := time.Now().Add(validity)
+		ctx, cancel := context.WithDeadline(context.Background(), until)
+		defer cancel()
 		r := outbound(t, u.String(), "PUT", "/bkt/obj", []byte("body"), nil)
-		r = r.WithContext(WithValidUntil(r.Context(), func() time.Time { return until }))
+		r = r.WithContext(WithValidUntil(ctx, func() time.Time { return until }))
+		if !c.Fast(r) {
+			t.Fatal("not on the fast path")
+		}
 		_, err = c.RoundTrip(r)
-		var ne interface{ Timeout() bool }
-		if !errors.As(err, &ne) || !ne.Timeout() || !strings.Contains(err.Error(), "validity ended") {
-			t.Fatalf("RoundTrip: %v, want a timeout at the validity", err)
+		if err == nil || !strings.Contains(err.Error(), "validity ended") || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("RoundTrip: %v, want the end of the validity", err)
 		}
 		if late := time.Since(until); late < 0 || late > 2*time.Second {
 			t.Fatalf("RoundTrip returned %v after the validity ended, want at it", late)
