@@ -106,7 +106,7 @@ type Config struct {
 	// UpstreamUnsentMax bounds what the kernel holds unsent of a request on
 	// each upstream connection: what it may still deliver once the process
 	// stopped (LockDelayMin counts it).
-	UpstreamUnsentMax ByteSize `env:"UPSTREAM_UNSENT_MAX" envDefault:"128KiB" help:"most bytes of a request the kernel holds unsent on each backend connection (TCP_NOTSENT_LOWAT, Linux): what it may still deliver after the process stopped or froze, which LOCK_DELAY must cover at 64 KiB/s; throughput is not capped by it; 0: the system's send buffer (up to 4 MiB)"`
+	UpstreamUnsentMax ByteSize `env:"UPSTREAM_UNSENT_MAX" envDefault:"128KiB" help:"most bytes of a request the kernel holds unsent on each backend connection (TCP_NOTSENT_LOWAT, Linux): what it may still deliver after the process stopped or froze, which LOCK_DELAY must cover at 64 KiB/s; throughput is not capped by it; at most 1GiB; 0: the system's send buffer (counted as 4 MiB)"`
 
 	// UploadIdleTimeout bounds the pause between bytes of a request body.
 	UploadIdleTimeout time.Duration `env:"UPLOAD_IDLE_TIMEOUT" envDefault:"30s" help:"longest pause between bytes of a request body; past it the upload is cut off before its end (the backend never gets the whole body), so a stalled client cannot hold a resource's barrier longer"`
@@ -115,7 +115,7 @@ type Config struct {
 	// a write it had sent upstream whole (response timeout, backend failure): a
 	// slow backend may still apply it. Start-up waits it too, for writes
 	// forwarded by the previous process. Like Chubby's lock-delay.
-	AbandonGrace time.Duration `env:"ABANDON_GRACE" help:"how long a write the proxy gave up on after sending it whole (timeout, backend failure) still holds back larger tokens on its resource; after start-up, every token above 0 on a resource that had a maximum waits this long once (equal tokens too), unless the previous process stopped cleanly; must be below DRAIN_TIMEOUT; unset: 5s, or half of DRAIN_TIMEOUT if that is shorter; 0s: off"`
+	AbandonGrace time.Duration `env:"ABANDON_GRACE" help:"how long a write the proxy gave up on after sending it whole (timeout, backend failure) still holds back larger tokens on its resource; after start-up, every token above 0 on a resource that had a maximum waits this long once (equal tokens too), unless the previous process stopped cleanly; must be below DRAIN_TIMEOUT; with STORE=etcd, LOCK_DELAY must cover it; unset: 5s, or half of DRAIN_TIMEOUT if that is shorter; 0s: off"`
 
 	// MinFreeSpace is the free space DATA_DIR's file system must keep; below it
 	// raises fail with 503 (Badger writes through mmap and can die with SIGBUS
@@ -575,19 +575,22 @@ func (c Config) validateCluster(bad func(name, format string, args ...any)) {
 	if c.ShardTTL < 2*time.Second {
 		bad("SHARD_TTL", "%s is below the minimum of 2s (etcd leases count whole seconds)", c.ShardTTL)
 	}
-	if c.LockDelay < c.AbandonGrace {
-		bad("LOCK_DELAY", "%s is below FENCEPROXY_ABANDON_GRACE %s: a write the old owner gave up on could land after the next owner's", c.LockDelay, c.AbandonGrace)
-	} else if need := c.LockDelayMin(); c.LockDelay != 0 && c.LockDelay < need && c.UpstreamUnsentMax <= maxUnsent {
-		bad("LOCK_DELAY", "%s is below %s: FENCEPROXY_ABANDON_GRACE %s, plus %s an old owner's exchange may run past its validity, "+
-			"plus %s for a backend reading %s/s to take the FENCEPROXY_UPSTREAM_UNSENT_MAX %s a stopped owner's kernel may still send; "+
-			"a write the old owner sent could land after the next owner's (docs/CLUSTER.md, \"One bound for every exchange\")",
-			c.LockDelay, need, c.AbandonGrace, OwnerCutAllowance, drainTime(c.UpstreamUnsentMax), ByteSize(DrainRate), unsentText(c.UpstreamUnsentMax))
-	}
-	if c.LockDelay != 0 && c.LockDelay < c.ShardTTL {
-		// The lock-delay also bounds how long an old owner may stall
-		// between admitting a write and sending it, and a keepalive that
-		// an etcd leader answered in its last moment as leader.
-		bad("LOCK_DELAY", "%s is below FENCEPROXY_SHARD_TTL %s: it must be at least the TTL (0s: none, for tests)", c.LockDelay, c.ShardTTL)
+	switch need := c.LockDelayMin(); {
+	case c.UpstreamUnsentMax > maxUnsent:
+		// Reported above; the bound cannot be computed.
+	case c.LockDelay == 0 && c.AbandonGrace > 0:
+		bad("LOCK_DELAY", "0s (no lock-delay, for tests only) needs FENCEPROXY_ABANDON_GRACE=0s too, and is below FENCEPROXY_ABANDON_GRACE %s: "+
+			"a write the old owner gave up on could land after the next owner's; give at least %s", c.AbandonGrace, need)
+	case c.LockDelay != 0 && c.LockDelay < need:
+		// The TTL: the lock-delay also bounds how long an old owner may
+		// stall between admitting a write and sending it, and a keepalive
+		// that an etcd leader answered in its last moment as leader.
+		bad("LOCK_DELAY", "%s is below its minimum of %s here: at least FENCEPROXY_SHARD_TTL %s, and at least the bound of an old "+
+			"owner's exchanges, %s = FENCEPROXY_ABANDON_GRACE %s + %s an exchange may run past its validity + %s for a backend "+
+			"reading %s/s to take the FENCEPROXY_UPSTREAM_UNSENT_MAX %s a stopped owner's kernel may still send "+
+			"(docs/CLUSTER.md, \"One bound for every exchange\"); give FENCEPROXY_LOCK_DELAY=%s or more, or lower the terms",
+			c.LockDelay, need, c.ShardTTL, c.exchangeBound(), c.AbandonGrace, OwnerCutAllowance, drainTime(c.UpstreamUnsentMax),
+			ByteSize(DrainRate), unsentText(c.UpstreamUnsentMax), need)
 	}
 	if c.Mode == "observe" {
 		bad("MODE", "observe is not available with FENCEPROXY_STORE=etcd (it forwards writes outside the barrier that a handover drains)")
@@ -604,12 +607,19 @@ const OwnerCutAllowance = 500 * time.Millisecond
 // assumes a backend reads what a stopped owner's kernel still holds for it.
 const DrainRate = 64 << 10
 
-// LockDelayMin is the shortest LOCK_DELAY that covers everything an old
-// owner may still send or a backend still apply once the owner's validity
-// ended: ABANDON_GRACE (a backend applying a write it got whole after the
-// exchange was cut), OwnerCutAllowance, and UPSTREAM_UNSENT_MAX read at
-// DrainRate (a stopped owner's kernel sends what it holds without it).
+// LockDelayMin is the shortest LOCK_DELAY cluster mode accepts: the
+// larger of SHARD_TTL and the bound of an old owner's exchanges (see
+// exchangeBound).
 func (c Config) LockDelayMin() time.Duration {
+	return max(c.ShardTTL, c.exchangeBound())
+}
+
+// exchangeBound covers everything an old owner may still send, or a backend
+// still apply, once the owner's validity ended: ABANDON_GRACE (a backend
+// applying a write it got whole after the exchange was cut),
+// OwnerCutAllowance, and UPSTREAM_UNSENT_MAX read at DrainRate (a stopped
+// owner's kernel sends what it holds without it).
+func (c Config) exchangeBound() time.Duration {
 	return c.AbandonGrace + OwnerCutAllowance + drainTime(c.UpstreamUnsentMax)
 }
 

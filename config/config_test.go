@@ -114,21 +114,24 @@ func TestParse(t *testing.T) {
 				"FENCEPROXY_SHARD_TTL", "FENCEPROXY_ETCD_PREFIX", "FENCEPROXY_MODE", "FENCEPROXY_ETCD_USERNAME", "FENCEPROXY_ETCD_MAX_TXN_OPS"},
 			notErr: []string{"0123456789abcdef"}},
 		{name: "cluster lock-delay below the abandon grace", env: clusterWith("FENCEPROXY_LOCK_DELAY", "2s", "FENCEPROXY_ABANDON_GRACE", "3s"),
-			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "below FENCEPROXY_ABANDON_GRACE"}},
+			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "2s is below its minimum of 10s", "5.5s = FENCEPROXY_ABANDON_GRACE 3s"}},
 		{name: "cluster lock-delay below the bound of an owner's exchanges", env: clusterWith("FENCEPROXY_LOCK_DELAY", "6s", "FENCEPROXY_ABANDON_GRACE", "5s"),
-			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "6s is below 7.5s", "FENCEPROXY_ABANDON_GRACE 5s", "FENCEPROXY_UPSTREAM_UNSENT_MAX 128 KiB"}},
+			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "6s is below its minimum of 10s", "FENCEPROXY_SHARD_TTL 10s", "7.5s = FENCEPROXY_ABANDON_GRACE 5s",
+				"FENCEPROXY_UPSTREAM_UNSENT_MAX 128 KiB", "give FENCEPROXY_LOCK_DELAY=10s or more"}},
 		{name: "cluster lock-delay covers a smaller unsent bound", env: clusterWith("FENCEPROXY_LOCK_DELAY", "6s", "FENCEPROXY_ABANDON_GRACE", "5s", "FENCEPROXY_UPSTREAM_UNSENT_MAX", "32KiB", "FENCEPROXY_SHARD_TTL", "5s"),
 			check: func(t *testing.T, cfg Config, _ []string) {
 				if cfg.LockDelayMin() != 6*time.Second {
-					t.Errorf("LockDelayMin = %s, want 6s", cfg.LockDelayMin())
+					t.Errorf("LockDelayMin = %s, want 6s (the bound, above the TTL)", cfg.LockDelayMin())
 				}
 			}},
+		{name: "cluster lock-delay off needs the abandon grace off", env: clusterWith("FENCEPROXY_LOCK_DELAY", "0s"),
+			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "needs FENCEPROXY_ABANDON_GRACE=0s", "give at least 10s"}},
 		{name: "unsent bound too large", env: clusterWith("FENCEPROXY_UPSTREAM_UNSENT_MAX", "8EiB"),
 			wantErr: []string{"FENCEPROXY_UPSTREAM_UNSENT_MAX", "above the maximum of 1 GiB"}, notErr: []string{"FENCEPROXY_LOCK_DELAY"}},
 		{name: "cluster lock-delay with the system's send buffer", env: clusterWith("FENCEPROXY_LOCK_DELAY", "60s", "FENCEPROXY_ABANDON_GRACE", "5s", "FENCEPROXY_UPSTREAM_UNSENT_MAX", "0"),
-			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "1m0s is below 1m9.5s", "counted as 4 MiB"}},
+			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "1m0s is below its minimum of 1m9.5s", "counted as 4 MiB"}},
 		{name: "cluster lock-delay below the TTL", env: clusterWith("FENCEPROXY_SHARD_TTL", "20s", "FENCEPROXY_LOCK_DELAY", "15s"),
-			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "below FENCEPROXY_SHARD_TTL 20s"}},
+			wantErr: []string{"FENCEPROXY_LOCK_DELAY", "15s is below its minimum of 20s", "FENCEPROXY_SHARD_TTL 20s"}},
 		{name: "cluster lock-delay off", env: clusterWith("FENCEPROXY_LOCK_DELAY", "0s", "FENCEPROXY_ABANDON_GRACE", "0s"),
 			check: func(t *testing.T, cfg Config, warnings []string) {
 				if cfg.LockDelay != 0 || !strings.Contains(strings.Join(warnings, "\n"), "LOCK_DELAY is 0s") {
