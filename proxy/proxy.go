@@ -864,7 +864,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		p.uploadStopped(ex, errOwnershipEnded)
 		return
 	}
-	if ex.owner != nil && ex.owner.Err() != nil && ex.admitted && ex.up.State() != fence.Sent {
+	if ex.admitted && ex.up.State() != fence.Sent && ex.ownershipOver() {
 		// The ownership ended (its context cancelled the exchange) before
 		// the body was handed over whole: the backend cannot apply it.
 		p.uploadStopped(ex, errOwnershipEnded)

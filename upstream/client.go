@@ -84,6 +84,29 @@ func WithValidUntil(ctx context.Context, validUntil func() time.Time) context.Co
 	return context.WithValue(ctx, validUntilKey{}, validUntil)
 }
 
+// errValidityEnded fails a write system call of a request whose validity
+// ended while it was being written (see guardConn).
+var errValidityEnded = errors.New("upstream: the request's validity ended while it was being written")
+
+// validityGuard is the guard (guardConn) of a request with a validity: an
+// error once ctx is done or validUntil has passed; nil without a validity.
+func validityGuard(r *http.Request) func() error {
+	f, _ := r.Context().Value(validUntilKey{}).(func() time.Time)
+	if f == nil {
+		return nil
+	}
+	ctx := r.Context()
+	return func() error {
+		if ctx.Err() != nil {
+			return errValidityEnded
+		}
+		if u := f(); !u.IsZero() && !time.Now().Before(u) {
+			return errValidityEnded
+		}
+		return nil
+	}
+}
+
 // MaxResponseHeaderBytes bounds a response's header block on the fast path
 // (the same 64 KiB fenceproxy allows inbound); a larger one is a 502.
 const MaxResponseHeaderBytes = 64 << 10
@@ -317,7 +340,7 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		body := buf[:r.ContentLength]
 		if f, _ := r.Context().Value(validUntilKey{}).(func() time.Time); f != nil && protected("validity") {
-			watched = &watchedBody{client: c, ctx: r.Context(), body: body}
+			watched = &watchedBody{client: c, ctx: r.Context(), body: body, guard: validityGuard(r)}
 			// The last moment to refuse: nothing is written yet.
 			if until := f(); !until.IsZero() && !time.Now().Before(until) {
 				return nil, ErrPastValidity
@@ -433,6 +456,8 @@ type watchedBody struct {
 	client *Client
 	ctx    context.Context
 	body   []byte
+	guard  func() error // validityGuard, put on the connection's writes
+	gc     *guardConn   // the connection's, once known
 
 	resp *fasthttp.Response
 	r    bytes.Reader
@@ -446,6 +471,9 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		if ap, ok := addrPort(b.resp.LocalAddr()); ok {
 			if cn, ok := b.client.conns.Load(ap); ok {
 				cn := cn.(*conn)
+				if b.gc = guardOf(cn); b.gc != nil {
+					b.gc.setGuard(b.guard)
+				}
 				b.stop = context.AfterFunc(b.ctx, func() {
 					b.cut.Store(true)
 					cn.cut.Store(true)
@@ -472,6 +500,10 @@ func (b *watchedBody) do(req *fasthttp.Request, resp *fasthttp.Response) error {
 		if b.stop != nil {
 			b.stop()
 		}
+		if b.gc != nil {
+			b.gc.setGuard(nil)
+			b.gc = nil
+		}
 		if !errors.Is(err, errConnDead) || attempt == maxAttempts || b.ended() {
 			return err
 		}
@@ -486,8 +518,17 @@ func (b *watchedBody) do(req *fasthttp.Request, resp *fasthttp.Response) error {
 func (c *Client) roundTripFallback(r *http.Request) (*http.Response, error) {
 	var wrote atomic.Bool
 	var conn atomic.Pointer[net.Conn]
+	guard := validityGuard(r)
+	if !protected("validity") {
+		guard = nil
+	}
 	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) { conn.Store(&info.Conn) },
+		GotConn: func(info httptrace.GotConnInfo) {
+			conn.Store(&info.Conn)
+			if gc := guardOf(info.Conn); gc != nil {
+				gc.setGuard(guard) // nil clears a guard left by the connection's last request
+			}
+		},
 		// Also called when the write failed: part of it may have gone out.
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})

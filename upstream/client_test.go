@@ -708,3 +708,71 @@ func TestFastPathEndsAtValidity(t *testing.T) {
 		}
 	})
 }
+
+// A streamed request with a validity whose last bytes wait for room in the
+// socket (the backend reads slowly) when the validity ends: the wait ends
+// with a check of the validity right before the write system call, so the
+// rest of the body is never sent and the backend never gets it whole, even
+// when nothing cancelled the request's context (as when the process was
+// stopped and its validity watch has not run yet). With the guard off
+// (teeth), the backend gets the whole body once it reads on.
+func TestTransportWriteGuardedByValidity(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	const size = 4 << 20
+	resume := make(chan struct{})
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		c.(*net.TCPConn).SetReadBuffer(32 << 10)
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			got <- -1
+			return
+		}
+		n, _ := io.CopyN(io.Discard, req.Body, 64<<10)
+		<-resume // stall: the proxy's writes wait for room
+		m, _ := io.Copy(io.Discard, req.Body)
+		got <- n + m
+	}()
+	u, _ := url.Parse("http://" + ln.Addr().String())
+	c := New(u, Options{FastPath: true, UnsentMax: 16 << 10})
+	t.Cleanup(c.CloseIdleConnections)
+	until := time.Now().Add(300 * time.Millisecond)
+	// No cancellation: only the validity's end, as a stopped process sees it.
+	ctx := WithValidUntil(context.Background(), func() time.Time { return until })
+	r := outbound(t, u.String(), "PUT", "/bkt/obj", bytes.Repeat([]byte("x"), size), nil).WithContext(ctx)
+	if c.Fast(r) {
+		t.Fatal("a 4 MiB body on the fast path")
+	}
+	go func() {
+		time.Sleep(time.Until(until) + 300*time.Millisecond) // the validity is over: let the backend read on
+		close(resume)
+	}()
+	_, rerr := c.RoundTrip(r)
+	var n int64
+	select {
+	case n = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the backend's read did not end")
+	}
+	if !protected("validity") {
+		if n != size {
+			t.Fatalf("teeth: the backend got %d of %d bytes, want all (the guard is off)", n, size)
+		}
+		return
+	}
+	if n >= size || rerr == nil {
+		t.Fatalf("the backend got %d of %d bytes (RoundTrip: %v), want the body cut at the validity", n, size, rerr)
+	}
+	t.Logf("the backend got %d of %d bytes; RoundTrip: %v", n, size, rerr)
+}

@@ -102,6 +102,7 @@ func (d *dialer) dialContext(ctx context.Context, network, addr string) (net.Con
 			tc.Close()
 			return nil, &DialError{Err: &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}}
 		}
+		return newGuardConn(tc), nil
 	}
 	return c, nil
 }
