@@ -58,7 +58,11 @@ func fenceproxyBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "fenceproxy")
-		cmd := exec.Command(gobin, "build", "-o", binPath, ".")
+		args := []string{"build", "-o", binPath}
+		if replicaBuildTags != "" {
+			args = append(args, "-tags", replicaBuildTags) // the teeth of the cut-off tests (cutoff_test.go)
+		}
+		cmd := exec.Command(gobin, append(args, ".")...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)

@@ -169,7 +169,9 @@ func startCluster(t *testing.T, extra map[string]string) clustertest.Config {
 	// a small machine's disk it makes the leader's heartbeats late (spurious
 	// elections, requests over a second) beside the faults injected.
 	etcd := etcdtest.StartCluster(t, 3, "--unsafe-no-fsync")
-	backend := clustertest.NewBackend(t, 3*time.Millisecond)
+	// Lenient, as real stores are: a body cut short by an orderly close is
+	// applied (so every cut must reach it as a reset).
+	backend := clustertest.NewBackendWith(t, clustertest.BackendOptions{MaxDelay: 3 * time.Millisecond, Lenient: true})
 	cfg := clustertest.Config{
 		Etcd: etcd, Backend: backend, Shards: clusterShards, AdminToken: clusterAdmin,
 		TTL: clusterTTL, LockDelay: clusterLockDelay, SlowApply: clusterSlowApply,

@@ -8,14 +8,18 @@
 package clustertest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -29,6 +33,21 @@ const (
 	// committed the write and is slow to make it visible; it applies it
 	// even when the proxy gave up meanwhile).
 	HeaderApplyDelay = "X-Apply-Delay"
+	// HeaderAnswerDelay is a Go duration, for a lenient Backend: it holds
+	// a whole body this long before it applies it and answers, and gives it
+	// up if its connection is reset meanwhile (a store that fails a write
+	// it can no longer answer), but not if the proxy only closed it (FIN).
+	// It may outlast the lock-delay.
+	HeaderAnswerDelay = "X-Answer-Delay"
+	// HeaderReadRate is a rate in bytes per second at which a Backend reads
+	// the body (a slow store), so that the socket buffers fill.
+	HeaderReadRate = "X-Read-Rate"
+	// HeaderReadPause is a Go duration: the Backend stops reading the body
+	// this long once it read HeaderReadPauseAt bytes of it (a store that
+	// stalls mid-body, a disk flush, a pause of its runtime), its kernel
+	// still taking what the window it grew while reading fast lets in.
+	HeaderReadPause   = "X-Read-Pause"
+	HeaderReadPauseAt = "X-Read-Pause-At"
 )
 
 // Apply is one write the backend applied.
@@ -37,6 +56,10 @@ type Apply struct {
 	Token    uint64
 	ID       string // the X-Write-Id
 	At       time.Time
+	// Truncated: a lenient Backend applied a body cut short by an orderly
+	// close (FIN); Bytes of it had arrived.
+	Truncated bool
+	Bytes     int64
 }
 
 // Backend is an HTTP backend in the test process. A PUT is applied only
@@ -45,10 +68,18 @@ type Apply struct {
 // for); applying records its token on its resource (the path without its
 // leading slash) in apply order. A GET answers the last applied token. It
 // also counts, as it applies, every token below one applied before on the
-// same resource (Decreases), so a run can stop once it found one.
+// same resource (Decreases), so a run can stop once it found one. Any
+// Backend reads a body as X-Read-Rate and X-Read-Pause ask (a slow or
+// stalling store, so that the socket buffers fill).
+//
+// A lenient Backend (BackendOptions.Lenient) is as lax as real stores:
+// it applies whatever arrived of a body its connection closed in an orderly
+// way (FIN) before the end (versitygw v1.8.0 stores such a body), and only
+// a reset stops it; it honours X-Answer-Delay.
 type Backend struct {
 	srv      *httptest.Server
 	maxDelay time.Duration
+	lenient  bool
 
 	mu             sync.Mutex
 	applies        []Apply
@@ -65,14 +96,74 @@ type Backend struct {
 // NewBackend starts a Backend whose random delay before applying is at
 // most maxDelay; cleanup stops it.
 func NewBackend(t testing.TB, maxDelay time.Duration) *Backend {
+	return NewBackendWith(t, BackendOptions{MaxDelay: maxDelay})
+}
+
+// BackendOptions configures NewBackendWith.
+type BackendOptions struct {
+	MaxDelay time.Duration // the random delay before applying is at most this
+	Lenient  bool          // apply bodies cut short by a FIN; honour X-Answer-Delay
+}
+
+// NewBackendWith starts a Backend; cleanup stops it.
+func NewBackendWith(t testing.TB, opts BackendOptions) *Backend {
 	t.Helper()
 	b := &Backend{
-		maxDelay: maxDelay, last: map[string]uint64{}, started: map[string]chan struct{}{},
+		maxDelay: opts.MaxDelay, lenient: opts.Lenient, last: map[string]uint64{}, started: map[string]chan struct{}{},
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)),
 	}
-	b.srv = httptest.NewServer(http.HandlerFunc(b.serve))
+	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(b.serve))
+	b.srv.Listener = endListener{b.srv.Listener}
+	b.srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, c)
+	}
+	b.srv.Start()
 	t.Cleanup(b.srv.Close)
 	return b
+}
+
+// endListener's connections record how the peer ended them.
+type endListener struct{ net.Listener }
+
+func (l endListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &endConn{Conn: c}, nil
+}
+
+type connKey struct{}
+
+// endConn records the first read error: io.EOF for a FIN, ECONNRESET for a
+// reset. net/http's server reads on in the background once a request's
+// body was read, so a handler sees the end of its connection.
+type endConn struct {
+	net.Conn
+	mu  sync.Mutex
+	end error
+}
+
+func (c *endConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && !errors.Is(err, syscall.EAGAIN) {
+		var ne net.Error
+		if !(errors.As(err, &ne) && ne.Timeout()) {
+			c.mu.Lock()
+			if c.end == nil {
+				c.end = err
+			}
+			c.mu.Unlock()
+		}
+	}
+	return n, err
+}
+
+// reset reports whether the peer reset the connection.
+func (c *endConn) reset() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.end != nil && errors.Is(c.end, syscall.ECONNRESET)
 }
 
 // URL is the backend's base URL.
@@ -108,22 +199,59 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no token", http.StatusBadRequest)
 		return
 	}
-	var extra time.Duration
+	var extra, answer time.Duration
 	if s := r.Header.Get(HeaderApplyDelay); s != "" {
 		if extra, err = time.ParseDuration(s); err != nil {
 			http.Error(w, "bad "+HeaderApplyDelay, http.StatusBadRequest)
 			return
 		}
 	}
-	if err := readWhole(r); err != nil {
-		b.mu.Lock()
-		b.incomplete++
-		if len(b.incompleteErrs) < 5 {
-			b.incompleteErrs = append(b.incompleteErrs, fmt.Sprintf("%s token %d write %s: %v", resource, tok, id, err))
+	if s := r.Header.Get(HeaderAnswerDelay); s != "" && b.lenient {
+		if answer, err = time.ParseDuration(s); err != nil {
+			http.Error(w, "bad "+HeaderAnswerDelay, http.StatusBadRequest)
+			return
 		}
-		b.mu.Unlock()
-		http.Error(w, "body did not arrive whole", http.StatusBadRequest)
-		return
+	}
+	var pace pacing
+	pace.rate, _ = strconv.ParseInt(r.Header.Get(HeaderReadRate), 10, 64)
+	if s := r.Header.Get(HeaderReadPause); s != "" {
+		if pace.pause, err = time.ParseDuration(s); err != nil {
+			http.Error(w, "bad "+HeaderReadPause, http.StatusBadRequest)
+			return
+		}
+		pace.pauseAt, _ = strconv.ParseInt(r.Header.Get(HeaderReadPauseAt), 10, 64)
+	}
+	conn, _ := r.Context().Value(connKey{}).(*endConn)
+	n, err := readWhole(r, pace)
+	truncated := false
+	if err != nil {
+		// A lenient store takes an orderly close for the body's end.
+		if truncated = b.lenient && errors.Is(err, io.ErrUnexpectedEOF) && (conn == nil || !conn.reset()); !truncated {
+			b.mu.Lock()
+			b.incomplete++
+			if len(b.incompleteErrs) < 5 {
+				b.incompleteErrs = append(b.incompleteErrs, fmt.Sprintf("%s token %d write %s: %v", resource, tok, id, err))
+			}
+			b.mu.Unlock()
+			http.Error(w, "body did not arrive whole", http.StatusBadRequest)
+			return
+		}
+	}
+	if answer > 0 {
+		deadline := time.Now().Add(answer)
+		for time.Now().Before(deadline) {
+			if conn != nil && conn.reset() {
+				b.mu.Lock()
+				b.incomplete++
+				if len(b.incompleteErrs) < 5 {
+					b.incompleteErrs = append(b.incompleteErrs, fmt.Sprintf("%s token %d write %s: reset while held %v", resource, tok, id, answer))
+				}
+				b.mu.Unlock()
+				http.Error(w, "connection reset while the write was held: not applied", http.StatusInternalServerError)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	b.mu.Lock()
 	d := time.Duration(0)
@@ -137,23 +265,68 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 		b.decreases++
 	}
 	b.last[resource] = max(b.last[resource], tok)
-	b.applies = append(b.applies, Apply{Resource: resource, Token: tok, ID: id, At: time.Now()})
+	b.applies = append(b.applies, Apply{Resource: resource, Token: tok, ID: id, At: time.Now(), Truncated: truncated, Bytes: n})
 	b.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 }
 
-// readWhole reads the request body and reports whether all of it arrived:
-// Content-Length bytes, or a chunked body up to its last chunk.
-func readWhole(r *http.Request) error {
-	if r.ContentLength < 0 {
-		_, err := io.Copy(io.Discard, r.Body)
-		return err
+// pacing is how a Backend reads a body: at most rate bytes per second when
+// rate > 0, and with a pause once pauseAt bytes were read when pause > 0.
+type pacing struct {
+	rate    int64
+	pause   time.Duration
+	pauseAt int64
+}
+
+// readWhole reads the request body as pace says and reports how much
+// arrived and whether all of it did: Content-Length bytes, or a chunked
+// body up to its last chunk (io.ErrUnexpectedEOF: the stream ended before).
+func readWhole(r *http.Request, pace pacing) (int64, error) {
+	var body io.Reader = r.Body
+	if pace.rate > 0 || pace.pause > 0 {
+		body = &slowReader{r: r.Body, pacing: pace, start: time.Now()}
 	}
-	n, err := io.CopyN(io.Discard, r.Body, r.ContentLength)
-	if err == nil && n != r.ContentLength {
+	if r.ContentLength < 0 {
+		return io.Copy(io.Discard, body)
+	}
+	n, err := io.CopyN(io.Discard, body, r.ContentLength)
+	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
 	}
-	return err
+	return n, err
+}
+
+// slowReader reads as its pacing says, in reads of at most 4 KiB when
+// rate-limited.
+type slowReader struct {
+	r io.Reader
+	pacing
+	start  time.Time
+	n      int64
+	paused bool
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	if s.pause > 0 && !s.paused {
+		if s.n >= s.pauseAt {
+			s.paused = true
+			time.Sleep(s.pause)
+			s.start = s.start.Add(s.pause) // the rate does not catch up the pause
+		} else if rest := s.pauseAt - s.n; int64(len(p)) > rest {
+			p = p[:rest]
+		}
+	}
+	if s.rate > 0 {
+		if len(p) > 4096 {
+			p = p[:4096]
+		}
+		if ahead := time.Duration(float64(s.n)/float64(s.rate)*float64(time.Second)) - time.Since(s.start); ahead > 0 {
+			time.Sleep(ahead)
+		}
+	}
+	n, err := s.r.Read(p)
+	s.n += int64(n)
+	return n, err
 }
 
 func (b *Backend) markStarted(id string) {
@@ -246,5 +419,12 @@ func (b *Backend) Incomplete() int {
 func (b *Backend) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return fmt.Sprintf("%d writes applied on %d resources, %d bodies not whole (not applied; the first: %q)", len(b.applies), len(b.last), b.incomplete, b.incompleteErrs)
+	truncated := 0
+	for _, a := range b.applies {
+		if a.Truncated {
+			truncated++
+		}
+	}
+	return fmt.Sprintf("%d writes applied on %d resources (%d of them cut short by a FIN), %d bodies not whole or reset (not applied; the first: %q)",
+		len(b.applies), len(b.last), truncated, b.incomplete, b.incompleteErrs)
 }

@@ -95,7 +95,21 @@ const (
 	CheckAboveFence   = "applied token above the final fence"
 	CheckFenceMissing = "final fence not readable"
 	CheckAboveStored  = "applied token above the maximum stored in etcd"
+	CheckTruncated    = "a body cut short was applied"
 )
+
+// CheckTruncatedApplies: a lenient backend applied no body cut short (every cut
+// reached it as a reset, which it does not apply).
+func CheckTruncatedApplies(applies []Apply) []Violation {
+	var out []Violation
+	for _, a := range applies {
+		if a.Truncated {
+			out = append(out, Violation{CheckTruncated, a.Resource, fmt.Sprintf("token %d (write %s): %d bytes applied at %s, its connection closed (FIN) before the end",
+				a.Token, a.ID, a.Bytes, a.At.Format("15:04:05.000"))})
+		}
+	}
+	return out
+}
 
 // CheckApplied: per resource, the backend applied tokens in non-decreasing
 // order.

@@ -266,3 +266,227 @@ func (f fakeReplica) ControlURL() string          { return "" }
 func (f fakeReplica) Signal(syscall.Signal) error { return nil }
 func (f fakeReplica) Kill()                       {}
 func (f fakeReplica) Restart() error              { return nil }
+
+// rawPut opens a TCP connection to b and sends a PUT's headers and the first
+// part of its body; the caller ends the connection as the test needs.
+func rawPut(t *testing.T, b *Backend, path, token, id string, length int, extra map[string]string, body string) *net.TCPConn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(b.URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var h strings.Builder
+	fmt.Fprintf(&h, "PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s: %s\r\n%s: %s\r\n", path, length, HeaderToken, token, HeaderWriteID, id)
+	for k, v := range extra {
+		fmt.Fprintf(&h, "%s: %s\r\n", k, v)
+	}
+	h.WriteString("\r\n")
+	h.WriteString(body)
+	if _, err := io.WriteString(c, h.String()); err != nil {
+		t.Fatal(err)
+	}
+	if !b.WaitStarted(id, 2*time.Second) {
+		t.Fatalf("%s: its headers did not reach the backend", id)
+	}
+	return c.(*net.TCPConn)
+}
+
+// reset closes c with a reset (SO_LINGER 0), as the proxy closes its
+// upstream connections.
+func reset(t *testing.T, c *net.TCPConn) {
+	t.Helper()
+	if err := c.SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
+
+// statusLine reads the first line of the answer on c, within d.
+func statusLine(c net.Conn, d time.Duration) (string, error) {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	var line []byte
+	buf := make([]byte, 1)
+	for {
+		if _, err := c.Read(buf); err != nil {
+			return string(line), err
+		}
+		if buf[0] == '\n' {
+			return strings.TrimSpace(string(line)), nil
+		}
+		line = append(line, buf[0])
+	}
+}
+
+// waitFor polls cond every 10ms for at most d.
+func waitFor(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// A lenient backend takes an orderly close (FIN) mid-body for the body's
+// end, as versitygw does: it applies what arrived, marked Truncated, and
+// CheckTruncatedApplies reports it. A strict one does not apply it.
+func TestLenientBackendAppliesBodyCutByFIN(t *testing.T) {
+	for _, lenient := range []bool{true, false} {
+		t.Run(fmt.Sprintf("lenient=%v", lenient), func(t *testing.T) {
+			b := NewBackendWith(t, BackendOptions{Lenient: lenient})
+			c := rawPut(t, b, "/cut", "41", "w41", 100, nil, "half of it")
+			if err := c.CloseWrite(); err != nil { // FIN; the answer can still be read
+				t.Fatal(err)
+			}
+			line, err := statusLine(c, 5*time.Second)
+			if err != nil {
+				t.Fatalf("no answer after the FIN: %v (read %q)", err, line)
+			}
+			applies := b.Applies()
+			if !lenient {
+				if !strings.Contains(line, " 400 ") || len(applies) != 0 || b.Incomplete() != 1 {
+					t.Fatalf("strict backend: answer %q, applies %+v, %d incomplete; want 400, none, 1", line, applies, b.Incomplete())
+				}
+				return
+			}
+			if !strings.Contains(line, " 200 ") {
+				t.Errorf("answer %q, want 200 (a lenient store answers the truncated write)", line)
+			}
+			if len(applies) != 1 || !applies[0].Truncated || applies[0].Bytes != int64(len("half of it")) || applies[0].Token != 41 || applies[0].ID != "w41" {
+				t.Fatalf("applies %+v, want token 41 truncated at %d bytes", applies, len("half of it"))
+			}
+			if b.Incomplete() != 0 {
+				t.Errorf("%d incomplete, want 0", b.Incomplete())
+			}
+			v := CheckTruncatedApplies(applies)
+			if len(v) != 1 || v[0].Check != CheckTruncated || v[0].Resource != "cut" || !strings.Contains(v[0].Detail, "10 bytes") {
+				t.Errorf("CheckTruncatedApplies: %v", v)
+			}
+			if v := CheckTruncatedApplies([]Apply{{Resource: "r", Token: 1, Bytes: 10}}); len(v) != 0 {
+				t.Errorf("CheckTruncatedApplies on a whole body: %v", v)
+			}
+			if !strings.Contains(b.String(), "1 of them cut short by a FIN") {
+				t.Errorf("String: %s", b)
+			}
+		})
+	}
+}
+
+// A reset mid-body stops a lenient backend: nothing applied.
+func TestLenientBackendDropsBodyCutByReset(t *testing.T) {
+	b := NewBackendWith(t, BackendOptions{Lenient: true})
+	c := rawPut(t, b, "/cut", "41", "w41", 100, nil, "half of it")
+	time.Sleep(100 * time.Millisecond) // the bytes sent are in the backend's socket
+	reset(t, c)
+	if !waitFor(5*time.Second, func() bool { return b.Incomplete() == 1 }) {
+		t.Fatalf("a reset body: %d incomplete, want 1", b.Incomplete())
+	}
+	time.Sleep(200 * time.Millisecond)
+	if a := b.Applies(); len(a) != 0 {
+		t.Fatalf("a body cut by a reset was applied: %+v", a)
+	}
+}
+
+// X-Answer-Delay: a lenient backend holds a whole body before applying it;
+// a reset meanwhile makes it give the write up (at once, not at the end of
+// the delay), a FIN does not.
+func TestLenientBackendAnswerDelay(t *testing.T) {
+	const hold = 1500 * time.Millisecond
+	t.Run("reset", func(t *testing.T) {
+		b := NewBackendWith(t, BackendOptions{Lenient: true})
+		c := rawPut(t, b, "/held", "41", "w41", 8, map[string]string{HeaderAnswerDelay: hold.String()}, "41412345")
+		time.Sleep(200 * time.Millisecond) // read whole, now held
+		began := time.Now()
+		reset(t, c)
+		if !waitFor(hold, func() bool { return b.Incomplete() == 1 }) {
+			t.Fatalf("reset while held: %d incomplete after %v, want 1 within the hold", b.Incomplete(), time.Since(began))
+		}
+		if d := time.Since(began); d > hold/2 {
+			t.Errorf("gave up %v after the reset, want well within the hold of %v", d, hold)
+		}
+		time.Sleep(hold)
+		if a := b.Applies(); len(a) != 0 {
+			t.Fatalf("a held write whose connection was reset was applied: %+v", a)
+		}
+	})
+	t.Run("FIN", func(t *testing.T) {
+		b := NewBackendWith(t, BackendOptions{Lenient: true})
+		began := time.Now()
+		c := rawPut(t, b, "/held", "41", "w41", 8, map[string]string{HeaderAnswerDelay: hold.String()}, "41412345")
+		time.Sleep(200 * time.Millisecond)
+		if err := c.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := statusLine(c, 5*time.Second)
+		if err != nil || !strings.Contains(line, " 200 ") {
+			t.Fatalf("answer %q, %v; want 200", line, err)
+		}
+		a := b.Applies()
+		if len(a) != 1 || a[0].Truncated || a[0].Bytes != 8 || a[0].Token != 41 {
+			t.Fatalf("applies %+v, want 41 whole", a)
+		}
+		if d := a[0].At.Sub(began); d < hold {
+			t.Errorf("applied %v after it was sent, want at least the hold %v", d, hold)
+		}
+	})
+	t.Run("strict ignores it", func(t *testing.T) {
+		b := NewBackendWith(t, BackendOptions{})
+		began := time.Now()
+		if st := put(t, b, "/held", "41", "w41", "41412345", map[string]string{HeaderAnswerDelay: hold.String()}); st != 200 {
+			t.Fatalf("status %d", st)
+		}
+		if d := time.Since(began); d >= hold {
+			t.Errorf("a strict backend held the write %v", d)
+		}
+	})
+}
+
+// X-Read-Rate: the backend reads the body at most that fast, so that the
+// sender's socket buffers fill.
+func TestBackendReadRate(t *testing.T) {
+	const size, rate = 48 << 10, 32 << 10
+	b := NewBackendWith(t, BackendOptions{Lenient: true})
+	began := time.Now()
+	if st := put(t, b, "/slow", "7", "w7", strings.Repeat("x", size), map[string]string{HeaderReadRate: fmt.Sprint(rate)}); st != 200 {
+		t.Fatalf("status %d", st)
+	}
+	took := time.Since(began)
+	// The last read of at most 4 KiB starts once all but it was read at
+	// the rate.
+	if min := time.Duration(float64(size-4096) / rate * float64(time.Second)); took < min {
+		t.Errorf("%d bytes at %d B/s read in %v, want at least %v", size, rate, took, min)
+	}
+	if max := 3 * time.Duration(float64(size)/rate*float64(time.Second)); took > max {
+		t.Errorf("%d bytes at %d B/s read in %v, want well under %v", size, rate, took, max)
+	}
+	if a := b.Applies(); len(a) != 1 || a[0].Bytes != size || a[0].Truncated {
+		t.Fatalf("applies %+v", a)
+	}
+}
+
+// X-Read-Pause: the backend stops reading once it read X-Read-Pause-At
+// bytes of the body, for that long, then reads the rest and applies it.
+func TestBackendReadPause(t *testing.T) {
+	const size, at, pause = 64 << 10, 16 << 10, 800 * time.Millisecond
+	b := NewBackendWith(t, BackendOptions{Lenient: true})
+	began := time.Now()
+	if st := put(t, b, "/paused", "7", "w7", strings.Repeat("x", size),
+		map[string]string{HeaderReadPause: pause.String(), HeaderReadPauseAt: fmt.Sprint(at)}); st != 200 {
+		t.Fatalf("status %d", st)
+	}
+	if took := time.Since(began); took < pause || took > pause+time.Second {
+		t.Errorf("a body read with a pause of %v took %v", pause, took)
+	}
+	if a := b.Applies(); len(a) != 1 || a[0].Bytes != size || a[0].Truncated {
+		t.Fatalf("applies %+v", a)
+	}
+	// Without a pause the same body is read at once.
+	began = time.Now()
+	put(t, b, "/paused", "8", "w8", strings.Repeat("x", size), nil)
+	if took := time.Since(began); took > pause/2 {
+		t.Errorf("a body read without a pause took %v", took)
+	}
+}

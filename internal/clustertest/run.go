@@ -274,6 +274,7 @@ func Run(t testing.TB, cfg Config) *Report {
 		}
 	}
 	rep.Violations = append(rep.Violations, CheckApplied(applies)...)
+	rep.Violations = append(rep.Violations, CheckTruncatedApplies(applies)...)
 	rep.Violations = append(rep.Violations, CheckAppliedAfterAcks(applies, ops)...)
 	rep.Violations = append(rep.Violations, CheckAcks(ops)...)
 	rep.Violations = append(rep.Violations, CheckFinal(ops, before, final)...)
