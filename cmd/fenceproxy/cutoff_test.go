@@ -518,6 +518,27 @@ func async(f func() result) <-chan result {
 }
 
 // wait41 waits for 41's answer, at most d.
+// require42 ends the run when 42 was not acknowledged (ok false), the owner
+// healed first.
+func (c *cutoffCluster) require42(t *testing.T, r *cutoffRun, variant string, owner int, ok bool) {
+	t.Helper()
+	if !ok {
+		c.heal(t, variant, owner)
+		t.Fatalf("42 on %s not acknowledged within 40s of the fault", r.resource)
+	}
+}
+
+// conclude waits up to d for 41's answer, heals the owner, checks the run
+// and lets the cluster settle.
+func (c *cutoffCluster) conclude(t *testing.T, r *cutoffRun, variant string, owner int, ch41 <-chan result, d time.Duration) *cutoffRun {
+	t.Helper()
+	r.r41 = wait41(t, ch41, d)
+	c.heal(t, variant, owner)
+	c.finish(t, r)
+	c.settle(t)
+	return r
+}
+
 func wait41(t *testing.T, ch <-chan result, d time.Duration) result {
 	t.Helper()
 	select {
@@ -558,18 +579,11 @@ func (c *cutoffCluster) timeline1(t *testing.T, variant string) *cutoffRun {
 	if variant == variantStop {
 		c.heal(t, variant, owner)
 	}
-	if !ok {
-		c.heal(t, variant, owner)
-		t.Fatalf("42 on %s not acknowledged within 40s of the fault", r.resource)
-	}
+	c.require42(t, r, variant, owner, ok)
 	if held := time.Since(r.faultAt); held > hold-2*time.Second {
 		t.Fatalf("42 acknowledged %v after the fault, too close to the backend's hold of %v: the run shows nothing", held, hold)
 	}
-	r.r41 = wait41(t, ch41, hold+60*time.Second)
-	c.heal(t, variant, owner)
-	c.finish(t, r)
-	c.settle(t)
-	return r
+	return c.conclude(t, r, variant, owner, ch41, hold+60*time.Second)
 }
 
 // pacedBody is a request body of data sent chunk bytes every interval,
@@ -696,15 +710,8 @@ func (c *cutoffCluster) timeline2(t *testing.T, variant string) *cutoffRun {
 		time.Sleep(300 * time.Millisecond)
 		c.heal(t, variant, owner)
 	}
-	if !ok {
-		c.heal(t, variant, owner)
-		t.Fatalf("42 on %s not acknowledged within 40s of the fault", r.resource)
-	}
-	r.r41 = wait41(t, ch41, 60*time.Second)
-	c.heal(t, variant, owner)
-	c.finish(t, r)
-	c.settle(t)
-	return r
+	c.require42(t, r, variant, owner, ok)
+	return c.conclude(t, r, variant, owner, ch41, 60*time.Second)
 }
 
 // Timeline 3: 41 sends 2 MiB through the owner to a backend reading at
@@ -792,15 +799,8 @@ func (c *cutoffCluster) kernelBuffers(t *testing.T, variant, name string, size i
 		r.note("the owner continued at %s", r.since(time.Now()))
 		c.heal(t, variant, owner)
 	}
-	if !ok {
-		c.heal(t, variant, owner)
-		t.Fatalf("42 on %s not acknowledged within 40s of the fault", r.resource)
-	}
-	r.r41 = wait41(t, ch41, 180*time.Second)
-	c.heal(t, variant, owner)
-	c.finish(t, r)
-	c.settle(t)
-	return r
+	c.require42(t, r, variant, owner, ok)
+	return c.conclude(t, r, variant, owner, ch41, 180*time.Second)
 }
 
 // Timeline 4, a known limit: the backend reads the first 1.75 MiB of 41 at
