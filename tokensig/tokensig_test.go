@@ -238,3 +238,45 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// TestVerifyRefusesEveryChange: a change at any place of a signature is
+// refused, at every character of its text and every byte of its MAC, so
+// that a compare that stops early (a prefix of the MAC) fails here.
+func TestVerifyRefusesEveryChange(t *testing.T) {
+	keys := mustKeys(t, bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{8}, 40))
+	const res, tok = "bkt/obj", 42
+	for _, good := range []string{keys.Sign(res, tok), refSign(bytes.Repeat([]byte{8}, 40), res, tok)} {
+		if err := keys.Verify(res, tok, good); err != nil {
+			t.Fatalf("the good signature %s: %v", good, err)
+		}
+		const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+		for i := range len(good) {
+			for _, step := range []int{1, 31} {
+				// The last character carries 4 bits and 2 zero bits: change
+				// its top bits so that the text stays canonical.
+				if i == len(good)-1 {
+					step *= 4
+				}
+				b := []byte(good)
+				b[i] = alphabet[(strings.IndexByte(alphabet, b[i])+step)%64]
+				if err := keys.Verify(res, tok, string(b)); !errors.Is(err, tokensig.ErrInvalid) {
+					t.Errorf("character %d of %s changed (%s): %v, want ErrInvalid", i, good, b, err)
+				}
+			}
+		}
+		mac, err := base64.RawURLEncoding.DecodeString(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range mac {
+			for _, flip := range []byte{0x01, 0x80, 0xff} {
+				m := bytes.Clone(mac)
+				m[i] ^= flip
+				sig := base64.RawURLEncoding.EncodeToString(m)
+				if err := keys.Verify(res, tok, sig); !errors.Is(err, tokensig.ErrInvalid) {
+					t.Errorf("byte %d of the MAC ^%#02x (%s): %v, want ErrInvalid", i, flip, sig, err)
+				}
+			}
+		}
+	}
+}
