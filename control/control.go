@@ -24,7 +24,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
-// Fences is what the public fence read needs (tokenstore.Store provides it).
+// Fences is what the public fence read needs (the stores under store/ provide it).
 type Fences interface {
 	// Max returns resource's durable maximum, 0 if it was never raised. An
 	// error is a store failure (503); its text is logged, not shown.

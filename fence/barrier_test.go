@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/internal/memstore"
+	"github.com/fenceproxy/fenceproxy/store/mem"
 )
 
 // Barrier tests run in synctest bubbles: time stands still until every
@@ -21,9 +21,9 @@ import (
 
 const drain = 30 * time.Second
 
-func open(t *testing.T, opts memstore.Options) *memstore.Store {
+func open(t *testing.T, opts mem.Options) *mem.Store {
 	t.Helper()
-	s, err := memstore.OpenWith(memstore.NewDisk(), opts)
+	s, err := mem.OpenWith(mem.NewDisk(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +88,8 @@ func mustAdmit(t *testing.T, b *fence.Barrier, resource string, tok uint64, up *
 // The admission rule: t < m stale, t == m admitted as is, t > m raised
 // durably before it is admitted; a jump past MaxTokenJump refused.
 func TestAdmissionRule(t *testing.T) {
-	d := memstore.NewDisk()
-	s, err := memstore.Open(d)
+	d := mem.NewDisk()
+	s, err := mem.Open(d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestAdmissionRule(t *testing.T) {
 	}
 	mustAdmit(t, b, "zero2", 0, nil)()
 	s.Close()
-	s, err = memstore.Open(d)
+	s, err = mem.Open(d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestAdmissionRule(t *testing.T) {
 func TestStoreFailureFailsClosed(t *testing.T) {
 	broken := errors.New("disk on fire")
 	var failMax, failRaise atomic.Bool
-	s := open(t, memstore.Options{
+	s := open(t, mem.Options{
 		BeforeMax: func(string) error {
 			if failMax.Load() {
 				return broken
@@ -199,7 +199,7 @@ func TestStoreFailureFailsClosed(t *testing.T) {
 // in flight has finished, then goes; it waits DrainTimeout at most.
 func TestBarrierOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBarrier(t, open(t, memstore.Options{}), fence.Options{})
+		b := newBarrier(t, open(t, mem.Options{}), fence.Options{})
 		five := mustAdmit(t, b, "r", 5, nil)
 		fiveAgain := mustAdmit(t, b, "r", 5, nil) // equal tokens do not wait
 		six := admit(b, []string{"r"}, 6, nil)
@@ -242,7 +242,7 @@ func TestBarrierOrder(t *testing.T) {
 // meanwhile makes it stale.
 func TestBarrierWakeRechecks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBarrier(t, open(t, memstore.Options{}), fence.Options{})
+		b := newBarrier(t, open(t, mem.Options{}), fence.Options{})
 		five := mustAdmit(t, b, "r", 5, nil)
 		six := admit(b, []string{"r"}, 6, nil)
 		if six.finished() {
@@ -270,7 +270,7 @@ func TestRaiseInProgress(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			hold := make(chan struct{})
 			var held atomic.Bool
-			s := open(t, memstore.Options{BeforeRaise: func(_ string, tok uint64) error {
+			s := open(t, mem.Options{BeforeRaise: func(_ string, tok uint64) error {
 				if tok == 9 && held.CompareAndSwap(false, true) {
 					<-hold
 					if fail {
@@ -311,7 +311,7 @@ func TestRaiseInProgress(t *testing.T) {
 // made. Without the cut the stalled upload would be sent after the raise.
 func TestRaiseCutsAndDrains(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBarrier(t, open(t, memstore.Options{}), fence.Options{})
+		b := newBarrier(t, open(t, mem.Options{}), fence.Options{})
 		var interrupted atomic.Int32
 		sending := &fence.Upload{Interrupt: func() { interrupted.Add(1) }}
 		relSending := mustAdmit(t, b, "r", 5, sending)
@@ -370,7 +370,7 @@ func TestRaiseCutsAndDrains(t *testing.T) {
 // raised; a failed raise function comes back as is, nothing cut.
 func TestRaiseWithErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := open(t, memstore.Options{})
+		s := open(t, mem.Options{})
 		b := newBarrier(t, s, fence.Options{})
 		up := &fence.Upload{}
 		rel := mustAdmit(t, b, "r", 5, up)
@@ -407,7 +407,7 @@ func TestRaiseWithErrors(t *testing.T) {
 // back; when it cannot, it changes nothing.
 func TestReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := open(t, memstore.Options{})
+		s := open(t, mem.Options{})
 		b := newBarrier(t, s, fence.Options{})
 		rel := mustAdmit(t, b, "r", 50, nil)
 		reset := func() (uint64, error) { return s.Reset("r") }
@@ -444,7 +444,7 @@ func TestReset(t *testing.T) {
 func TestAbandonGrace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const grace = 5 * time.Second
-		b := newBarrier(t, open(t, memstore.Options{}), fence.Options{AbandonGrace: grace})
+		b := newBarrier(t, open(t, mem.Options{}), fence.Options{AbandonGrace: grace})
 		up := &fence.Upload{}
 		rel := mustAdmit(t, b, "r", 5, up)
 		up.Send()
@@ -468,15 +468,15 @@ func TestAbandonGrace(t *testing.T) {
 // open wait out the start-up grace; fresh resources and token 0 do not.
 func TestStartGrace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := memstore.NewDisk()
-		s, err := memstore.Open(d)
+		d := mem.NewDisk()
+		s, err := mem.Open(d)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Raise("old", 5)
 		s.MarkWritten("zero")
 		s.Close()
-		s, err = memstore.Open(d)
+		s, err = mem.Open(d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -509,7 +509,7 @@ func TestStartGrace(t *testing.T) {
 // none stays admitted.
 func TestAdmitSeveral(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := open(t, memstore.Options{})
+		s := open(t, mem.Options{})
 		b := newBarrier(t, s, fence.Options{})
 		s.Raise("dst", 9)
 		if _, err := b.Admit(context.Background(), []string{"src", "dst"}, 5, nil); !errors.Is(err, fence.ErrStale) || fence.ResourceOf(err) != "dst" {
@@ -540,7 +540,7 @@ func TestAdmitSeveral(t *testing.T) {
 // A waiter whose context ends leaves without being admitted or counted.
 func TestAdmitCancelledWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBarrier(t, open(t, memstore.Options{}), fence.Options{})
+		b := newBarrier(t, open(t, mem.Options{}), fence.Options{})
 		five := mustAdmit(t, b, "r", 5, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		six := admitCtx(ctx, b, []string{"r"}, 6, nil)
@@ -569,7 +569,7 @@ func TestAdmitCancelledWhileWaiting(t *testing.T) {
 func TestAdmitCancelledDuringRaise(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		hold := make(chan struct{})
-		s := open(t, memstore.Options{BeforeRaise: func(_ string, tok uint64) error {
+		s := open(t, mem.Options{BeforeRaise: func(_ string, tok uint64) error {
 			if tok == 6 {
 				<-hold
 			}
@@ -605,7 +605,7 @@ func TestAdmitCancelledDuringRaise(t *testing.T) {
 // clock says so, not when the system clock does.
 func TestInjectedClock(t *testing.T) {
 	clock := newManualClock()
-	b := newBarrier(t, open(t, memstore.Options{}), fence.Options{Clock: clock, DrainTimeout: time.Hour})
+	b := newBarrier(t, open(t, mem.Options{}), fence.Options{Clock: clock, DrainTimeout: time.Hour})
 	rel := mustAdmit(t, b, "r", 1, nil)
 	defer rel()
 	done := make(chan error, 1)
@@ -695,15 +695,15 @@ func (c *manualClock) advance(d time.Duration) {
 // reset waits the grace out too.
 func TestStartGraceOutlastsChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := memstore.NewDisk()
-		s, err := memstore.Open(d)
+		d := mem.NewDisk()
+		s, err := mem.Open(d)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.MarkWritten("zero")
 		s.Raise("old", 5)
 		s.Close()
-		if s, err = memstore.Open(d); err != nil {
+		if s, err = mem.Open(d); err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
@@ -738,7 +738,7 @@ func TestStartGraceOutlastsChanges(t *testing.T) {
 func TestWaitIdleWhere(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const grace = 5 * time.Second
-		b := newBarrier(t, open(t, memstore.Options{}), fence.Options{AbandonGrace: grace})
+		b := newBarrier(t, open(t, mem.Options{}), fence.Options{AbandonGrace: grace})
 		inA := func(r string) bool { return strings.HasPrefix(r, "a/") }
 		up := &fence.Upload{}
 		relA := mustAdmit(t, b, "a/1", 5, up)

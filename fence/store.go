@@ -1,9 +1,8 @@
 package fence
 
 // Store is what the barrier needs from durable storage: per-resource
-// maxima that only go up. tokenstore.Store (Badger) provides it; a second
-// backend is a second implementation, checked by the same conformance suite
-// (internal/storetest).
+// maxima that only go up. The stores under store/ (Badger, etcd, memory)
+// provide it, each checked by the same conformance suite (store/storetest).
 type Store interface {
 	// Max returns resource's durable maximum, 0 for a resource never raised.
 	// The barrier calls it under the resource's lock (once per admitted

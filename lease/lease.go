@@ -26,7 +26,7 @@ import (
 	"unicode/utf8"
 )
 
-// Store is what leases need from durable storage (tokenstore.Store provides it).
+// Store is what leases need from durable storage (the stores under store/ provide it).
 type Store interface {
 	// UpdateLease runs fn over the stored record of name and name's fence
 	// maximum, and durably commits fn's record and fence raise together.

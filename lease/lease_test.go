@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/store/badger"
 )
 
 // clock is a hand-driven clock.
@@ -36,9 +36,9 @@ func (c *clock) advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func newTestManager(t *testing.T, dir string) (*Manager, *tokenstore.Store, *clock) {
+func newTestManager(t *testing.T, dir string) (*Manager, *badger.Store, *clock) {
 	t.Helper()
-	s, err := tokenstore.Open(dir, tokenstore.Options{})
+	s, err := badger.Open(dir, badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestTokensExhausted(t *testing.T) {
 
 func TestTokensSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
-	s, err := tokenstore.Open(dir, tokenstore.Options{})
+	s, err := badger.Open(dir, badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestTokensSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	s, err = tokenstore.Open(dir, tokenstore.Options{})
+	s, err = badger.Open(dir, badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestConcurrentAcquireOneWinner(t *testing.T) {
 // A holder that stops renewing is reported as suspect before expiry: in its
 // state, in the fenceproxy_leases{state="suspect"} gauge, and in one log line.
 func TestSuspectReported(t *testing.T) {
-	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
+	s, err := badger.Open(t.TempDir(), badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestAcquireAfterLongDrain(t *testing.T) {
 		{"drain past expiry and grace, nobody else", 16 * time.Second, false, nil, 16 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
+			s, err := badger.Open(t.TempDir(), badger.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -402,7 +402,7 @@ func TestAcquireAfterLongDrain(t *testing.T) {
 // With Options.Watched, Watch reports only the leases it accepts: in cluster
 // mode each suspect holder is reported by its shard's owner alone.
 func TestWatchOnlyWatched(t *testing.T) {
-	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
+	s, err := badger.Open(t.TempDir(), badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

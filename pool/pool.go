@@ -57,8 +57,8 @@ import (
 	"github.com/fenceproxy/fenceproxy/lease"
 )
 
-// Store is what pools need from durable storage (tokenstore.Store,
-// etcdstore.Store and memstore.Store provide it).
+// Store is what pools need from durable storage (the stores under
+// store/ provide it: Badger, etcd, memory).
 type Store interface {
 	// UpdatePool runs fn over pool's record (nil: none) and durably commits
 	// fn's next record (nil: leave it) in one atomic step; fn's error comes

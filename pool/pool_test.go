@@ -11,7 +11,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/store/badger"
 )
 
 type clock struct {
@@ -33,7 +33,7 @@ func (c *clock) advance(d time.Duration) {
 
 type rig struct {
 	t     *testing.T
-	store *tokenstore.Store
+	store *badger.Store
 	m     *lease.Manager
 	p     *Pools
 	c     *clock
@@ -51,7 +51,7 @@ func newRig(t *testing.T) *rig {
 
 // open opens (or reopens) the store and builds the manager and pools on it.
 func (r *rig) open() {
-	s, err := tokenstore.Open(r.dir, tokenstore.Options{})
+	s, err := badger.Open(r.dir, badger.Options{})
 	if err != nil {
 		r.t.Fatal(err)
 	}

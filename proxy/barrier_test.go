@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/store/badger"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -267,7 +267,7 @@ func TestUploadIdleTimeout(t *testing.T) {
 // without a record at open (nothing was forwarded on it), go at once.
 func TestStartupGrace(t *testing.T) {
 	dir := t.TempDir()
-	s, err := tokenstore.Open(dir, tokenstore.Options{})
+	s, err := badger.Open(dir, badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestStartupGrace(t *testing.T) {
 		}
 	}
 	s.Close()
-	s, err = tokenstore.Open(dir, tokenstore.Options{})
+	s, err = badger.Open(dir, badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestTokenZeroLeavesRecord(t *testing.T) {
 
 func testTokenZeroLeavesRecord(t *testing.T, observe bool) {
 	dir := t.TempDir()
-	s, err := tokenstore.Open(dir, tokenstore.Options{})
+	s, err := badger.Open(dir, badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func testTokenZeroLeavesRecord(t *testing.T, observe bool) {
 	backend.next(t, time.Second)
 	proxy.Close()
 	s.Close()
-	s, err = tokenstore.Open(dir, tokenstore.Options{})
+	s, err = badger.Open(dir, badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +540,7 @@ func TestWaitIdle(t *testing.T) {
 // wait out the start-up grace: nothing of the previous process is in flight.
 func TestCleanStartSkipsStartupGrace(t *testing.T) {
 	dir := t.TempDir()
-	s, err := tokenstore.Open(dir, tokenstore.Options{})
+	s, err := badger.Open(dir, badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +553,7 @@ func TestCleanStartSkipsStartupGrace(t *testing.T) {
 		min   time.Duration
 		max   time.Duration
 	}{{false, time.Second, time.Hour}, {true, 0, 500 * time.Millisecond}} {
-		s, err := tokenstore.Open(dir, tokenstore.Options{})
+		s, err := badger.Open(dir, badger.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/store/badger"
 )
 
 // okTransport answers every request at once, so the benchmark measures the
@@ -34,7 +34,7 @@ func BenchmarkProxyPut(b *testing.B) {
 	body := strings.Repeat("x", 1024)
 	for _, mode := range []string{"unfenced", "fenced", "fenced-s3"} {
 		b.Run(mode, func(b *testing.B) {
-			s, err := tokenstore.Open(b.TempDir(), tokenstore.Options{})
+			s, err := badger.Open(b.TempDir(), badger.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/store/badger"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -245,8 +245,8 @@ func TestRandomizedTakeovers(t *testing.T) {
 		leases bool
 		bypass bool // lease and operator raises beside the barrier: the protection off
 	}
-	badger := func(t *testing.T) fence.Store {
-		s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
+	openBadger := func(t *testing.T) fence.Store {
+		s, err := badger.Open(t.TempDir(), badger.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,9 +254,9 @@ func TestRandomizedTakeovers(t *testing.T) {
 		return s
 	}
 	stores := map[string]storeKind{
-		"memstore":                      {open: func(t *testing.T) fence.Store { return newMemStore() }},
-		"tokenstore":                    {leases: true, open: badger},
-		"tokenstore beside the barrier": {leases: true, open: badger, bypass: true},
+		"mem":                       {open: func(t *testing.T) fence.Store { return newMemStore() }},
+		"badger":                    {leases: true, open: openBadger},
+		"badger beside the barrier": {leases: true, open: openBadger, bypass: true},
 	}
 	for name, kind := range stores {
 		t.Run(name, func(t *testing.T) {

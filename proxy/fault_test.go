@@ -21,20 +21,20 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/internal/memstore"
 	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/store/badger"
+	"github.com/fenceproxy/fenceproxy/store/mem"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
-// faultStore is the in-memory store (internal/memstore) failing on command
+// faultStore is the in-memory store (store/mem) failing on command
 // through its hooks: Max or Raise fail once they have succeeded okMax /
 // okRaise times (0: from the first call), a failing Raise first hangs for
 // delay (a slow disk that gives up); maxEvery / raiseEvery > 0 make them fail
 // on every such call instead. A raise that returned nil is as durable as a
 // real store's.
 type faultStore struct {
-	*memstore.Store
+	*mem.Store
 	mu               sync.Mutex
 	maxCalls, raises int // calls so far
 	maxErr, raiseErr error
@@ -46,7 +46,7 @@ type faultStore struct {
 
 func newFaultStore() *faultStore {
 	s := &faultStore{}
-	st, err := memstore.OpenWith(memstore.NewDisk(), memstore.Options{
+	st, err := mem.OpenWith(mem.NewDisk(), mem.Options{
 		BeforeMax: func(string) error {
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -187,7 +187,7 @@ func checkStoreError(t *testing.T, r result, cause error) {
 
 var (
 	errIO      = fmt.Errorf("write 000001.vlog: %w", syscall.EIO)
-	errNoSpace = fmt.Errorf("tokenstore: raise %q: %w: 1048576 bytes free", "bkt/obj", tokenstore.ErrNoSpace)
+	errNoSpace = fmt.Errorf("tokenstore: raise %q: %w: 1048576 bytes free", "bkt/obj", badger.ErrNoSpace)
 )
 
 func TestStoreFaults(t *testing.T) {

@@ -16,15 +16,15 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/internal/memstore"
+	"github.com/fenceproxy/fenceproxy/store/mem"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
-// memStore is the in-memory store (internal/memstore) with faults the test
-// switches on and off through memstore's hooks: Raise can be made to fail or
+// memStore is the in-memory store (store/mem) with faults the test
+// switches on and off through store/mem's hooks: Raise can be made to fail or
 // to block until the test releases it, Max to fail.
 type memStore struct {
-	*memstore.Store
+	*mem.Store
 	mu        sync.Mutex
 	raises    int           // raises that passed the hooks
 	failRaise error         // when set, Raise fails with it
@@ -35,7 +35,7 @@ type memStore struct {
 
 func newMemStore() *memStore {
 	s := &memStore{}
-	st, err := memstore.OpenWith(memstore.NewDisk(), memstore.Options{
+	st, err := mem.OpenWith(mem.NewDisk(), mem.Options{
 		BeforeMax: func(string) error {
 			s.mu.Lock()
 			defer s.mu.Unlock()

@@ -33,14 +33,14 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/internal/memstore"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/store/mem"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // newForwardStore is an empty in-memory store.
-func newForwardStore() *memstore.Store {
-	s, err := memstore.Open(memstore.NewDisk())
+func newForwardStore() *mem.Store {
+	s, err := mem.Open(mem.NewDisk())
 	if err != nil {
 		panic(err) // a fresh Disk always opens
 	}

@@ -12,8 +12,8 @@ import (
 )
 
 // UploadRecords is the durable store of S3 multipart upload records: which
-// fencing token created each upload (tokenstore.Store is one). Records are
-// keyed by the upload's resource and ID; see internal/storetest for the
+// fencing token created each upload (every store under store/ is one). Records are
+// keyed by the upload's resource and ID; see store/storetest for the
 // semantics.
 type UploadRecords interface {
 	// PutUpload records, durably, that token created resource's upload

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/internal/memstore"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/store/mem"
 )
 
 // mpBackend is an S3 backend as far as multipart uploads go: POST ?uploads
@@ -67,7 +67,7 @@ func (b *mpBackend) take() []string {
 }
 
 // failingUploads is a store whose upload records cannot be written.
-type failingUploads struct{ *memstore.Store }
+type failingUploads struct{ *mem.Store }
 
 func (failingUploads) PutUpload(string, string, uint64, time.Time) error {
 	return errors.New("disk full")
@@ -78,12 +78,12 @@ func (failingUploads) PutUpload(string, string, uint64, time.Time) error {
 type mpRig struct {
 	t       *testing.T
 	backend *mpBackend
-	store   *memstore.Store
+	store   *mem.Store
 	srv     *httptest.Server
 	c       *http.Client
 }
 
-func newMPRig(t *testing.T, ttl time.Duration, uploads func(*memstore.Store) proxy.UploadRecords) *mpRig {
+func newMPRig(t *testing.T, ttl time.Duration, uploads func(*mem.Store) proxy.UploadRecords) *mpRig {
 	r := &mpRig{t: t, backend: newMPBackend(t), store: newForwardStore(), c: newFwdClient(t)}
 	opts := fwdOptions()
 	opts.S3, opts.S3Domains, opts.S3UploadRecordTTL = "pass", []string{"127.0.0.1"}, ttl
@@ -301,7 +301,7 @@ func TestS3MultipartRecordAge(t *testing.T) {
 // create's answer as the backend gave it (the upload exists), and the stale
 // holder's abort is fenced as any write.
 func TestS3MultipartRecordFails(t *testing.T) {
-	r := newMPRig(t, time.Hour, func(s *memstore.Store) proxy.UploadRecords { return failingUploads{s} })
+	r := newMPRig(t, time.Hour, func(s *mem.Store) proxy.UploadRecords { return failingUploads{s} })
 	status, body := r.do(http.MethodPost, "/bkt/obj?uploads", 41, "")
 	r.want("create by 41", status, 200, "POST /bkt/obj?uploads")
 	if want := fmt.Sprintf(mpInitiate, 1); body != want {

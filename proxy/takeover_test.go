@@ -30,7 +30,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/store/badger"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -109,7 +109,7 @@ type raiser interface {
 
 // bypass raises in the store directly, outside the barrier: no upload is cut
 // and nothing is drained. The protection switched off.
-type bypass struct{ store *tokenstore.Store }
+type bypass struct{ store *badger.Store }
 
 func (b bypass) RaiseWith(_ context.Context, resource string, raise func() error) (uint64, error) {
 	if err := raise(); err != nil {
@@ -124,7 +124,7 @@ func (b bypass) Raise(_ context.Context, resource string, t uint64) (uint64, err
 
 // rigFences is the admin API's view of the fences, raising through r.
 type rigFences struct {
-	store *tokenstore.Store
+	store *badger.Store
 	r     raiser
 }
 
@@ -170,7 +170,7 @@ func newTakeoverRig(t *testing.T, bypassed bool) *takeoverRig {
 	rig := &takeoverRig{log: &takeoverLog{}, now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), bypassed: bypassed}
 	backend := httptest.NewServer(rig.log)
 	t.Cleanup(backend.Close)
-	store, err := tokenstore.Open(t.TempDir(), tokenstore.Options{})
+	store, err := badger.Open(t.TempDir(), badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,14 +17,14 @@ import (
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/proxy"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/store/badger"
 )
 
 // TestTinyCacheProxyNeverReordersWrites: the proxy over a store with four
 // cache entries and many resources, random tokens from many writers: the
 // backend never sees a token below one it already applied on a resource.
 func TestTinyCacheProxyNeverReordersWrites(t *testing.T) {
-	s, err := tokenstore.Open(t.TempDir(), tokenstore.Options{CacheBytes: 4 * 200})
+	s, err := badger.Open(t.TempDir(), badger.Options{CacheBytes: 4 * 200})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
+	"github.com/fenceproxy/fenceproxy/store/badger"
 )
 
 // The admin API on the control listener, behind FENCEPROXY_ADMIN_TOKEN.
@@ -431,7 +431,7 @@ func TestAdminRaiseNameDeeperThanDepth(t *testing.T) {
 // does a record of token 0.
 func TestAdminListSkipsKeysNotUTF8(t *testing.T) {
 	dir := t.TempDir()
-	st, err := tokenstore.Open(dir, tokenstore.Options{})
+	st, err := badger.Open(dir, badger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

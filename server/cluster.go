@@ -25,12 +25,12 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
-	"github.com/fenceproxy/fenceproxy/etcdstore"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/shard"
+	"github.com/fenceproxy/fenceproxy/store/etcd"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -57,7 +57,7 @@ type fromPeerKey struct{}
 type cluster struct {
 	cfg     config.Config
 	log     *slog.Logger
-	store   *etcdstore.Store
+	store   *etcd.Store
 	barrier *fence.Barrier
 	owner   *shard.Owner     // set by start
 	cli     *clientv3.Client // the ownership's own etcd client
@@ -81,7 +81,7 @@ type cluster struct {
 }
 
 // newCluster opens nothing: it prepares the forwarding and the counts.
-func newCluster(cfg config.Config, store *etcdstore.Store, barrier *fence.Barrier, log *slog.Logger) *cluster {
+func newCluster(cfg config.Config, store *etcd.Store, barrier *fence.Barrier, log *slog.Logger) *cluster {
 	c := &cluster{
 		cfg: cfg, log: log, store: store, barrier: barrier,
 		inflight:  make([]atomic.Int64, cfg.Shards),
@@ -199,7 +199,7 @@ func (c *cluster) owns(name string) bool {
 	return ok
 }
 
-// guard is etcdstore.Options.Guard: the store commits a write of resource
+// guard is etcd.Options.Guard: the store commits a write of resource
 // only while the owner key of its shard is the one this replica created
 // (the grant's epoch), so a replica that stalled past its ownership cannot
 // commit a raise, lease or reset that the next owner would not see.

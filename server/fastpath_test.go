@@ -22,9 +22,9 @@ import (
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/proxy"
 
-	"github.com/fenceproxy/fenceproxy/internal/memstore"
 	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
+	"github.com/fenceproxy/fenceproxy/store/mem"
 )
 
 // fpReference is the proxy as it was before the fast path: the same
@@ -48,7 +48,7 @@ func fpReference(t *testing.T, upstream string, timeout time.Duration) string {
 		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
 	}
 	t.Cleanup(std.CloseIdleConnections)
-	store, err := memstore.Open(memstore.NewDisk())
+	store, err := mem.Open(mem.NewDisk())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,14 +23,14 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
-	"github.com/fenceproxy/fenceproxy/etcdstore"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/internal/buildinfo"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/pool"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/store/badger"
+	"github.com/fenceproxy/fenceproxy/store/etcd"
 	"github.com/fenceproxy/fenceproxy/tokensig"
-	"github.com/fenceproxy/fenceproxy/tokenstore"
 )
 
 // Listener limits: slow-header clients are cut off and header blocks are
@@ -72,7 +72,7 @@ type Addrs struct {
 }
 
 // tokenStore is what the server needs of its store: Badger's
-// (tokenstore) or etcd's (etcdstore), which pass one conformance suite.
+// (store/badger) or etcd's (store/etcd), which pass one conformance suite.
 type tokenStore interface {
 	fence.Store
 	lease.Store
@@ -94,8 +94,8 @@ type Server struct {
 	proxyLn    net.Listener
 	controlLn  net.Listener
 	store      tokenStore
-	badger     *tokenstore.Store // the embedded store, nil in cluster mode: it keeps the clean-stop mark
-	cluster    *cluster          // cluster mode (FENCEPROXY_STORE=etcd), nil otherwise
+	badger     *badger.Store // the embedded store, nil in cluster mode: it keeps the clean-stop mark
+	cluster    *cluster      // cluster mode (FENCEPROXY_STORE=etcd), nil otherwise
 	barrier    *fence.Barrier
 	leases     *lease.Manager
 	ready      *readiness
@@ -183,9 +183,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			Help:    "Duration of the store's requests to etcd (Gets and Txns: raises, group-committed, lease updates, upload records), failed ones included.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		})
-		var es *etcdstore.Store
+		var es *etcd.Store
 		err := retryEtcd(stop, log, "open the store in etcd", func() (err error) {
-			es, err = etcdstore.Open(etcdCfg, etcdstore.Options{Prefix: cfg.EtcdPrefix, CacheBytes: int64(cfg.CacheSize),
+			es, err = etcd.Open(etcdCfg, etcd.Options{Prefix: cfg.EtcdPrefix, CacheBytes: int64(cfg.CacheSize),
 				MaxTxnOps: cfg.EtcdMaxTxnOps, ObserveRequest: func(d time.Duration) { etcdRequests.Observe(d.Seconds()) },
 				Guard: func(resource string) (string, int64, error) { return s.cluster.guard(resource) }})
 			return err
@@ -202,7 +202,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		// waits out the lock-delay after an unclean loss instead.
 		cleanStart = true
 	} else {
-		ts, err := tokenstore.Open(cfg.DataDir, tokenstore.Options{Logger: log, MinFreeSpace: uint64(cfg.MinFreeSpace), CacheBytes: int64(cfg.CacheSize)})
+		ts, err := badger.Open(cfg.DataDir, badger.Options{Logger: log, MinFreeSpace: uint64(cfg.MinFreeSpace), CacheBytes: int64(cfg.CacheSize)})
 		if err != nil {
 			return nil, fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
 		}
@@ -275,7 +275,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 		}
 	}
 	if cfg.Store == "etcd" {
-		s.cluster = newCluster(cfg, store.(*etcdstore.Store), s.barrier, log)
+		s.cluster = newCluster(cfg, store.(*etcd.Store), s.barrier, log)
 		popts.Owner = s.cluster.proxyOwner
 		metrics.MustRegister(s.cluster, s.cluster.forwards, etcdRequests)
 	}

@@ -11,7 +11,7 @@
 //
 // # Keys
 //
-// Under Options.Prefix (default "/fenceproxy/", the prefix of etcdstore,
+// Under Options.Prefix (default "/fenceproxy/", the prefix of store/etcd,
 // whose keys start with a two-byte kind "f/", "l/", "u/" or "m/", which none
 // of these do):
 //
@@ -104,7 +104,7 @@
 // owner keys or revoke a replica's lease by hand while the replica may run
 // (see Handover): stop it. To change the count: stop every replica, wait the TTL plus the lock-delay,
 // delete the count, member and shard keys (Prefix+"shards/" and
-// Prefix+"members/"; never the whole prefix: etcdstore keeps the maxima
+// Prefix+"members/"; never the whole prefix: store/etcd keeps the maxima
 // under it), start them with the new count. A replica that sees the
 // count deleted or changed under it admits nothing more, and Start refuses
 // to store a count where member or shard keys are left.
@@ -489,7 +489,7 @@ func (o *Owner) ValidUntil(g Grant) (time.Time, bool) {
 
 // OwnerKey returns the etcd key of shard's owner; its CreateRevision is
 // the Epoch of the ownership that created it. A store can guard its writes
-// with it (etcdstore.Options.Guard): a compare on it fails once the shard
+// with it (store/etcd's Options.Guard): a compare on it fails once the shard
 // changed owner.
 func (o *Owner) OwnerKey(shard int) string { return o.k.owner(shard) }
 

@@ -5,7 +5,7 @@ package main
 // once space returns. One test fills a real small tmpfs under the real binary
 // (it needs root and a working mount, and skips without them); the other
 // runs everywhere, with a reserve above the test directory's real free space.
-// tokenstore's TestSpace* tests cover the same behaviour with an injected
+// store/badger's TestSpace* tests cover the same behaviour with an injected
 // statfs.
 
 import (
@@ -117,11 +117,11 @@ func dfFree(t *testing.T, dir string) uint64 {
 func dfMountTmpfs(t *testing.T, size int) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root; tokenstore's TestSpace* tests cover this with an injected statfs")
+		t.Skip("mounting a tmpfs needs root; store/badger's TestSpace* tests cover this with an injected statfs")
 	}
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size="+strconv.Itoa(size)+",mode=0700"); err != nil {
-		t.Skipf("mount of a tmpfs refused (%v); tokenstore's TestSpace* tests cover this with an injected statfs", err)
+		t.Skipf("mount of a tmpfs refused (%v); store/badger's TestSpace* tests cover this with an injected statfs", err)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, 0); err != nil {

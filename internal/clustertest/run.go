@@ -963,7 +963,7 @@ func (r *run) finalState() map[string]Final {
 }
 
 // storedFences reads every resource's maximum from etcd itself, past the
-// replicas and their caches (etcdstore's key and 8-byte big-endian value);
+// replicas and their caches (store/etcd's key and 8-byte big-endian value);
 // a resource it cannot read is left out, and the run fails.
 func (r *run) storedFences() map[string]uint64 {
 	out := map[string]uint64{}
