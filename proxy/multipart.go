@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/s3"
@@ -24,12 +23,6 @@ type UploadRecords interface {
 	Upload(resource, uploadID string) (token uint64, found bool, err error)
 	// DeleteUpload removes the record; none is no error.
 	DeleteUpload(resource, uploadID string) error
-}
-
-// tokenParam reports a query parameter that carries the fencing token or its
-// signature (read by the proxy, ignored by the store).
-func (p *Proxy) tokenParam(name string) bool {
-	return strings.EqualFold(name, p.opts.TokenHeader) || strings.EqualFold(name, "X-Fencing-Token-Signature")
 }
 
 // creatorAbort reports whether an AbortMultipartUpload that the fence would
