@@ -7,17 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"time"
-
-	"github.com/fenceproxy/fenceproxy/config"
 )
 
-// Options configures a Proxy. Field names are those of the FENCEPROXY_*
-// variables (package config), whose defaults are the only ones: New checks
-// the values and fills in none.
-type Options struct {
+// Settings are a Proxy's plain values. Field names are those of the
+// FENCEPROXY_* variables (package config), whose defaults are the only ones:
+// New checks the values and fills in none.
+type Settings struct {
 	Upstream        *url.URL // backend base URL; a path in it is joined in front of the inbound path
 	TokenHeader     string   // header carrying the token (TOKEN_HEADER)
 	UnfencedMethods []string // methods passed unchecked, case-sensitive (UNFENCED_METHODS)
@@ -37,18 +34,9 @@ type Options struct {
 	// "pass" (forwarded unfenced) or "fence" (fenced on the bucket's name).
 	// CreateBucket passes unfenced unless it is "fence".
 	S3BucketWrites string
-	// Uploads, in S3 mode, remembers which fencing token created each
-	// multipart upload, so that the upload's holder can still abort it after
-	// a takeover (an abort applies no data). nil: an abort is fenced as any
-	// object write, and a holder that lost its resource leaves its upload.
-	Uploads UploadRecords
-	// Gateway, required with S3 "resign" (gateway mode), verifies every
-	// request's SigV4 signature and its key's grants before anything else,
-	// and signs every forwarded request with the store's credentials.
-	Gateway S3Gateway
-	// S3UploadRecordTTL is how long an upload's record is kept when no
-	// Complete or Abort through the proxy removes it (S3_UPLOAD_RECORD_TTL);
-	// above 0 when Uploads is set.
+	// S3UploadRecordTTL is how long a multipart upload's record is kept when
+	// no Complete or Abort through the proxy removes it
+	// (S3_UPLOAD_RECORD_TTL); above 0 when Options.MultipartRecords is set.
 	S3UploadRecordTTL time.Duration
 	RequireToken      bool // false: fenced methods without a token are forwarded unchecked
 	// Mode is "enforce" or "observe": observe logs and counts what would be
@@ -56,12 +44,32 @@ type Options struct {
 	// still raised.
 	Mode string
 
-	DialTimeout       time.Duration  // upstream connect; past it 502
-	ResponseTimeout   time.Duration  // upstream response headers after the request was sent; past it 504
-	UploadIdleTimeout time.Duration  // longest pause between body bytes of a forwarded write; past it 408
-	UpstreamFastPath  bool           // small plain-HTTP requests through package upstream's fast path
-	UpstreamUnsentMax int            // bytes the kernel holds unsent per backend connection (upstream.Options.UnsentMax); 0: the system's
-	UpstreamCAs       *x509.CertPool // roots for an https upstream; nil: the system roots
+	DialTimeout       time.Duration // upstream connect; past it 502
+	ResponseTimeout   time.Duration // upstream response headers after the request was sent; past it 504
+	UploadIdleTimeout time.Duration // longest pause between body bytes of a forwarded write; past it 408
+	UpstreamFastPath  bool          // small plain-HTTP requests through package upstream's fast path
+	UpstreamUnsentMax int           // bytes the kernel holds unsent per backend connection (upstream.Options.UnsentMax); 0: the system's
+}
+
+// Options configures a Proxy: its Settings, and what it is given besides:
+// stores, hooks, where logs and metrics go. Every field but Settings may be
+// nil; each says what nil means.
+type Options struct {
+	Settings
+
+	// MultipartRecords, in S3 mode, remembers which fencing token created
+	// each multipart upload, so that the upload's holder can still abort it
+	// after a takeover (an abort applies no data). nil: an abort is fenced
+	// as any object write, and a holder that lost its resource leaves its
+	// upload.
+	MultipartRecords MultipartRecords
+	// Gateway, required with S3 "resign" (gateway mode), verifies every
+	// request's SigV4 signature and its key's grants before anything else,
+	// and signs every forwarded request with the store's credentials. nil:
+	// no gateway (New refuses S3 "resign" without one).
+	Gateway S3Gateway
+	// UpstreamCAs are the roots for an https upstream. nil: the system roots.
+	UpstreamCAs *x509.CertPool
 
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: none
@@ -73,11 +81,6 @@ type Options struct {
 	// ErrSignature (SignedTokens), forbidden otherwise. nil: no check beyond
 	// the fence itself.
 	Authenticate func(r *http.Request, resources []string, token uint64) error
-	// Rewrite, when set, runs after the proxy's own rewrite (which keeps Host,
-	// path bytes, query and headers as the client sent them) and may change
-	// the outbound request further, as httputil.ReverseProxy's Rewrite. nil:
-	// the request goes out as the client sent it.
-	Rewrite func(*httputil.ProxyRequest)
 	// Transport sends requests to the backend. nil: package upstream's
 	// client, built from the timeouts, UpstreamCAs and UpstreamFastPath.
 	Transport http.RoundTripper
@@ -127,28 +130,3 @@ var ErrShardUnavailable = errors.New("no replica may admit writes of this resour
 // (its validity passed, the shard was lost) while the body was still
 // being sent; it was cut off before its end (503 shard_unavailable).
 var errOwnershipEnded = fmt.Errorf("%w: this replica's ownership of the shard ended while the body was being sent; the upload was cut off", ErrShardUnavailable)
-
-// OptionsFrom returns the options that cfg sets, field for field; the rest
-// (Uploads, Logger, Metrics, Authenticate, Rewrite, Transport, UpstreamCAs)
-// stay nil.
-func OptionsFrom(cfg config.Config) Options {
-	return Options{
-		Upstream:          cfg.Upstream,
-		TokenHeader:       cfg.TokenHeader,
-		UnfencedMethods:   cfg.UnfencedMethods,
-		ResourceDepth:     cfg.ResourceDepth,
-		AllowPathParams:   cfg.AllowPathParams,
-		S3:                cfg.S3,
-		S3Domains:         cfg.S3Domains,
-		S3VirtualHosted:   cfg.S3VirtualHosted,
-		S3BucketWrites:    cfg.S3BucketWrites,
-		S3UploadRecordTTL: cfg.S3UploadRecordTTL,
-		RequireToken:      cfg.RequireToken,
-		Mode:              cfg.Mode,
-		DialTimeout:       cfg.UpstreamDialTimeout,
-		ResponseTimeout:   cfg.UpstreamResponseTimeout,
-		UploadIdleTimeout: cfg.UploadIdleTimeout,
-		UpstreamFastPath:  cfg.UpstreamFastPath,
-		UpstreamUnsentMax: int(cfg.UpstreamUnsentMax),
-	}
-}

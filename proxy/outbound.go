@@ -15,7 +15,7 @@ import (
 var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 
 // rewrite makes the outbound request the inbound one, sent to the upstream:
-// same Host, path bytes, query and headers. Then Options.Rewrite, if set.
+// same Host, path bytes, query and headers.
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.opts.Upstream)
 	pr.Out.Host = pr.In.Host // SetURL would send the upstream's host; signatures cover the inbound one
@@ -34,9 +34,6 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.URL.Opaque = want
 	}
 	p.rewriteTrailers(pr)
-	if p.opts.Rewrite != nil {
-		p.opts.Rewrite(pr)
-	}
 }
 
 // rewriteTrailers gives the outbound request the trailers the client

@@ -94,8 +94,8 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	default:
 		bad = append(bad, fmt.Sprintf("S3BucketWrites %q is none of refuse, pass, fence", opts.S3BucketWrites))
 	}
-	if opts.Uploads != nil && opts.S3UploadRecordTTL <= 0 {
-		bad = append(bad, "S3UploadRecordTTL must be above 0 when Uploads is set")
+	if opts.MultipartRecords != nil && opts.S3UploadRecordTTL <= 0 {
+		bad = append(bad, "S3UploadRecordTTL must be above 0 when MultipartRecords is set")
 	}
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("proxy: %s", strings.Join(bad, "; "))
@@ -136,7 +136,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 				return fmt.Errorf("backend answered with status %d", res.StatusCode)
 			}
 			if ex := exchangeOf(res.Request); ex != nil && ex.s3.Multipart != s3.NotMultipart {
-				p.recordUpload(ex, res)
+				p.recordMultipart(ex, res)
 			}
 			return nil
 		},
