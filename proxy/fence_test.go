@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/store/mem"
 	"github.com/fenceproxy/fenceproxy/wire"
@@ -177,7 +176,7 @@ func testOptions(t testing.TB, backend string) Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := OptionsFrom(config.Default())
+	o := DefaultOptions()
 	o.Upstream = u
 	return o
 }

@@ -31,7 +31,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/store/mem"
@@ -100,7 +99,7 @@ func (b *fwdBackend) count() int {
 // fwdOptions are the options tests start from: the product's defaults
 // (tokens required).
 func fwdOptions() proxy.Options {
-	return proxy.OptionsFrom(config.Default())
+	return proxy.DefaultOptions()
 }
 
 // fwdExactOptions are fwdOptions with raw ";" allowed in paths, so that the

@@ -109,7 +109,7 @@ func (m *Metrics) decision(d string) {
 	m.Requests.WithLabelValues(d).Inc() // observe_<reason>
 }
 
-func (m *Metrics) uploadRecord(event string) {
+func (m *Metrics) multipartRecord(event string) {
 	if m != nil {
 		m.UploadRecords.WithLabelValues(event).Inc()
 	}

@@ -5,17 +5,16 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/s3"
 )
 
-// UploadRecords is the durable store of S3 multipart upload records: which
+// MultipartRecords is the durable store of S3 multipart upload records: which
 // fencing token created each upload (every store under store/ is one). Records are
 // keyed by the upload's resource and ID; see store/storetest for the
 // semantics.
-type UploadRecords interface {
+type MultipartRecords interface {
 	// PutUpload records, durably, that token created resource's upload
 	// uploadID, until expires.
 	PutUpload(resource, uploadID string, token uint64, expires time.Time) error
@@ -24,12 +23,6 @@ type UploadRecords interface {
 	Upload(resource, uploadID string) (token uint64, found bool, err error)
 	// DeleteUpload removes the record; none is no error.
 	DeleteUpload(resource, uploadID string) error
-}
-
-// tokenParam reports a query parameter that carries the fencing token or its
-// signature (read by the proxy, ignored by the store).
-func (p *Proxy) tokenParam(name string) bool {
-	return strings.EqualFold(name, p.opts.TokenHeader) || strings.EqualFold(name, "X-Fencing-Token-Signature")
 }
 
 // creatorAbort reports whether an AbortMultipartUpload that the fence would
@@ -41,11 +34,11 @@ func (p *Proxy) tokenParam(name string) bool {
 // anyway, one below its creator's token, one with a body and one without a
 // record go through the barrier as any write.
 func (p *Proxy) creatorAbort(ex *exchange) bool {
-	if p.opts.Uploads == nil || hasBody(ex.r) {
+	if p.opts.MultipartRecords == nil || hasBody(ex.r) {
 		return false
 	}
 	resource := ex.resource()
-	creator, found, err := p.opts.Uploads.Upload(resource, ex.s3.UploadID)
+	creator, found, err := p.opts.MultipartRecords.Upload(resource, ex.s3.UploadID)
 	if err != nil {
 		p.log.LogAttrs(ex.client, slog.LevelWarn, "reading a multipart upload's record failed; the abort is fenced as any write",
 			slog.String("resource", resource), slog.String("upload_id", ex.s3.UploadID), slog.String("error", err.Error()))
@@ -69,7 +62,7 @@ func (p *Proxy) forwardAbort(ex *exchange) {
 	p.forward(ex)
 }
 
-// recordUpload keeps the upload records in step with the backend's answers:
+// recordMultipart keeps the upload records in step with the backend's answers:
 // a CreateMultipartUpload's 200 records its token under the ID in the
 // answer's body (read here, before the client gets the answer, and passed on
 // byte for byte); a CompleteMultipartUpload's success (a 200 whose body is a
@@ -77,8 +70,8 @@ func (p *Proxy) forwardAbort(ex *exchange) {
 // the record (not a 404: with RESOURCE_DEPTH an abort sent to another key
 // of the resource finds no upload, and must not wipe the record). A record that cannot be written leaves the upload to
 // current tokens only; it is logged and counted, and the answer goes through.
-func (p *Proxy) recordUpload(ex *exchange, res *http.Response) {
-	if p.opts.Uploads == nil {
+func (p *Proxy) recordMultipart(ex *exchange, res *http.Response) {
+	if p.opts.MultipartRecords == nil {
 		return
 	}
 	resource := ex.resource()
@@ -94,31 +87,31 @@ func (p *Proxy) recordUpload(ex *exchange, res *http.Response) {
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(read), res.Body), res.Body}
 		if err == nil {
-			err = p.opts.Uploads.PutUpload(resource, id, ex.token, time.Now().Add(p.opts.S3UploadRecordTTL))
+			err = p.opts.MultipartRecords.PutUpload(resource, id, ex.token, time.Now().Add(p.opts.S3UploadRecordTTL))
 		}
 		if err != nil {
-			p.opts.Metrics.uploadRecord("failed")
+			p.opts.Metrics.multipartRecord("failed")
 			p.log.LogAttrs(ex.client, slog.LevelError, "could not record which token created a multipart upload; "+
 				"only a current token can abort it", attrs(slog.String("upload_id", id), slog.String("error", err.Error()))...)
 			return
 		}
-		p.opts.Metrics.uploadRecord("recorded")
+		p.opts.Metrics.multipartRecord("recorded")
 	case ex.s3.Multipart == s3.AbortUpload && res.StatusCode == http.StatusNoContent:
-		p.forgetUpload(ex)
+		p.forgetMultipart(ex)
 	case ex.s3.Multipart == s3.CompleteUpload && res.StatusCode == http.StatusOK:
-		res.Body = &completeWatch{ReadCloser: res.Body, done: func() { p.forgetUpload(ex) }}
+		res.Body = &completeWatch{ReadCloser: res.Body, done: func() { p.forgetMultipart(ex) }}
 	}
 }
 
-// forgetUpload removes an ended upload's record.
-func (p *Proxy) forgetUpload(ex *exchange) {
-	if err := p.opts.Uploads.DeleteUpload(ex.resource(), ex.s3.UploadID); err != nil {
-		p.opts.Metrics.uploadRecord("failed")
+// forgetMultipart removes an ended upload's record.
+func (p *Proxy) forgetMultipart(ex *exchange) {
+	if err := p.opts.MultipartRecords.DeleteUpload(ex.resource(), ex.s3.UploadID); err != nil {
+		p.opts.Metrics.multipartRecord("failed")
 		p.log.LogAttrs(ex.client, slog.LevelWarn, "could not remove an ended multipart upload's record; it expires at its age limit",
 			slog.String("resource", ex.resource()), slog.String("upload_id", ex.s3.UploadID), slog.String("error", err.Error()))
 		return
 	}
-	p.opts.Metrics.uploadRecord("removed")
+	p.opts.Metrics.multipartRecord("removed")
 }
 
 // completeWatch passes a CompleteMultipartUpload answer through and calls

@@ -83,14 +83,14 @@ type mpRig struct {
 	c       *http.Client
 }
 
-func newMPRig(t *testing.T, ttl time.Duration, uploads func(*mem.Store) proxy.UploadRecords) *mpRig {
+func newMPRig(t *testing.T, ttl time.Duration, uploads func(*mem.Store) proxy.MultipartRecords) *mpRig {
 	r := &mpRig{t: t, backend: newMPBackend(t), store: newForwardStore(), c: newFwdClient(t)}
 	opts := fwdOptions()
 	opts.S3, opts.S3Domains, opts.S3UploadRecordTTL = "pass", []string{"127.0.0.1"}, ttl
 	opts.Upstream, _ = url.Parse(r.backend.URL)
-	opts.Uploads = r.store
+	opts.MultipartRecords = r.store
 	if uploads != nil {
-		opts.Uploads = uploads(r.store)
+		opts.MultipartRecords = uploads(r.store)
 	}
 	b, err := fence.New(r.store, fence.Options{DrainTimeout: 5 * time.Second})
 	if err != nil {
@@ -301,7 +301,7 @@ func TestS3MultipartRecordAge(t *testing.T) {
 // create's answer as the backend gave it (the upload exists), and the stale
 // holder's abort is fenced as any write.
 func TestS3MultipartRecordFails(t *testing.T) {
-	r := newMPRig(t, time.Hour, func(s *mem.Store) proxy.UploadRecords { return failingUploads{s} })
+	r := newMPRig(t, time.Hour, func(s *mem.Store) proxy.MultipartRecords { return failingUploads{s} })
 	status, body := r.do(http.MethodPost, "/bkt/obj?uploads", 41, "")
 	r.want("create by 41", status, 200, "POST /bkt/obj?uploads")
 	if want := fmt.Sprintf(mpInitiate, 1); body != want {

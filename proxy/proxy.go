@@ -5,174 +5,33 @@
 // the fencing core's (package fence); this package is the HTTP around them.
 // See the project brief and Kleppmann 2016, "How to do distributed locking".
 //
-// The request path, top to bottom, is ServeHTTP: classify, resolve,
-// authenticate, admit, rewrite and forward, finish.
+// The request path, top to bottom, is ServeHTTP in proxy.go: classify,
+// resolve, authenticate, admit, rewrite and forward, finish. Beside it:
+// resource.go (which resources a request touches), token.go, body.go (a
+// body in flight), outbound.go (the request the backend gets), answer.go
+// (refusals and upstream failures as answers), multipart.go (S3 multipart
+// records), gateway.go and signature.go (who may write), h2.go, observe.go,
+// options.go, metrics.go.
 package proxy
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
-	"net/url"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/upstream"
-	"github.com/fenceproxy/fenceproxy/wire"
 )
-
-// Options configures a Proxy. Field names are those of the FENCEPROXY_*
-// variables (package config), whose defaults are the only ones: New checks
-// the values and fills in none.
-type Options struct {
-	Upstream        *url.URL // backend base URL; a path in it is joined in front of the inbound path
-	TokenHeader     string   // header carrying the token (TOKEN_HEADER)
-	UnfencedMethods []string // methods passed unchecked, case-sensitive (UNFENCED_METHODS)
-	ResourceDepth   int      // 0: the whole path is the resource; N: its first N segments
-	AllowPathParams bool     // a raw ';' in a write's path passes (fence.Resolver.PathParams); false: 400
-	// S3 is "off" (a generic backend: the resource is the request path) or
-	// "pass" (the backend speaks S3: the resource is {bucket}/{key}, in path
-	// or virtual-hosted style below S3Domains; any other Host is refused
-	// with 400). "" is off.
-	S3        string
-	S3Domains []string // the host names workers use for the proxy (S3_DOMAINS)
-	// S3VirtualHosted maps a Host {bucket}.{domain} to the bucket
-	// (S3_VIRTUAL_HOSTED); false: path style only, such a Host is refused.
-	S3VirtualHosted bool
-	// S3BucketWrites is what S3 mode does with a write to a bucket's
-	// configuration (s3.BucketConfig): "refuse" (400 unsupported; "" too),
-	// "pass" (forwarded unfenced) or "fence" (fenced on the bucket's name).
-	// CreateBucket passes unfenced unless it is "fence".
-	S3BucketWrites string
-	// Uploads, in S3 mode, remembers which fencing token created each
-	// multipart upload, so that the upload's holder can still abort it after
-	// a takeover (an abort applies no data). nil: an abort is fenced as any
-	// object write, and a holder that lost its resource leaves its upload.
-	Uploads UploadRecords
-	// Gateway, required with S3 "resign" (gateway mode), verifies every
-	// request's SigV4 signature and its key's grants before anything else,
-	// and signs every forwarded request with the store's credentials.
-	Gateway S3Gateway
-	// S3UploadRecordTTL is how long an upload's record is kept when no
-	// Complete or Abort through the proxy removes it (S3_UPLOAD_RECORD_TTL);
-	// above 0 when Uploads is set.
-	S3UploadRecordTTL time.Duration
-	RequireToken      bool // false: fenced methods without a token are forwarded unchecked
-	// Mode is "enforce" or "observe": observe logs and counts what would be
-	// refused but forwards everything, for rolling fenceproxy out. Maxima are
-	// still raised.
-	Mode string
-
-	DialTimeout       time.Duration  // upstream connect; past it 502
-	ResponseTimeout   time.Duration  // upstream response headers after the request was sent; past it 504
-	UploadIdleTimeout time.Duration  // longest pause between body bytes of a forwarded write; past it 408
-	UpstreamFastPath  bool           // small plain-HTTP requests through package upstream's fast path
-	UpstreamUnsentMax int            // bytes the kernel holds unsent per backend connection (upstream.Options.UnsentMax); 0: the system's
-	UpstreamCAs       *x509.CertPool // roots for an https upstream; nil: the system roots
-
-	Logger  *slog.Logger // nil: discard
-	Metrics *Metrics     // nil: none
-
-	// Authenticate, when set, runs for every request before it is admitted
-	// or forwarded: for a fenced write once its token and resources are
-	// known, for any other request with resources nil and token 0. An error
-	// refuses the request with 403: reason signature when it wraps
-	// ErrSignature (SignedTokens), forbidden otherwise. nil: no check beyond
-	// the fence itself.
-	Authenticate func(r *http.Request, resources []string, token uint64) error
-	// Rewrite, when set, runs after the proxy's own rewrite (which keeps Host,
-	// path bytes, query and headers as the client sent them) and may change
-	// the outbound request further, as httputil.ReverseProxy's Rewrite. nil:
-	// the request goes out as the client sent it.
-	Rewrite func(*httputil.ProxyRequest)
-	// Transport sends requests to the backend. nil: package upstream's
-	// client, built from the timeouts, UpstreamCAs and UpstreamFastPath.
-	Transport http.RoundTripper
-
-	// Owner, in cluster mode, decides where the barrier of a fenced write's
-	// resources runs. It is called once the write is resolved and
-	// authenticated, before the barrier and before its body is read (but a
-	// DeleteObjects's, whose keys are its resources). It returns this
-	// replica's Ownership, or one with Forward set (another replica owns the
-	// resources: the request goes to it whole), or an error: the write is
-	// refused, with 503 shard_unavailable when it wraps ErrShardUnavailable.
-	// nil: this process owns every resource (one process).
-	Owner func(r *http.Request, resources []string) (Ownership, error)
-}
-
-// ErrShardUnavailable is wrapped by Options.Owner's errors when no replica
-// may admit the write now (503 shard_unavailable, with Retry-After).
-var ErrShardUnavailable = errors.New("no replica may admit writes of this resource's shard now")
-
-// errOwnershipEnded: this replica's ownership of the write's shard ended
-// (its validity passed, the shard was lost) while the body was still
-// being sent; it was cut off before its end (503 shard_unavailable).
-var errOwnershipEnded = fmt.Errorf("%w: this replica's ownership of the shard ended while the body was being sent; the upload was cut off", ErrShardUnavailable)
-
-// Ownership is what Options.Owner grants one fenced write.
-type Ownership struct {
-	// Forward, when set, sends the request whole to the replica that owns
-	// its resources and writes that replica's answer; the other fields are
-	// then unused.
-	Forward http.Handler
-	// Context bounds the upstream exchange instead of the client's context
-	// (which a forwarded write never follows): cancelled when the ownership
-	// ends. nil: none.
-	Context context.Context
-	// Valid reports whether the ownership still holds. It is checked before
-	// every read of the body and before its last bytes are handed over, so
-	// that a replica that stalled past its validity never completes an
-	// upload. nil: always.
-	Valid func() bool
-	// ValidUntil returns when the ownership's validity ends as it stands
-	// now (a renewal moves it later; the zero time: no end). The upstream
-	// exchange must end by then: the fast path makes it its connection's
-	// deadline when it writes the request (upstream.WithValidUntil), the
-	// Transport path follows Context. nil: no bound but Context.
-	ValidUntil func() time.Time
-	// Done is called once when the write is over: refused, or forwarded and
-	// answered or abandoned. nil: none.
-	Done func()
-}
-
-// OptionsFrom returns the options that cfg sets, field for field; the rest
-// (Uploads, Logger, Metrics, Authenticate, Rewrite, Transport, UpstreamCAs)
-// stay nil.
-func OptionsFrom(cfg config.Config) Options {
-	return Options{
-		Upstream:          cfg.Upstream,
-		TokenHeader:       cfg.TokenHeader,
-		UnfencedMethods:   cfg.UnfencedMethods,
-		ResourceDepth:     cfg.ResourceDepth,
-		AllowPathParams:   cfg.AllowPathParams,
-		S3:                cfg.S3,
-		S3Domains:         cfg.S3Domains,
-		S3VirtualHosted:   cfg.S3VirtualHosted,
-		S3BucketWrites:    cfg.S3BucketWrites,
-		S3UploadRecordTTL: cfg.S3UploadRecordTTL,
-		RequireToken:      cfg.RequireToken,
-		Mode:              cfg.Mode,
-		DialTimeout:       cfg.UpstreamDialTimeout,
-		ResponseTimeout:   cfg.UpstreamResponseTimeout,
-		UploadIdleTimeout: cfg.UploadIdleTimeout,
-		UpstreamFastPath:  cfg.UpstreamFastPath,
-		UpstreamUnsentMax: int(cfg.UpstreamUnsentMax),
-	}
-}
 
 // Proxy is an http.Handler that fences writes through a fence.Barrier and
 // forwards requests to the upstream with httputil.ReverseProxy.
@@ -235,8 +94,8 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	default:
 		bad = append(bad, fmt.Sprintf("S3BucketWrites %q is none of refuse, pass, fence", opts.S3BucketWrites))
 	}
-	if opts.Uploads != nil && opts.S3UploadRecordTTL <= 0 {
-		bad = append(bad, "S3UploadRecordTTL must be above 0 when Uploads is set")
+	if opts.MultipartRecords != nil && opts.S3UploadRecordTTL <= 0 {
+		bad = append(bad, "S3UploadRecordTTL must be above 0 when MultipartRecords is set")
 	}
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("proxy: %s", strings.Join(bad, "; "))
@@ -277,7 +136,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 				return fmt.Errorf("backend answered with status %d", res.StatusCode)
 			}
 			if ex := exchangeOf(res.Request); ex != nil && ex.s3.Multipart != s3.NotMultipart {
-				p.recordUpload(ex, res)
+				p.recordMultipart(ex, res)
 			}
 			return nil
 		},
@@ -326,6 +185,14 @@ type exchange struct {
 	wrote    atomic.Int32     // copies of the request written upstream, when traced
 }
 
+// resource is the write's first resource, "" before resolve.
+func (ex *exchange) resource() string {
+	if len(ex.resources) == 0 {
+		return ""
+	}
+	return ex.resources[0]
+}
+
 // ownershipOver reports whether, in cluster mode, the write's ownership
 // ended: its context cancelled or its validity passed.
 func (ex *exchange) ownershipOver() bool {
@@ -351,12 +218,16 @@ func (ex *exchange) valid() error {
 	return nil
 }
 
-// resource is the write's first resource, "" before resolve.
-func (ex *exchange) resource() string {
-	if len(ex.resources) == 0 {
-		return ""
+// stopReason is why the client's body ended before its end, nil if it did
+// not: errUploadCut or errUploadIdle for an admitted write, else the error
+// reading it.
+func (ex *exchange) stopReason() error {
+	if ex.hasBody {
+		if why := ex.body.stopReason(); why != nil {
+			return why
+		}
 	}
-	return ex.resources[0]
+	return ex.in.readErr()
 }
 
 type exchangeKey struct{}
@@ -538,80 +409,6 @@ func (p *Proxy) bucketPolicy(ex *exchange) error {
 	return nil
 }
 
-// readToken reads the write's token from its header. In S3 mode a
-// presigned URL carries it in the query instead, under the header's name
-// (any case): read there when the header is absent; both present and
-// different is fence.ErrTokenMalformed. Errors as fence.TokenFromValues.
-func (p *Proxy) readToken(r *http.Request) (uint64, error) {
-	values := r.Header[p.tokenHeader]
-	if p.s3 == nil || r.URL.RawQuery == "" {
-		return fence.TokenFromValues(values, p.tokenHeader)
-	}
-	query := queryValues(r.URL.RawQuery, p.opts.TokenHeader)
-	switch {
-	case len(query) == 0:
-		return fence.TokenFromValues(values, p.tokenHeader)
-	case len(values) == 0:
-		return fence.TokenFromValues(query, p.opts.TokenHeader+" (query)")
-	case !slices.Equal(values, query):
-		return 0, fmt.Errorf("%w: the %s header and query parameter differ (%q, %q)", fence.ErrTokenMalformed, p.opts.TokenHeader, values, query)
-	}
-	return fence.TokenFromValues(values, p.tokenHeader)
-}
-
-// queryValues returns the values of the query parameter name (matched
-// without regard to case) in a raw query, split on "&" only; a value that
-// does not unescape is kept as sent, so that it fails as a token.
-func queryValues(rawQuery, name string) []string {
-	var out []string
-	for part := range strings.SplitSeq(rawQuery, "&") {
-		k, v, _ := strings.Cut(part, "=")
-		if uk, err := url.QueryUnescape(k); err == nil {
-			k = uk
-		}
-		if !strings.EqualFold(k, name) {
-			continue
-		}
-		if uv, err := url.QueryUnescape(v); err == nil {
-			v = uv
-		}
-		out = append(out, v)
-	}
-	return out
-}
-
-// checkStreamLength refuses an HTTP/2 request whose content-length its
-// stream contradicts before anything is forwarded (errBadBody; RFC 9113
-// section 8.1.1 calls it malformed). net/http's HTTP/2 server hands such a
-// request over with an empty body when the stream ended with its headers, and
-// resets a stream whose DATA exceed a content-length of 0 only once they
-// arrive, after an empty write could have been forwarded; so a stream that
-// declares 0 and is still open is read to its end here first.
-func checkStreamLength(r *http.Request) error {
-	if r.ProtoMajor != 2 {
-		return nil
-	}
-	cl, ok := r.Header["Content-Length"]
-	if !ok {
-		return nil
-	}
-	n, err := strconv.ParseUint(cl[0], 10, 63)
-	if len(cl) != 1 || err != nil {
-		return fmt.Errorf("%w: content-length %q", errBadBody, cl)
-	}
-	switch {
-	case n > 0 && r.ContentLength != int64(n): // the server sets it only for a stream still open
-		return fmt.Errorf("%w: content-length %d, but the stream ended with its headers", errBadBody, n)
-	case n == 0 && r.Body != nil && r.Body != http.NoBody:
-		var b [1]byte
-		if _, err := io.ReadFull(r.Body, b[:]); err != io.EOF {
-			return fmt.Errorf("%w: data on a stream whose content-length is 0", errBadBody)
-		}
-		r.Body = http.NoBody
-	}
-	return nil
-}
-
 // resolve finds the resources a fenced write touches: its path's, and for a
 // WebDAV COPY or MOVE also its Destination's (fence.ErrBadResource for a
 // target the fence cannot name; errUnsupported for S3 writes whose keys are
@@ -721,23 +518,6 @@ func (p *Proxy) toOwner(ex *exchange, forward http.Handler) {
 	forward.ServeHTTP(ex.w, r)
 }
 
-// hasBody reports a request body that may hold bytes.
-func hasBody(r *http.Request) bool {
-	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
-}
-
-// stopReason is why the client's body ended before its end, nil if it did
-// not: errUploadCut or errUploadIdle for an admitted write, else the error
-// reading it.
-func (ex *exchange) stopReason() error {
-	if ex.hasBody {
-		if why := ex.body.stopReason(); why != nil {
-			return why
-		}
-	}
-	return ex.in.readErr()
-}
-
 // finish logs what the exchange leaves to tell: a write the upstream client
 // sent twice (held for the abandon grace), a client gone before its answer.
 // The barrier's release runs after it.
@@ -755,290 +535,4 @@ func (p *Proxy) finish(ex *exchange) {
 			slog.Int("status", 499), slog.String("resource", ex.resource()), slog.String("token", ex.tokenText),
 			slog.String("method", r.Method), slog.String("target", logTarget(r)))
 	}
-}
-
-// forwardedHeaders are dropped by ReverseProxy when Rewrite is set; the client's
-// own values are put back so the backend sees (and signatures cover) them unchanged.
-var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
-
-// rewrite makes the outbound request the inbound one, sent to the upstream:
-// same Host, path bytes, query and headers. Then Options.Rewrite, if set.
-func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
-	pr.SetURL(p.opts.Upstream)
-	pr.Out.Host = pr.In.Host // SetURL would send the upstream's host; signatures cover the inbound one
-	// ReverseProxy drops query parameters it cannot parse (";", bad escapes);
-	// S3 signs the query as sent, so send it as sent.
-	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-	for _, h := range forwardedHeaders {
-		if v, ok := pr.In.Header[h]; ok {
-			pr.Out.Header[h] = v
-		}
-	}
-	// Send the path bytes as received. EscapedPath reproduces them unless the
-	// client sent bytes Go would escape; then send them verbatim.
-	want := strings.TrimSuffix(p.opts.Upstream.EscapedPath(), "/") + rawPath(pr.In)
-	if pr.Out.URL.EscapedPath() != want && !strings.HasPrefix(want, "//") {
-		pr.Out.URL.Opaque = want
-	}
-	p.rewriteTrailers(pr)
-	if p.opts.Rewrite != nil {
-		p.opts.Rewrite(pr)
-	}
-}
-
-// rewriteTrailers gives the outbound request the trailers the client
-// announced, whose values clientBody copies at the body's end: ReverseProxy's
-// clone of the request has the names only, and net/http fills the inbound
-// request's map after the clone was made. Fields the fence reads from the
-// header section (the token, its signature, Host, Destination, a method
-// override) are never sent as trailers: the token is only ever read from the
-// header section, and a backend that merges trailers into headers must not
-// see another value than the fence did.
-func (p *Proxy) rewriteTrailers(pr *httputil.ProxyRequest) {
-	pr.Out.Trailer = nil
-	ex := exchangeOf(pr.In)
-	if len(pr.In.Trailer) == 0 || ex == nil || ex.in.body == nil {
-		return
-	}
-	t := make(http.Header, len(pr.In.Trailer))
-	for k := range pr.In.Trailer {
-		if !p.fencedField(k) {
-			t[k] = nil
-		}
-	}
-	if len(t) == 0 {
-		return
-	}
-	pr.Out.Trailer, ex.in.trailer = t, t
-	// HTTP/1.1 carries trailers in the chunked coding only; an HTTP/2
-	// request may declare its length as well.
-	pr.Out.ContentLength = -1
-}
-
-// fencedField reports a header field the fence reads: the token, its
-// signature, Host, Destination and the method-override headers.
-func (p *Proxy) fencedField(name string) bool {
-	name = http.CanonicalHeaderKey(name)
-	return name == p.tokenHeader || name == wire.HeaderSignature || name == "Host" || name == "Destination" || isMethodOverride(name)
-}
-
-// replayable mirrors net/http's rule for requests its Transport may send
-// twice on its own: no body, and an idempotent method or an Idempotency-Key
-// header (a fenced GET carries a method-override header).
-func replayable(r *http.Request) bool {
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		return false
-	}
-	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	return len(r.Header["Idempotency-Key"]) > 0 || len(r.Header["X-Idempotency-Key"]) > 0
-}
-
-// upstreamError maps a failed upstream exchange: upload cut off by a larger
-// token -> 409, upload paused past the idle timeout -> 408, a request body
-// the client broke (bad framing, an early end) -> 400 bad_body, client gone
-// -> 499 (logged only; the connection or stream is aborted, so that net/http
-// sends no empty 200 in place of an answer), timeout -> 504, anything else ->
-// 502. Nothing is retried: a write may have reached the backend. A write
-// whose whole body was handed to the backend is abandoned: it keeps its
-// resource's barrier closed for the abandon grace, since a slow backend may
-// still apply it. A dial error (upstream.DialError) sent nothing.
-func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	ex := exchangeOf(r)
-	if ex == nil { // a bodyless request that went through no barrier
-		ex = &exchange{w: w, r: r, client: r.Context()}
-	}
-	if why := ex.stopReason(); why != nil {
-		p.uploadStopped(ex, why)
-		return
-	}
-	if errors.Is(err, ErrKeyRevoked) { // gatewayTransport sent nothing
-		p.uploadStopped(ex, err)
-		return
-	}
-	if ex.admitted && errors.Is(err, upstream.ErrPastValidity) {
-		// The fast path found the ownership's validity over before it wrote
-		// the request: nothing reached the backend.
-		p.uploadStopped(ex, errOwnershipEnded)
-		return
-	}
-	if ex.admitted && ex.up.State() != fence.Sent && ex.ownershipOver() {
-		// The ownership ended (its context cancelled the exchange) before
-		// the body was handed over whole: the backend cannot apply it.
-		p.uploadStopped(ex, errOwnershipEnded)
-		return
-	}
-	status, kind := http.StatusBadGateway, "other"
-	gone := ex.client.Err() != nil
-	var timeout interface{ Timeout() bool }
-	detail := "the backend could not be reached or did not answer in time"
-	switch {
-	case gone:
-		status, kind = 499, "client_gone" // nobody reads a response
-	case ex.admitted && !dialError(err) && ex.ownershipOver():
-		// Sent whole, then cut at the ownership's validity: the outcome is
-		// unknown, as after a timeout.
-		status, kind = http.StatusGatewayTimeout, "ownership_ended"
-		detail = "this replica's ownership of the shard ended before the backend answered; the exchange was cut and the write may still be applied"
-	case !dialError(err) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &timeout) && timeout.Timeout())):
-		status, kind = http.StatusGatewayTimeout, "timeout"
-	}
-	p.opts.Metrics.upstreamError(kind)
-	// A dial error means the last attempt sent nothing; an earlier copy of a
-	// replayable write may have gone out on a reused connection.
-	abandoned := ex.admitted && ex.up.State() == fence.Sent && p.barrier.AbandonGrace() > 0 &&
-		(!dialError(err) || (ex.traced && ex.wrote.Load() > 0))
-	if abandoned {
-		ex.up.Abandon()
-	}
-	if gone && ex.admitted && !abandoned {
-		panic(http.ErrAbortHandler) // finish logs a gone client of a forwarded write once, as 499
-	}
-	ex.answered = true // logged here, once
-	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("target", logTarget(r)),
-		slog.Int("status", status), slog.String("error", err.Error())}
-	if abandoned {
-		attrs = append(attrs, slog.String("resource", ex.resource()), slog.String("token", ex.tokenText),
-			slog.String("abandon_grace", p.barrier.AbandonGrace().String()))
-		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed after the whole write was sent; "+
-			"larger tokens on its resource wait the abandon grace, as the backend may still apply it", attrs...)
-	} else {
-		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed", attrs...)
-	}
-	if status == 499 {
-		// Nobody reads an answer, or the client only half-closed and would
-		// read net/http's empty 200: abort the connection (HTTP/2: the stream).
-		panic(http.ErrAbortHandler)
-	}
-	p.writeProblem(w, r, wire.Problem{Status: status, Title: http.StatusText(status), Detail: detail})
-}
-
-// uploadStopped answers a request whose upload stopped before its end: the
-// backend did not get the whole body, so it cannot apply it and the barrier
-// opens at once. A larger token's cut is 409, a client paused past the upload
-// idle timeout 408; a body the client broke (bad chunked framing, fewer bytes
-// than its length before its connection's read side or its HTTP/2 stream
-// ended) is 400 bad_body while the client can still read, and a client that
-// can no longer read is logged as 499 and its connection or stream aborted.
-// One log line each.
-func (p *Proxy) uploadStopped(ex *exchange, why error) {
-	ex.answered = true
-	r := ex.r
-	attrs := []slog.Attr{slog.String("resource", ex.resource()), slog.String("token", ex.tokenText),
-		slog.String("method", r.Method), slog.String("target", logTarget(r))}
-	var pb wire.Problem
-	switch {
-	case why == errUploadCut:
-		p.opts.Metrics.upstreamError("upload_cut")
-		current, _ := p.barrier.Max(ex.resource())
-		pb, _ = p.problemFor(&fence.StaleError{Resource: ex.resource(), Token: ex.token, Current: current})
-		pb.Detail = errUploadCut.Error() + "; the backend did not get it whole"
-		pb.Token = ex.tokenText
-		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
-		ex.w.Header().Set(wire.HeaderCurrentToken, pb.CurrentToken)
-		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off by a larger token", append(attrs,
-			slog.Int("status", pb.Status), slog.String("current_token", pb.CurrentToken))...)
-	case why == errOwnershipEnded:
-		p.opts.Metrics.upstreamError("ownership_ended")
-		pb, _ = p.problemFor(why)
-		pb.Token = ex.tokenText
-		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
-		ex.w.Header().Set("Retry-After", "1")
-		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upload cut off: this replica's ownership of the shard ended", append(attrs,
-			slog.Int("status", pb.Status))...)
-	case errors.Is(why, ErrKeyRevoked):
-		p.opts.Metrics.upstreamError("key_revoked")
-		pb, _ = p.problemFor(why)
-		pb.Token = ex.tokenText
-		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
-		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upload cut off: its S3 gateway key was revoked", append(attrs,
-			slog.Int("status", pb.Status), slog.String("key_id", ex.keyID))...)
-	case why == errUploadIdle:
-		p.opts.Metrics.upstreamError("upload_timeout")
-		pb = wire.Problem{Status: http.StatusRequestTimeout, Title: "Request body timeout",
-			Detail: "no body bytes arrived within the upload idle timeout; the upload was cut off and the backend did not get it whole"}
-		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off: client paused past the upload idle timeout",
-			append(attrs, slog.Int("status", pb.Status), slog.String("upload_idle_timeout", p.opts.UploadIdleTimeout.String()))...)
-	default:
-		if clientGone(ex, why) {
-			p.opts.Metrics.upstreamError("client_gone")
-			p.log.LogAttrs(r.Context(), slog.LevelInfo, "client went away during the upload", append(attrs,
-				slog.Int("status", 499), slog.String("error", why.Error()))...)
-			panic(http.ErrAbortHandler) // no answer, not even net/http's empty 200
-		}
-		p.opts.Metrics.upstreamError("bad_body")
-		pb, _ = p.problemFor(fmt.Errorf("%w: %w", errBadBody, why))
-		pb.Detail += "; the backend did not get it whole"
-		pb.Token = ex.tokenText
-		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
-		p.log.LogAttrs(r.Context(), slog.LevelInfo, "request body malformed or cut short; the backend did not get it whole",
-			append(attrs, slog.String("reason", pb.Reason), slog.Int("status", pb.Status),
-				slog.String("remote", r.RemoteAddr), slog.String("error", why.Error()))...)
-	}
-	if r.ProtoMajor == 1 {
-		ex.w.Header().Set("Connection", "close") // the rest of the body is still on the wire
-	}
-	p.writeProblem(ex.w, r, pb)
-	if why != errUploadCut && why != errUploadIdle && ex.rawBody != nil {
-		// A signed stream whose chunk failed its signature is still well
-		// framed HTTP: read the rest, so that the client reads the answer
-		// instead of a reset under its write.
-		lingerDrainBody(ex.w, r, ex.rawBody)
-	}
-}
-
-// clientGone reports whether err, met reading the client's body, leaves
-// nobody to read an answer: over HTTP/1 the connection failed (an early end
-// is not that: a client that half-closed still reads); over HTTP/2 the stream
-// was reset or its connection lost, which ends its context.
-func clientGone(ex *exchange, err error) bool {
-	if ex.r.ProtoMajor >= 2 {
-		return ex.client.Err() != nil
-	}
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, net.ErrClosed)
-}
-
-// responseWriter keeps the backend's response as it was: it drops the
-// backend's "100 Continue", which ReverseProxy relays although net/http sends
-// its own when the body is first read (a client should get one, not two), and
-// it stops net/http from sniffing a Content-Type the backend did not send.
-type responseWriter struct{ http.ResponseWriter }
-
-func (w responseWriter) WriteHeader(code int) {
-	if code == http.StatusContinue {
-		return
-	}
-	if h := w.Header(); code >= 200 {
-		if _, ok := h["Content-Type"]; !ok {
-			h["Content-Type"] = nil // present but empty: net/http sends none and sniffs none
-		}
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// Unwrap lets http.ResponseController reach Flush and deadlines.
-func (w responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// CopyBuffers lends ReverseProxy its 32 KiB body copy buffers: allocating
-// one per request was the largest allocation of a small write (pprof). The
-// cluster's forwarding to a shard's owner shares it.
-var CopyBuffers httputil.BufferPool = &bufferPool{p: sync.Pool{New: func() any { return new([32 << 10]byte) }}}
-
-type bufferPool struct{ p sync.Pool }
-
-func (b *bufferPool) Get() []byte { return b.p.Get().(*[32 << 10]byte)[:] }
-func (b *bufferPool) Put(s []byte) {
-	if cap(s) >= 32<<10 {
-		b.p.Put((*[32 << 10]byte)(s[:32<<10]))
-	}
-}
-
-// dialError reports a failure to connect to the backend (upstream.DialError):
-// nothing of the request was sent.
-func dialError(err error) bool {
-	var de *upstream.DialError
-	return errors.As(err, &de)
 }

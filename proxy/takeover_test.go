@@ -24,7 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
@@ -176,7 +175,7 @@ func newTakeoverRig(t *testing.T, bypassed bool) *takeoverRig {
 	}
 	t.Cleanup(func() { store.Close() })
 	u, _ := url.Parse(backend.URL)
-	opts := proxy.OptionsFrom(config.Default())
+	opts := proxy.DefaultOptions()
 	opts.Upstream, opts.UploadIdleTimeout = u, time.Minute
 	b, err := fence.New(store, fence.Options{DrainTimeout: 20 * time.Second})
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/store/badger"
@@ -51,7 +50,7 @@ func TestTinyCacheProxyNeverReordersWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := proxy.OptionsFrom(config.Default())
+	opts := proxy.DefaultOptions()
 	opts.Upstream = u
 	p, err := proxy.New(b, opts)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/server"
 
 	"github.com/fenceproxy/fenceproxy/internal/rawbackend"
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
@@ -56,7 +57,7 @@ func fpReference(t *testing.T, upstream string, timeout time.Duration) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := proxy.OptionsFrom(config.Default())
+	opts := server.ProxyOptionsFrom(config.Default())
 	opts.Upstream, opts.Transport, opts.ResponseTimeout = u, std, timeout
 	p, err := proxy.New(b, opts)
 	if err != nil {

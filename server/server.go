@@ -77,7 +77,7 @@ type tokenStore interface {
 	fence.Store
 	lease.Store
 	pool.Store
-	proxy.UploadRecords
+	proxy.MultipartRecords
 	Ready() error
 	List(prefix, after string, limit int) ([]fence.Record, error)
 	Reset(resource string) (uint64, error)
@@ -262,10 +262,10 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if s.barrier, err = fence.New(store, fopts); err != nil {
 		return nil, err
 	}
-	popts := proxy.OptionsFrom(cfg)
+	popts := proxyOptionsFrom(cfg)
 	popts.UpstreamCAs, popts.Logger, popts.Metrics, popts.Authenticate = upstreamCAs, log, proxyMetrics, authenticate
 	if cfg.S3 != "off" {
-		popts.Uploads = store
+		popts.MultipartRecords = store
 	}
 	s.watchCtx, s.stopWatch = context.WithCancel(context.Background())
 	undo = append(undo, s.stopWatch)

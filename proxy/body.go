@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -22,6 +24,43 @@ var (
 	// coding) or ended it before its length (400 bad_body).
 	errBadBody = errors.New("request body malformed or cut short")
 )
+
+// hasBody reports a request body that may hold bytes.
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+}
+
+// checkStreamLength refuses an HTTP/2 request whose content-length its
+// stream contradicts before anything is forwarded (errBadBody; RFC 9113
+// section 8.1.1 calls it malformed). net/http's HTTP/2 server hands such a
+// request over with an empty body when the stream ended with its headers, and
+// resets a stream whose DATA exceed a content-length of 0 only once they
+// arrive, after an empty write could have been forwarded; so a stream that
+// declares 0 and is still open is read to its end here first.
+func checkStreamLength(r *http.Request) error {
+	if r.ProtoMajor != 2 {
+		return nil
+	}
+	cl, ok := r.Header["Content-Length"]
+	if !ok {
+		return nil
+	}
+	n, err := strconv.ParseUint(cl[0], 10, 63)
+	if len(cl) != 1 || err != nil {
+		return fmt.Errorf("%w: content-length %q", errBadBody, cl)
+	}
+	switch {
+	case n > 0 && r.ContentLength != int64(n): // the server sets it only for a stream still open
+		return fmt.Errorf("%w: content-length %d, but the stream ended with its headers", errBadBody, n)
+	case n == 0 && r.Body != nil && r.Body != http.NoBody:
+		var b [1]byte
+		if _, err := io.ReadFull(r.Body, b[:]); err != io.EOF {
+			return fmt.Errorf("%w: data on a stream whose content-length is 0", errBadBody)
+		}
+		r.Body = http.NoBody
+	}
+	return nil
+}
 
 // uploadBody is a forwarded write's request body as the upstream client reads
 // it. It tells the barrier when the whole body has been handed over (from then
@@ -182,3 +221,54 @@ func (b *clientBody) readErr() error {
 }
 
 func (b *clientBody) Close() error { return b.body.Close() }
+
+// idleReader reads r, each read given at most idle (0: no limit) through
+// the connection's read deadline.
+type idleReader struct {
+	r    io.Reader
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (ir idleReader) Read(p []byte) (int, error) {
+	if ir.idle > 0 {
+		_ = ir.rc.SetReadDeadline(time.Now().Add(ir.idle)) // ErrNotSupported: no idle cut-off
+	}
+	return ir.r.Read(p)
+}
+
+// Bounds of lingerDrain: enough for an SDK's usual part or object, short
+// enough that a refused client holds a handler only briefly.
+const (
+	lingerBytes = 16 << 20
+	lingerTime  = 2 * time.Second
+)
+
+// lingerDrain reads and discards what an HTTP/1 client still sends of the
+// body of a request refused without reading it, after the answer is flushed,
+// up to lingerBytes or lingerTime. A client that sends its body whatever
+// the answer (one without Expect: 100-continue, or aws-sdk-go-v2, whose
+// requests carry Expect but which net/http's Transport does not wait on)
+// then gets to read the refusal; closing on its unread bytes would reset the
+// connection under its write, and it would see a reset instead of the
+// answer. A client that honours Expect sends nothing and closes on the
+// answer's "Connection: close". Nothing read is forwarded.
+func lingerDrain(w http.ResponseWriter, r *http.Request) {
+	if !hasBody(r) {
+		return
+	}
+	lingerDrainBody(w, r, r.Body)
+}
+
+// lingerDrainBody is lingerDrain of body, r's body as net/http reads it.
+func lingerDrainBody(w http.ResponseWriter, r *http.Request, body io.Reader) {
+	if r.ProtoMajor != 1 {
+		return
+	}
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil || rc.SetReadDeadline(time.Now().Add(lingerTime)) != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, body, lingerBytes)
+	_ = rc.SetReadDeadline(time.Time{})
+}

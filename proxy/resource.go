@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/s3"
@@ -24,10 +23,6 @@ var ErrHopByHop = errors.New("hop-by-hop header would bypass the fence")
 // a bucket) names its key in the body; it is refused like a bulk delete (400).
 var ErrFormUpload = fmt.Errorf("%w: S3 POST Object (form upload) names its key in the body; upload with PUT", errUnsupported)
 
-// errBucketWrite: in S3 mode, a write to a bucket's configuration while
-// FENCEPROXY_S3_BUCKET_WRITES is refuse (400 unsupported).
-var errBucketWrite = fmt.Errorf("%w: a bucket configuration write", errUnsupported)
-
 // ErrUnsupported: S3 multi-object delete (POST /{bucket}?delete) names its keys
 // in the body, where the fence cannot see them; it is refused, whatever the
 // token, rather than forwarded unfenced (400). Delete objects one by one.
@@ -35,6 +30,10 @@ var ErrUnsupported = fmt.Errorf("%w: S3 multi-object delete (POST ?delete) names
 
 // errUnsupported is the class of writes the fence cannot see the target of.
 var errUnsupported = errors.New("write cannot be fenced")
+
+// errBucketWrite: in S3 mode, a write to a bucket's configuration while
+// FENCEPROXY_S3_BUCKET_WRITES is refuse (400 unsupported).
+var errBucketWrite = fmt.Errorf("%w: a bucket configuration write", errUnsupported)
 
 // errBodyKeys: in S3 mode, a DeleteObjects whose keys resolve reads from the
 // body (deleteResources) before the write is admitted.
@@ -57,6 +56,18 @@ func checkTarget(r *http.Request) error {
 	}
 }
 
+// rawPath returns the path of the request target exactly as received.
+func rawPath(r *http.Request) string {
+	uri := r.RequestURI
+	if !strings.HasPrefix(uri, "/") {
+		return r.URL.EscapedPath()
+	}
+	if i := strings.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	return uri
+}
+
 func (p *Proxy) checkHopByHop(r *http.Request) error {
 	if len(r.Header.Values("Upgrade")) > 0 {
 		return fmt.Errorf("%w: protocol upgrades are not forwarded", ErrHopByHop)
@@ -77,6 +88,13 @@ func (p *Proxy) checkHopByHop(r *http.Request) error {
 		}
 	}
 	return nil
+}
+
+// fencedField reports a header field the fence reads: the token, its
+// signature, Host, Destination and the method-override headers.
+func (p *Proxy) fencedField(name string) bool {
+	name = http.CanonicalHeaderKey(name)
+	return name == p.tokenHeader || name == wire.HeaderSignature || name == "Host" || name == "Destination" || isMethodOverride(name)
 }
 
 func isMethodOverride(name string) bool {
@@ -280,31 +298,4 @@ func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
 	slices.Sort(resources)
 	ex.deleteKeys, ex.deleteRes = keys, slices.Compact(resources)
 	return ex.deleteRes, nil
-}
-
-// idleReader reads r, each read given at most idle (0: no limit) through
-// the connection's read deadline.
-type idleReader struct {
-	r    io.Reader
-	rc   *http.ResponseController
-	idle time.Duration
-}
-
-func (ir idleReader) Read(p []byte) (int, error) {
-	if ir.idle > 0 {
-		_ = ir.rc.SetReadDeadline(time.Now().Add(ir.idle)) // ErrNotSupported: no idle cut-off
-	}
-	return ir.r.Read(p)
-}
-
-// rawPath returns the path of the request target exactly as received.
-func rawPath(r *http.Request) string {
-	uri := r.RequestURI
-	if !strings.HasPrefix(uri, "/") {
-		return r.URL.EscapedPath()
-	}
-	if i := strings.IndexByte(uri, '?'); i >= 0 {
-		uri = uri[:i]
-	}
-	return uri
 }

@@ -1,0 +1,324 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/s3"
+	"github.com/fenceproxy/fenceproxy/upstream"
+	"github.com/fenceproxy/fenceproxy/wire"
+)
+
+// refuse is the one place where the proxy's own refusals become HTTP
+// responses: a problem (problemFor), Fencing-Refused, and for a 409
+// Fencing-Current-Token, written by writeProblem (an S3 <Error> in S3 mode).
+// It logs once; internal causes (store errors) stay out of the body.
+func (p *Proxy) refuse(ex *exchange, err error) {
+	pb, level := p.problemFor(err)
+	pb.Token = ex.tokenText
+	if pb.Resource == "" {
+		pb.Resource = ex.resource()
+	}
+	h := ex.w.Header()
+	if pb.CurrentToken != "" {
+		h.Set(wire.HeaderCurrentToken, pb.CurrentToken)
+	}
+	if pb.Status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", wire.RetryAfter(err))
+	}
+	h.Set(wire.HeaderRefused, pb.Reason)
+	p.opts.Metrics.decision(pb.Reason)
+	p.logRefusal(ex, level, pb, err)
+	p.writeProblem(ex.w, ex.r, pb)
+	if ex.rawBody != nil {
+		lingerDrainBody(ex.w, ex.r, ex.rawBody) // not the decoder in front of it
+	} else {
+		lingerDrain(ex.w, ex.r)
+	}
+}
+
+// upstreamError maps a failed upstream exchange: upload cut off by a larger
+// token -> 409, upload paused past the idle timeout -> 408, a request body
+// the client broke (bad framing, an early end) -> 400 bad_body, client gone
+// -> 499 (logged only; the connection or stream is aborted, so that net/http
+// sends no empty 200 in place of an answer), timeout -> 504, anything else ->
+// 502. Nothing is retried: a write may have reached the backend. A write
+// whose whole body was handed to the backend is abandoned: it keeps its
+// resource's barrier closed for the abandon grace, since a slow backend may
+// still apply it. A dial error (upstream.DialError) sent nothing.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	ex := exchangeOf(r)
+	if ex == nil { // a bodyless request that went through no barrier
+		ex = &exchange{w: w, r: r, client: r.Context()}
+	}
+	if why := ex.stopReason(); why != nil {
+		p.uploadStopped(ex, why)
+		return
+	}
+	if errors.Is(err, ErrKeyRevoked) { // gatewayTransport sent nothing
+		p.uploadStopped(ex, err)
+		return
+	}
+	if ex.admitted && errors.Is(err, upstream.ErrPastValidity) {
+		// The fast path found the ownership's validity over before it wrote
+		// the request: nothing reached the backend.
+		p.uploadStopped(ex, errOwnershipEnded)
+		return
+	}
+	if ex.admitted && ex.up.State() != fence.Sent && ex.ownershipOver() {
+		// The ownership ended (its context cancelled the exchange) before
+		// the body was handed over whole: the backend cannot apply it.
+		p.uploadStopped(ex, errOwnershipEnded)
+		return
+	}
+	status, kind := http.StatusBadGateway, "other"
+	gone := ex.client.Err() != nil
+	var timeout interface{ Timeout() bool }
+	detail := "the backend could not be reached or did not answer in time"
+	switch {
+	case gone:
+		status, kind = 499, "client_gone" // nobody reads a response
+	case ex.admitted && !dialError(err) && ex.ownershipOver():
+		// Sent whole, then cut at the ownership's validity: the outcome is
+		// unknown, as after a timeout.
+		status, kind = http.StatusGatewayTimeout, "ownership_ended"
+		detail = "this replica's ownership of the shard ended before the backend answered; the exchange was cut and the write may still be applied"
+	case !dialError(err) && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &timeout) && timeout.Timeout())):
+		status, kind = http.StatusGatewayTimeout, "timeout"
+	}
+	p.opts.Metrics.upstreamError(kind)
+	// A dial error means the last attempt sent nothing; an earlier copy of a
+	// replayable write may have gone out on a reused connection.
+	abandoned := ex.admitted && ex.up.State() == fence.Sent && p.barrier.AbandonGrace() > 0 &&
+		(!dialError(err) || (ex.traced && ex.wrote.Load() > 0))
+	if abandoned {
+		ex.up.Abandon()
+	}
+	if gone && ex.admitted && !abandoned {
+		panic(http.ErrAbortHandler) // finish logs a gone client of a forwarded write once, as 499
+	}
+	ex.answered = true // logged here, once
+	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("target", logTarget(r)),
+		slog.Int("status", status), slog.String("error", err.Error())}
+	if abandoned {
+		attrs = append(attrs, slog.String("resource", ex.resource()), slog.String("token", ex.tokenText),
+			slog.String("abandon_grace", p.barrier.AbandonGrace().String()))
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed after the whole write was sent; "+
+			"larger tokens on its resource wait the abandon grace, as the backend may still apply it", attrs...)
+	} else {
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream exchange failed", attrs...)
+	}
+	if status == 499 {
+		// Nobody reads an answer, or the client only half-closed and would
+		// read net/http's empty 200: abort the connection (HTTP/2: the stream).
+		panic(http.ErrAbortHandler)
+	}
+	p.writeProblem(w, r, wire.Problem{Status: status, Title: http.StatusText(status), Detail: detail})
+}
+
+// uploadStopped answers a request whose upload stopped before its end: the
+// backend did not get the whole body, so it cannot apply it and the barrier
+// opens at once. A larger token's cut is 409, a client paused past the upload
+// idle timeout 408; a body the client broke (bad chunked framing, fewer bytes
+// than its length before its connection's read side or its HTTP/2 stream
+// ended) is 400 bad_body while the client can still read, and a client that
+// can no longer read is logged as 499 and its connection or stream aborted.
+// One log line each.
+func (p *Proxy) uploadStopped(ex *exchange, why error) {
+	ex.answered = true
+	r := ex.r
+	attrs := []slog.Attr{slog.String("resource", ex.resource()), slog.String("token", ex.tokenText),
+		slog.String("method", r.Method), slog.String("target", logTarget(r))}
+	var pb wire.Problem
+	switch {
+	case why == errUploadCut:
+		p.opts.Metrics.upstreamError("upload_cut")
+		current, _ := p.barrier.Max(ex.resource())
+		pb, _ = p.problemFor(&fence.StaleError{Resource: ex.resource(), Token: ex.token, Current: current})
+		pb.Detail = errUploadCut.Error() + "; the backend did not get it whole"
+		pb.Token = ex.tokenText
+		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
+		ex.w.Header().Set(wire.HeaderCurrentToken, pb.CurrentToken)
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off by a larger token", append(attrs,
+			slog.Int("status", pb.Status), slog.String("current_token", pb.CurrentToken))...)
+	case why == errOwnershipEnded:
+		p.opts.Metrics.upstreamError("ownership_ended")
+		pb, _ = p.problemFor(why)
+		pb.Token = ex.tokenText
+		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
+		ex.w.Header().Set("Retry-After", "1")
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upload cut off: this replica's ownership of the shard ended", append(attrs,
+			slog.Int("status", pb.Status))...)
+	case errors.Is(why, ErrKeyRevoked):
+		p.opts.Metrics.upstreamError("key_revoked")
+		pb, _ = p.problemFor(why)
+		pb.Token = ex.tokenText
+		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upload cut off: its S3 gateway key was revoked", append(attrs,
+			slog.Int("status", pb.Status), slog.String("key_id", ex.keyID))...)
+	case why == errUploadIdle:
+		p.opts.Metrics.upstreamError("upload_timeout")
+		pb = wire.Problem{Status: http.StatusRequestTimeout, Title: "Request body timeout",
+			Detail: "no body bytes arrived within the upload idle timeout; the upload was cut off and the backend did not get it whole"}
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off: client paused past the upload idle timeout",
+			append(attrs, slog.Int("status", pb.Status), slog.String("upload_idle_timeout", p.opts.UploadIdleTimeout.String()))...)
+	default:
+		if clientGone(ex, why) {
+			p.opts.Metrics.upstreamError("client_gone")
+			p.log.LogAttrs(r.Context(), slog.LevelInfo, "client went away during the upload", append(attrs,
+				slog.Int("status", 499), slog.String("error", why.Error()))...)
+			panic(http.ErrAbortHandler) // no answer, not even net/http's empty 200
+		}
+		p.opts.Metrics.upstreamError("bad_body")
+		pb, _ = p.problemFor(fmt.Errorf("%w: %w", errBadBody, why))
+		pb.Detail += "; the backend did not get it whole"
+		pb.Token = ex.tokenText
+		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "request body malformed or cut short; the backend did not get it whole",
+			append(attrs, slog.String("reason", pb.Reason), slog.Int("status", pb.Status),
+				slog.String("remote", r.RemoteAddr), slog.String("error", why.Error()))...)
+	}
+	if r.ProtoMajor == 1 {
+		ex.w.Header().Set("Connection", "close") // the rest of the body is still on the wire
+	}
+	p.writeProblem(ex.w, r, pb)
+	if why != errUploadCut && why != errUploadIdle && ex.rawBody != nil {
+		// A signed stream whose chunk failed its signature is still well
+		// framed HTTP: read the rest, so that the client reads the answer
+		// instead of a reset under its write.
+		lingerDrainBody(ex.w, r, ex.rawBody)
+	}
+}
+
+// clientGone reports whether err, met reading the client's body, leaves
+// nobody to read an answer: over HTTP/1 the connection failed (an early end
+// is not that: a client that half-closed still reads); over HTTP/2 the stream
+// was reset or its connection lost, which ends its context.
+func clientGone(ex *exchange, err error) bool {
+	if ex.r.ProtoMajor >= 2 {
+		return ex.client.Err() != nil
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, net.ErrClosed)
+}
+
+// problemFor maps one of the proxy's errors to its problem (status, reason,
+// title, detail, and the resource the error concerns) and log level: the
+// table of the proxy's refusals.
+func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
+	pb := wire.Problem{Detail: err.Error(), Resource: fence.ResourceOf(err)}
+	level := slog.LevelInfo
+	var stale *fence.StaleError
+	switch {
+	case errors.As(err, &stale):
+		pb.Status, pb.Reason, pb.Title = http.StatusConflict, wire.ReasonStale, "Stale fencing token"
+		pb.CurrentToken = strconv.FormatUint(stale.Current, 10)
+	case errors.Is(err, fence.ErrTokenMissing):
+		pb.Status, pb.Reason, pb.Title = http.StatusPreconditionRequired, wire.ReasonMissing, "Fencing token required"
+		pb.Detail = "this method is a fenced write; send the fencing token in the " + p.tokenHeader + " header"
+	case errors.Is(err, fence.ErrTokenMalformed):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonMalformed, "Malformed fencing token"
+	case errors.Is(err, ErrSignature):
+		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonSignature, "Fencing token signature refused"
+		level = slog.LevelWarn
+	case errors.Is(err, ErrForbidden):
+		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonForbidden, "Forbidden"
+		level = slog.LevelWarn
+	case errors.Is(err, s3.ErrAccessDenied), errors.Is(err, ErrKeyRevoked):
+		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonForbidden, "Access denied"
+		level = slog.LevelWarn
+	case errors.Is(err, fence.ErrJump):
+		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonJump, "Fencing token jumps too far"
+		level = slog.LevelWarn
+	case errors.Is(err, fence.ErrBadResource):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonBadResource, "No fenceable resource"
+		if errors.Is(err, s3.ErrHost) { // the Host is at fault, not the path
+			pb.Detail = strings.TrimPrefix(pb.Detail, fence.ErrBadResource.Error()+": ")
+		}
+	case errors.Is(err, s3.ErrAmbiguous):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonAmbiguous, "Ambiguous request"
+	case errors.Is(err, s3.ErrMalformedDelete):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonMalformedXML, "Malformed DeleteObjects body"
+	case errors.Is(err, errUnsupported), errors.Is(err, s3.ErrInBody):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonUnsupported, "Write cannot be fenced"
+	case errors.Is(err, ErrHopByHop):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonHopByHop, "Hop-by-hop header refused"
+	case errors.Is(err, errBadBody):
+		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonBadBody, "Malformed request body"
+	case errors.Is(err, fence.ErrDrainTimeout):
+		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonDrainTimeout, "Smaller-token writes still in flight"
+		pb.Detail = "writes with smaller tokens on this resource did not finish within the drain timeout; nothing was forwarded, retry later"
+		level = slog.LevelWarn
+	case errors.Is(err, ErrShardUnavailable):
+		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonShardUnavailable, "Shard unavailable"
+		level = slog.LevelWarn
+	case errors.Is(err, fence.ErrStore):
+		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonStoreError, "Fencing store unavailable"
+		pb.Detail = "the maximum could not be read or made durable; nothing was forwarded"
+		level = slog.LevelError
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// The client went away while waiting at the barrier; 499 is for the log,
+		// the answer is only written in case someone still reads.
+		pb.Status, pb.Reason, pb.Title = 499, wire.ReasonClientGone, "Client closed request"
+	default:
+		pb.Status, pb.Reason, pb.Title = http.StatusInternalServerError, wire.ReasonInternal, "Internal error"
+		pb.Detail = ""
+		level = slog.LevelError
+	}
+	if p.s3 != nil {
+		// S3 mode: the code of the one table, and S3's own status for a
+		// refused signature (400 for a malformed one).
+		pb.S3Code, pb.Status = s3.Code(err, pb.Reason, pb.Status)
+	}
+	return pb, level
+}
+
+// writeProblem writes one of the proxy's own answers as the whole response:
+// in S3 mode an S3 <Error> body (s3.ErrorOf: the code from the one table of
+// S3 codes, Resource the request path), so that S3 clients read its code and
+// message; otherwise problem+json. Status and the headers set before are the
+// same in both.
+func (p *Proxy) writeProblem(w http.ResponseWriter, r *http.Request, pb wire.Problem) {
+	if p.s3 == nil {
+		wire.WriteProblem(w, pb)
+		return
+	}
+	if pb.Reason == wire.ReasonForbidden {
+		pb.Token = "" // a refused signature or grant is not about the token: keep it out of the message
+	}
+	s3.WriteError(w, pb.Status, s3.ErrorOf(pb, r.URL.Path))
+}
+
+func (p *Proxy) logRefusal(ex *exchange, level slog.Level, pb wire.Problem, err error) {
+	r := ex.r
+	msg := "write refused"
+	if !mayWrite(r) {
+		msg = "request refused"
+	}
+	attrs := []slog.Attr{slog.String("reason", pb.Reason), slog.Int("status", pb.Status),
+		slog.String("resource", pb.Resource), slog.String("token", pb.Token), slog.String("current_token", pb.CurrentToken),
+		slog.String("method", r.Method), slog.String("target", logTarget(r)),
+		slog.String("remote", r.RemoteAddr), slog.String("error", err.Error())}
+	if ex.keyID != "" {
+		attrs = append(attrs, slog.String("key_id", ex.keyID))
+	}
+	p.log.LogAttrs(r.Context(), level, msg, attrs...)
+}
+
+// mayWrite reports a request whose method or method override is not a read
+// (GET, HEAD, OPTIONS).
+func mayWrite(r *http.Request) bool {
+	for _, m := range methods(r) {
+		if m != http.MethodGet && m != http.MethodHead && m != http.MethodOptions {
+			return true
+		}
+	}
+	return false
+}

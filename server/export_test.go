@@ -1,0 +1,4 @@
+package server
+
+// ProxyOptionsFrom is proxyOptionsFrom, for the external tests.
+var ProxyOptionsFrom = proxyOptionsFrom
