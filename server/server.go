@@ -19,11 +19,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fenceproxy/fenceproxy/cluster"
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
-	"github.com/fenceproxy/fenceproxy/etcdstore"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/internal/buildinfo"
 	"github.com/fenceproxy/fenceproxy/lease"
@@ -95,7 +94,7 @@ type Server struct {
 	controlLn  net.Listener
 	store      tokenStore
 	badger     *tokenstore.Store // the embedded store, nil in cluster mode: it keeps the clean-stop mark
-	cluster    *cluster          // cluster mode (FENCEPROXY_STORE=etcd), nil otherwise
+	cluster    *cluster.Cluster  // cluster mode (FENCEPROXY_STORE=etcd), nil otherwise
 	barrier    *fence.Barrier
 	leases     *lease.Manager
 	ready      *readiness
@@ -168,36 +167,19 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 
 	var cleanStart, newStore bool
 	var store tokenStore
-	var etcdCfg clientv3.Config
-	var etcdRequests prometheus.Histogram
 	if cfg.Store == "etcd" {
-		if s.peerLn, err = net.Listen("tcp", cfg.PeerListen); err != nil {
-			return nil, fmt.Errorf("FENCEPROXY_PEER_LISTEN: %w", err)
-		}
-		undo = append(undo, func() { s.peerLn.Close() })
-		if etcdCfg, err = etcdClientConfig(cfg); err != nil {
+		clopts, err := clusterOptionsFrom(cfg)
+		if err != nil {
 			return nil, err
 		}
-		etcdRequests = prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "fenceproxy_etcd_request_seconds",
-			Help:    "Duration of the store's requests to etcd (Gets and Txns: raises, group-committed, lease updates, upload records), failed ones included.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		})
-		var es *etcdstore.Store
-		err := retryEtcd(stop, log, "open the store in etcd", func() (err error) {
-			es, err = etcdstore.Open(etcdCfg, etcdstore.Options{Prefix: cfg.EtcdPrefix, CacheBytes: int64(cfg.CacheSize),
-				MaxTxnOps: cfg.EtcdMaxTxnOps, ObserveRequest: func(d time.Duration) { etcdRequests.Observe(d.Seconds()) },
-				Guard: func(resource string) (string, int64, error) { return s.cluster.guard(resource) }})
-			return err
-		}, nil)
-		if err != nil && stop.Err() != nil {
-			return nil, fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w", err)
+		clopts.Logger = log
+		if s.cluster, err = cluster.New(stop, clopts); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			return nil, fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w (for %s; is etcd running and reachable there?)", err, etcdStartBudget)
-		}
-		store = es
-		undo = append(undo, func() { closeStore(es, storeCloseTimeout, log) })
+		s.peerLn = s.cluster.Listener()
+		undo = append(undo, func() { s.peerLn.Close() })
+		store = s.cluster.Store()
+		undo = append(undo, func() { closeStore(store, storeCloseTimeout, log) })
 		// No clean-stop mark and no start-up grace: a shard's new owner
 		// waits out the lock-delay after an unclean loss instead.
 		cleanStart = true
@@ -274,10 +256,9 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	if cfg.Store == "etcd" {
-		s.cluster = newCluster(cfg, store.(*etcdstore.Store), s.barrier, log)
-		popts.Owner = s.cluster.proxyOwner
-		metrics.MustRegister(s.cluster, s.cluster.forwards, etcdRequests)
+	if s.cluster != nil {
+		popts.Owner = s.cluster.ProxyOwner
+		metrics.MustRegister(s.cluster.Collectors()...)
 	}
 	p, err := proxy.New(s.barrier, popts)
 	if err != nil {
@@ -293,12 +274,12 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 
 	s.ready = &readiness{store: store}
 	if s.cluster != nil {
-		s.ready.cluster = s.cluster.ready
+		s.ready.cluster = s.cluster.Ready
 	}
 	lopts := leaseOptionsFrom(cfg)
 	lopts.Logger = log
 	if s.cluster != nil {
-		lopts.Watched = s.cluster.owns
+		lopts.Watched = s.cluster.Owns
 	}
 	s.leases = lease.NewManager(store, s.barrier, lopts)
 	metrics.MustRegister(s.leases.Collector())
@@ -306,7 +287,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	// granted as a lease on the shard's name, on that name's owner.
 	var poolLeases pool.Leases = s.leases
 	if s.cluster != nil {
-		poolLeases = newClusterLeases(s.cluster, s.leases, cfg.LeaseToken)
+		poolLeases = cluster.NewLeases(s.cluster, s.leases, cfg.LeaseToken)
 	}
 	pm := pool.NewMetrics()
 	pools := pool.New(store, poolLeases, pm.Events())
@@ -335,7 +316,7 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	copts.Pools = pools
 	if s.cluster != nil {
-		copts.Owner = s.cluster.controlOwner
+		copts.Owner = s.cluster.ControlOwner
 	}
 	controlHandler := control.Handler(s.ready, log, copts)
 	s.controlSrv = &http.Server{
@@ -346,17 +327,17 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	}
 	if s.cluster != nil {
 		s.peerSrv = &http.Server{
-			Handler:           s.cluster.peerHandler(p, controlHandler),
+			Handler:           s.cluster.PeerHandler(p, controlHandler),
 			ReadHeaderTimeout: readHeaderTimeout,
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeaderBytes + 4<<10, // the peer headers on top of the client's
 			ErrorLog:          errorLog,
 		}
 		// Last: from here on this replica takes its share of the shards.
-		if err := s.cluster.start(stop, etcdCfg); err != nil {
+		if err := s.cluster.Start(stop, s.barrier); err != nil {
 			return nil, err
 		}
-		undo = append(undo, func() { s.cluster.stop(context.Background(), true) })
+		undo = append(undo, func() { s.cluster.Stop(context.Background(), true) })
 	}
 
 	log.Info("fenceproxy started",
@@ -404,27 +385,6 @@ func revokeAfterText(d time.Duration) string {
 		return "half the TTL"
 	}
 	return d.String()
-}
-
-// fenceOptionsFrom returns the barrier options that cfg sets, field for
-// field; the rest (StartGrace, Clock, ObserveRaise) stay zero.
-func fenceOptionsFrom(cfg config.Config) fence.Options {
-	return fence.Options{
-		DrainTimeout: cfg.DrainTimeout,
-		AbandonGrace: cfg.AbandonGrace,
-		MaxTokenJump: cfg.MaxTokenJump,
-	}
-}
-
-// leaseOptionsFrom returns the lease manager options that cfg sets (the
-// LEASE_* variables), field for field; the rest (Now, Logger) stay nil.
-func leaseOptionsFrom(cfg config.Config) lease.Options {
-	return lease.Options{
-		MinTTL:      cfg.LeaseMinTTL,
-		MaxTTL:      cfg.LeaseMaxTTL,
-		Grace:       cfg.LeaseGrace,
-		RevokeAfter: cfg.LeaseRevokeAfter,
-	}
 }
 
 // Addrs returns the bound listener addresses.
@@ -501,7 +461,7 @@ func (s *Server) drain() {
 	if s.cluster != nil {
 		// Hand every shard over, drained, while the listeners still take
 		// requests: new ones go to the next owners, and those admit at once.
-		s.cluster.stop(sctx, false)
+		s.cluster.Stop(sctx, false)
 	}
 	for _, srv := range s.servers() {
 		if err := srv.Shutdown(sctx); err != nil {
@@ -563,7 +523,7 @@ func (s *Server) close() error {
 	}
 	if s.cluster != nil {
 		// Requests were cut above; their shards' contexts end with it.
-		s.cluster.stop(context.Background(), true)
+		s.cluster.Stop(context.Background(), true)
 	}
 	s.stopWatch()
 	s.background.Wait()
