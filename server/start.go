@@ -33,7 +33,7 @@ type starting struct {
 	startGrace           time.Duration // the barrier's start-up grace
 	metrics              *prometheus.Registry
 	proxyMetrics         *proxy.Metrics
-	warning              string // observe mode's, on the control API's answers
+	warning              string // observe mode's, shown on /readyz
 	authenticate         func(*http.Request, []string, uint64) error
 	signer               control.Signer // signed-token mode: the lease API signs its tokens
 	proxy                *proxy.Proxy
