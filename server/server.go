@@ -17,20 +17,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/fenceproxy/fenceproxy/cluster"
 	"github.com/fenceproxy/fenceproxy/config"
-	"github.com/fenceproxy/fenceproxy/control"
 	"github.com/fenceproxy/fenceproxy/fence"
-	"github.com/fenceproxy/fenceproxy/internal/buildinfo"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/pool"
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/store/badger"
-	"github.com/fenceproxy/fenceproxy/store/etcd"
-	"github.com/fenceproxy/fenceproxy/tokensig"
 )
 
 // Listener limits: slow-header clients are cut off and header blocks are
@@ -94,8 +87,8 @@ type Server struct {
 	proxyLn    net.Listener
 	controlLn  net.Listener
 	store      tokenStore
-	badger     *badger.Store // the embedded store, nil in cluster mode: it keeps the clean-stop mark
-	cluster    *cluster      // cluster mode (FENCEPROXY_STORE=etcd), nil otherwise
+	badger     *badger.Store    // the embedded store, nil in cluster mode: it keeps the clean-stop mark
+	cluster    *cluster.Cluster // cluster mode (FENCEPROXY_STORE=etcd), nil otherwise
 	barrier    *fence.Barrier
 	leases     *lease.Manager
 	ready      *readiness
@@ -126,8 +119,10 @@ type Server struct {
 // port clash leaves no store directory behind), opens the token store in
 // cfg.DataDir and takes its clean-stop mark, and builds the fence barrier,
 // the proxy, the lease manager and the control API. Connections queue from
-// then on and are served once Run runs. It logs "fenceproxy started" with
-// the configuration.
+// then on and are served once Run runs. In cluster mode it binds the peer
+// listener, opens the store in etcd instead and, last, takes this replica's
+// share of the shards. It logs "fenceproxy started" with the
+// configuration. The steps are starting's, in the order of its steps.
 //
 // Errors: cfg fails Config.Validate (every bad field named by its variable);
 // a listener cannot be bound (naming FENCEPROXY_LISTEN or
@@ -142,250 +137,22 @@ func New(cfg config.Config, opts Options) (_ *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	}
-	stop := opts.Stop
-	if stop == nil {
-		stop = context.Background()
+	st := &starting{Server: &Server{cfg: cfg, log: log}, stop: opts.Stop}
+	if st.stop == nil {
+		st.stop = context.Background()
 	}
-	s := &Server{cfg: cfg, log: log}
-	// Undo what was bound or opened when a later step fails.
-	var undo []func()
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
+			st.rollback()
 		}
 	}()
-
-	if s.proxyLn, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("FENCEPROXY_LISTEN: %w", err)
-	}
-	undo = append(undo, func() { s.proxyLn.Close() })
-	if s.controlLn, err = net.Listen("tcp", cfg.ControlListen); err != nil {
-		return nil, fmt.Errorf("FENCEPROXY_CONTROL_LISTEN: %w", err)
-	}
-	undo = append(undo, func() { s.controlLn.Close() })
-
-	var cleanStart, newStore bool
-	var store tokenStore
-	var etcdCfg clientv3.Config
-	var etcdRequests prometheus.Histogram
-	if cfg.Store == "etcd" {
-		if s.peerLn, err = net.Listen("tcp", cfg.PeerListen); err != nil {
-			return nil, fmt.Errorf("FENCEPROXY_PEER_LISTEN: %w", err)
-		}
-		undo = append(undo, func() { s.peerLn.Close() })
-		if etcdCfg, err = etcdClientConfig(cfg); err != nil {
-			return nil, err
-		}
-		etcdRequests = prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "fenceproxy_etcd_request_seconds",
-			Help:    "Duration of the store's requests to etcd (Gets and Txns: raises, group-committed, lease updates, upload records), failed ones included.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		})
-		var es *etcd.Store
-		err := retryEtcd(stop, log, "open the store in etcd", func() (err error) {
-			es, err = etcd.Open(etcdCfg, etcd.Options{Prefix: cfg.EtcdPrefix, CacheBytes: int64(cfg.CacheSize),
-				MaxTxnOps: cfg.EtcdMaxTxnOps, ObserveRequest: func(d time.Duration) { etcdRequests.Observe(d.Seconds()) },
-				Guard: func(resource string) (string, int64, error) { return s.cluster.guard(resource) }})
-			return err
-		}, nil)
-		if err != nil && stop.Err() != nil {
-			return nil, fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w", err)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("FENCEPROXY_ETCD_ENDPOINTS: %w (for %s; is etcd running and reachable there?)", err, etcdStartBudget)
-		}
-		store = es
-		undo = append(undo, func() { closeStore(es, storeCloseTimeout, log) })
-		// No clean-stop mark and no start-up grace: a shard's new owner
-		// waits out the lock-delay after an unclean loss instead.
-		cleanStart = true
-	} else {
-		ts, err := badger.Open(cfg.DataDir, badger.Options{Logger: log, MinFreeSpace: uint64(cfg.MinFreeSpace), CacheBytes: int64(cfg.CacheSize)})
-		if err != nil {
-			return nil, fmt.Errorf("open FENCEPROXY_DATA_DIR: %w", err)
-		}
-		store, s.badger = ts, ts
-		undo = append(undo, func() { closeStore(ts, storeCloseTimeout, log) })
-		// Taken (removed durably) before any write is forwarded: a crash of this
-		// process must never pass for a clean stop.
-		if cleanStart, err = ts.TakeCleanStop(); err != nil {
-			return nil, fmt.Errorf("FENCEPROXY_DATA_DIR: %w", err)
-		}
-		// A store without records is new (or was never written through): no
-		// earlier write can be in flight, so a missing mark is no crash.
-		newStore = ts.EmptyAtOpen()
-	}
-	s.store = store
-
-	metrics := prometheus.NewRegistry()
-	proxyMetrics := proxy.NewMetrics(metrics)
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "fenceproxy_fenced_resources",
-			Help: "Resources with a maximum above 0 held in memory now (within FENCEPROXY_CACHE_SIZE).",
-		}, func() float64 { return float64(store.Resources()) }))
-	warning := ""
-	if cfg.Mode == "observe" {
-		warning = "OBSERVE MODE: stale and invalid writes are logged and counted but FORWARDED; nothing is fenced"
-		log.Warn(warning)
-	}
-
-	// Signed-token mode: the lease API signs the tokens it issues, and the
-	// proxy forwards only writes whose token carries a valid signature.
-	var authenticate func(*http.Request, []string, uint64) error
-	var signer control.Signer
-	tokenKeys, err := cfg.TokenKeyBytes()
-	if err != nil {
-		return nil, fmt.Errorf("FENCEPROXY_TOKEN_KEY: %w", err)
-	}
-	if len(tokenKeys) > 0 {
-		keys, err := tokensig.New(tokenKeys)
-		if err != nil {
-			return nil, fmt.Errorf("FENCEPROXY_TOKEN_KEY: %w", err)
-		}
-		authenticate, signer = proxy.SignedTokens(keys), keys
-	}
-	upstreamCAs, err := cfg.UpstreamCAs()
-	if err != nil {
-		return nil, fmt.Errorf("FENCEPROXY_UPSTREAM_CA_FILE: %w", err)
-	}
-
-	// One barrier for every raise: writes, lease acquires, admin raises.
-	fopts := fenceOptionsFrom(cfg)
-	if !cleanStart && !newStore {
-		// Writes of the previous process may still be in flight.
-		fopts.StartGrace = cfg.AbandonGrace
-	}
-	fopts.ObserveRaise = proxyMetrics.ObserveRaise
-	if s.barrier, err = fence.New(store, fopts); err != nil {
-		return nil, err
-	}
-	popts := proxyOptionsFrom(cfg)
-	popts.UpstreamCAs, popts.Logger, popts.Metrics, popts.Authenticate = upstreamCAs, log, proxyMetrics, authenticate
-	if cfg.S3 != "off" {
-		popts.MultipartRecords = store
-	}
-	s.watchCtx, s.stopWatch = context.WithCancel(context.Background())
-	undo = append(undo, s.stopWatch)
-	if cfg.S3 == "resign" {
-		if popts.Gateway, err = newGateway(s.watchCtx, cfg, log); err != nil {
+	for _, step := range st.steps() {
+		if err := step(); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.Store == "etcd" {
-		s.cluster = newCluster(cfg, store.(*etcd.Store), s.barrier, log)
-		popts.Owner = s.cluster.proxyOwner
-		metrics.MustRegister(s.cluster, s.cluster.forwards, etcdRequests)
-	}
-	p, err := proxy.New(s.barrier, popts)
-	if err != nil {
-		return nil, err
-	}
-	if fopts.StartGrace > 0 {
-		log.Info("start-up grace: no clean-stop mark (a crash, a kill, a stop that timed out or one in observe mode), so writes on resources "+
-			"that had a maximum at start wait out the abandon grace once", "until", time.Now().Add(cfg.AbandonGrace).UTC().Format(time.RFC3339Nano))
-	}
-	// The proxy's start-up grace reads maxima as they were at open; after it
-	// the read view would only keep old versions alive.
-	s.snapshotTimer = time.AfterFunc(fopts.StartGrace, store.ReleaseOpenSnapshot)
-
-	s.ready = &readiness{store: store}
-	if s.cluster != nil {
-		s.ready.cluster = s.cluster.ready
-	}
-	lopts := leaseOptionsFrom(cfg)
-	lopts.Logger = log
-	if s.cluster != nil {
-		lopts.Watched = s.cluster.owns
-	}
-	s.leases = lease.NewManager(store, s.barrier, lopts)
-	metrics.MustRegister(s.leases.Collector())
-	// Pools: a claim is decided in the pool's owner (cluster mode) and
-	// granted as a lease on the shard's name, on that name's owner.
-	var poolLeases pool.Leases = s.leases
-	if s.cluster != nil {
-		poolLeases = newClusterLeases(s.cluster, s.leases, cfg.LeaseToken)
-	}
-	pm := pool.NewMetrics()
-	pools := pool.New(store, poolLeases, pm.Events())
-	pm.Attach(pools)
-	metrics.MustRegister(pm)
-	build := buildinfo.Read()
-	metrics.MustRegister(buildInfoGauge(build))
-
-	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	s.proxySrv = &http.Server{
-		Handler:           p,
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          errorLog,
-	}
-	copts := control.Options{
-		Leases:        s.leases,
-		Metrics:       metrics,
-		Warning:       warning,
-		LeaseToken:    cfg.LeaseToken,
-		ResourceDepth: cfg.ResourceDepth,
-		Admin:         adminFences{store: store, fence: s.barrier},
-		AdminToken:    cfg.AdminToken,
-		Signer:        signer,
-	}
-	copts.Pools = pools
-	if s.cluster != nil {
-		copts.Owner = s.cluster.controlOwner
-	}
-	controlHandler := control.Handler(s.ready, log, copts)
-	s.controlSrv = &http.Server{
-		Handler:           controlHandler,
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
-		ErrorLog:          errorLog,
-	}
-	if s.cluster != nil {
-		s.peerSrv = &http.Server{
-			Handler:           s.cluster.peerHandler(p, controlHandler),
-			ReadHeaderTimeout: readHeaderTimeout,
-			IdleTimeout:       idleTimeout,
-			MaxHeaderBytes:    maxHeaderBytes + 4<<10, // the peer headers on top of the client's
-			ErrorLog:          errorLog,
-		}
-		// Last: from here on this replica takes its share of the shards.
-		if err := s.cluster.start(stop, etcdCfg); err != nil {
-			return nil, err
-		}
-		undo = append(undo, func() { s.cluster.stop(context.Background(), true) })
-	}
-
-	log.Info("fenceproxy started",
-		"version", build.Version, "revision", build.RevisionOrUnknown(), "modified", build.Modified, "go_version", build.GoVersion,
-		"listen", s.proxyLn.Addr().String(), "control_listen", s.controlLn.Addr().String(),
-		"upstream", cfg.Upstream.Redacted(), "data_dir", cfg.DataDir,
-		"token_header", cfg.TokenHeader, "unfenced_methods", cfg.UnfencedMethods,
-		"resource_depth", cfg.ResourceDepth, "require_token", cfg.RequireToken,
-		"drain_timeout", cfg.DrainTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
-		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
-		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(), "upstream_fast_path", cfg.UpstreamFastPath,
-		"upstream_unsent_max", cfg.UpstreamUnsentMax.String(),
-		"abandon_grace", cfg.AbandonGrace.String(), "upload_idle_timeout", cfg.UploadIdleTimeout.String(),
-		"max_token_jump", cfg.MaxTokenJump, "allow_path_params", cfg.AllowPathParams,
-		"lease_grace", leaseGraceText(cfg.LeaseGrace), "lease_revoke_after", revokeAfterText(cfg.LeaseRevokeAfter),
-		"lease_min_ttl", cfg.LeaseMinTTL.String(), "lease_max_ttl", cfg.LeaseMaxTTL.String(), "lease_token_set", cfg.LeaseToken != "",
-		"signed_tokens", signer != nil,
-		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
-		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
-		"s3", cfg.S3, "s3_domains", cfg.S3Domains, "s3_bucket_writes", cfg.S3BucketWrites,
-		"min_free_space", cfg.MinFreeSpace.String(), "cache_size", cfg.CacheSize.String(), "clean_start", cleanStart, "new_store", newStore,
-		"store", cfg.Store)
-	if s.cluster != nil {
-		log.Info("cluster mode", "etcd_endpoints", cfg.EtcdEndpoints, "etcd_prefix", cfg.EtcdPrefix, "etcd_tls", cfg.EtcdCAFile != "" || cfg.EtcdCertFile != "",
-			"etcd_user", cfg.EtcdUsername, "shards", cfg.Shards, "replica_id", cfg.ReplicaID, "peer_listen", s.peerLn.Addr().String(),
-			"peer_advertise", cfg.PeerAdvertise, "shard_ttl", cfg.ShardTTL.String(), "lock_delay", cfg.LockDelay.String(),
-			"lock_delay_min", cfg.LockDelayMin().String())
-	}
-	return s, nil
+	st.logStarted()
+	return st.Server, nil
 }
 
 // leaseGraceText is LEASE_GRACE for the start-up log line: unset (nil)
@@ -404,27 +171,6 @@ func revokeAfterText(d time.Duration) string {
 		return "half the TTL"
 	}
 	return d.String()
-}
-
-// fenceOptionsFrom returns the barrier options that cfg sets, field for
-// field; the rest (StartGrace, Clock, ObserveRaise) stay zero.
-func fenceOptionsFrom(cfg config.Config) fence.Options {
-	return fence.Options{
-		DrainTimeout: cfg.DrainTimeout,
-		AbandonGrace: cfg.AbandonGrace,
-		MaxTokenJump: cfg.MaxTokenJump,
-	}
-}
-
-// leaseOptionsFrom returns the lease manager options that cfg sets (the
-// LEASE_* variables), field for field; the rest (Now, Logger) stay nil.
-func leaseOptionsFrom(cfg config.Config) lease.Options {
-	return lease.Options{
-		MinTTL:      cfg.LeaseMinTTL,
-		MaxTTL:      cfg.LeaseMaxTTL,
-		Grace:       cfg.LeaseGrace,
-		RevokeAfter: cfg.LeaseRevokeAfter,
-	}
 }
 
 // Addrs returns the bound listener addresses.
@@ -501,7 +247,7 @@ func (s *Server) drain() {
 	if s.cluster != nil {
 		// Hand every shard over, drained, while the listeners still take
 		// requests: new ones go to the next owners, and those admit at once.
-		s.cluster.stop(sctx, false)
+		s.cluster.Stop(sctx, false)
 	}
 	for _, srv := range s.servers() {
 		if err := srv.Shutdown(sctx); err != nil {
@@ -563,7 +309,7 @@ func (s *Server) close() error {
 	}
 	if s.cluster != nil {
 		// Requests were cut above; their shards' contexts end with it.
-		s.cluster.stop(context.Background(), true)
+		s.cluster.Stop(context.Background(), true)
 	}
 	s.stopWatch()
 	s.background.Wait()

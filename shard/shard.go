@@ -5,7 +5,7 @@
 // Chubby's lock-delay, so that a replica that stalls or is cut off from etcd
 // stops admitting writes before another one starts.
 //
-// The server's cluster mode (FENCEPROXY_STORE=etcd) runs one Owner per
+// Package cluster (cluster mode, FENCEPROXY_STORE=etcd) runs one Owner per
 // replica: a fenced write is admitted only under MayAdmit and Context, counted
 // in flight before them, and Drain waits for that count and the barrier.
 //

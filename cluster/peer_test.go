@@ -1,0 +1,151 @@
+package cluster
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fenceproxy/fenceproxy/shard"
+	"github.com/fenceproxy/fenceproxy/wire"
+)
+
+// testCluster is a cluster that opened nothing: its forwarding and peer
+// handler, without etcd.
+func testCluster(t *testing.T, s3 bool, secrets ...string) *Cluster {
+	t.Helper()
+	return newCluster(Options{
+		Shards: 4, ReplicaID: "r", PeerSecrets: secrets, S3: s3,
+		DialTimeout: time.Second, DrainTimeout: time.Second, ResponseTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+}
+
+// seen is what a handler behind the peer listener received.
+type seen struct {
+	target, uri, host string
+	header            http.Header
+	fromPeer          bool
+}
+
+// owner serves c's peer handler over handlers that record what reaches them.
+func owner(t *testing.T, c *Cluster) (addr string, got chan seen) {
+	t.Helper()
+	got = make(chan seen, 1)
+	record := func(target string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got <- seen{target, r.RequestURI, r.Host, r.Header.Clone(), r.Context().Value(fromPeerKey{}) != nil}
+			io.WriteString(w, "applied by "+target)
+		})
+	}
+	srv := httptest.NewServer(c.PeerHandler(record("proxy"), record("control")))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), got
+}
+
+// forward sends a PUT of rawPath through c to the owner at addr.
+func forward(c *Cluster, addr, target, rawPath string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPut, rawPath, strings.NewReader("body"))
+	req.Host = "bucket.example"
+	req.Header.Set("X-Forwarded-For", "192.0.2.1")
+	rec := httptest.NewRecorder()
+	c.forwardTo(shard.Member{ID: "owner", Addr: addr}, target, "bkt/x").ServeHTTP(rec, req)
+	return rec
+}
+
+// A forwarded request reaches the owner's target handler as the client
+// sent it (the path's bytes, Host, X-Forwarded-*), without the peer
+// headers and marked as coming from a peer; any secret of the owner's list
+// is accepted.
+func TestForwardReachesOwner(t *testing.T) {
+	addr, got := owner(t, testCluster(t, false, "old-secret-0123456789", "new-secret-0123456789"))
+	c := testCluster(t, false, "new-secret-0123456789")
+	for _, target := range []string{"proxy", "control"} {
+		rec := forward(c, addr, target, "/bkt/a%2Fb/../x?q=1")
+		if rec.Code != http.StatusOK || rec.Body.String() != "applied by "+target {
+			t.Fatalf("%s: %d %s", target, rec.Code, rec.Body)
+		}
+		s := <-got
+		if s.target != target || s.uri != "/bkt/a%2Fb/../x?q=1" || s.host != "bucket.example" || !s.fromPeer {
+			t.Fatalf("%s: the owner saw %+v", target, s)
+		}
+		if s.header.Get(headerPeerSecret) != "" || s.header.Get(headerPeerTarget) != "" || s.header.Get("X-Forwarded-For") != "192.0.2.1" {
+			t.Fatalf("%s: the owner's handler saw the headers %v", target, s.header)
+		}
+	}
+	if v := testutil.ToFloat64(c.forwards.WithLabelValues("ok")); v != 2 {
+		t.Fatalf("ok forwards counted %v, want 2", v)
+	}
+}
+
+// The peer listener serves only replicas: without a secret of its list,
+// 403, marked as its own refusal, and no handler runs; an unknown target
+// is 400.
+func TestPeerHandlerNeedsSecret(t *testing.T) {
+	c := testCluster(t, false, "the-secret-0123456789")
+	ran := false
+	h := c.PeerHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }), http.NotFoundHandler())
+	for _, secret := range []string{"", "wrong-secret-0123456789", "the-secret-012345678"} {
+		req := httptest.NewRequest(http.MethodPut, "/bkt/x", strings.NewReader("x"))
+		req.Header.Set(headerPeerTarget, "proxy")
+		if secret != "" {
+			req.Header.Set(headerPeerSecret, secret)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusForbidden || rec.Header().Get(headerPeerRefused) == "" || ran {
+			t.Fatalf("secret %q: %d %v, handler ran %v", secret, rec.Code, rec.Header(), ran)
+		}
+	}
+	req := httptest.NewRequest(http.MethodPut, "/bkt/x", nil)
+	req.Header.Set(headerPeerSecret, "the-secret-0123456789")
+	req.Header.Set(headerPeerTarget, "other")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest || ran {
+		t.Fatalf("unknown target: %d, handler ran %v", rec.Code, ran)
+	}
+}
+
+// An owner that refuses this replica's secret, or cannot be reached, is a
+// 503 shard_unavailable with Fencing-Refused and Retry-After (nothing was
+// forwarded), counted by result; in S3 mode the proxy's answer is an S3
+// <Error>.
+func TestForwardRefusals(t *testing.T) {
+	addr, got := owner(t, testCluster(t, false, "owner-secret-0123456789"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	for _, tc := range []struct {
+		name, addr, result, detail string
+		s3                         bool
+	}{
+		{"secret", addr, "refused", "peer secret", false},
+		{"unreachable", closed, "unreachable", "could not be reached", false},
+		{"s3", closed, "unreachable", "<Code>", true},
+	} {
+		c := testCluster(t, tc.s3, "other-secret-0123456789")
+		rec := forward(c, tc.addr, "proxy", "/bkt/x")
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get(wire.HeaderRefused) != wire.ReasonShardUnavailable ||
+			rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), tc.detail) {
+			t.Fatalf("%s: %d %v %s", tc.name, rec.Code, rec.Header(), rec.Body)
+		}
+		if v := testutil.ToFloat64(c.forwards.WithLabelValues(tc.result)); v != 1 {
+			t.Fatalf("%s: %s forwards counted %v, want 1", tc.name, tc.result, v)
+		}
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("a handler of the owner ran: %+v", s)
+	default:
+	}
+}
