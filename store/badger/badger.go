@@ -29,7 +29,12 @@ import (
 	badgerdb "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"golang.org/x/sys/unix"
+
+	"github.com/fenceproxy/fenceproxy/store"
 )
+
+// The Badger store implements the whole storage contract.
+var _ store.Store = (*Store)(nil)
 
 // Sentinel errors; callers test them with errors.Is.
 var (

@@ -98,7 +98,12 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fenceproxy/fenceproxy/store"
 )
+
+// The etcd store implements the whole storage contract.
+var _ store.Store = (*Store)(nil)
 
 // Sentinel errors; callers test them with errors.Is.
 var (
