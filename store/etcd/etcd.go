@@ -100,6 +100,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fenceproxy/fenceproxy/store"
+	"github.com/fenceproxy/fenceproxy/store/internal/groupcommit"
 )
 
 // The etcd store implements the whole storage contract.
@@ -197,8 +198,8 @@ type Store struct {
 	cache     *maxCache
 	observe   func(time.Duration)                                      // Options.ObserveRequest
 	guardOf   func(resource string) (key string, rev int64, err error) // Options.Guard
-	raises    raiseGroup
-	leaseMu   [64]sync.Mutex // UpdateLease calls on one name, serialised
+	raises    *groupcommit.Group                                       // concurrent raises share a Txn
+	leaseMu   [64]sync.Mutex                                           // UpdateLease calls on one name, serialised
 	openMu    sync.Mutex
 	released  bool // ReleaseOpenSnapshot was called; guarded by openMu
 	ctx       context.Context
@@ -238,6 +239,7 @@ func Open(cfg clientv3.Config, opts Options) (*Store, error) {
 		maxBatch: opts.MaxTxnOps - 2, timeout: opts.RequestTimeout,
 		cache: newMaxCache(opts.CacheBytes), ctx: ctx, cancel: cancel, observe: opts.ObserveRequest, guardOf: opts.Guard,
 	}
+	s.raises = groupcommit.New(s.takeRaises, s.commitRaises)
 	rctx, rcancel := s.reqCtx()
 	defer rcancel()
 	fences, leases := s.prefix+kindFence, s.prefix+kindLease
@@ -386,7 +388,7 @@ func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 	if _, err := s.guard(resource); err != nil {
 		return 0, s.wrap("raise", resource, err)
 	}
-	return s.groupRaise(resource, t)
+	return s.raises.Raise(resource, t)
 }
 
 // Ready returns nil while the store is open, ErrClosed after Close. It does
