@@ -370,8 +370,9 @@ func (s *Store) Max(resource string) (uint64, error) {
 // Raise makes max(stored, t) resource's maximum, durable in etcd before it
 // returns, and returns it (>= t). A cached maximum >= t answers without a
 // round trip; t = 0 writes nothing and answers Max. Concurrent raises are
-// committed together (groupcommit.go). Errors: ErrRange when t > 2^63-1,
-// nothing written; ErrClosed; ErrCorrupt; the client's.
+// committed together (store/internal/groupcommit, with commitRaises).
+// Errors: ErrRange when t > 2^63-1, nothing written; ErrClosed; ErrCorrupt;
+// the client's.
 func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 	if t > math.MaxInt64 {
 		return 0, ErrRange
