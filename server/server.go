@@ -21,8 +21,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
-	"github.com/fenceproxy/fenceproxy/pool"
-	"github.com/fenceproxy/fenceproxy/proxy"
+	storage "github.com/fenceproxy/fenceproxy/store"
 	"github.com/fenceproxy/fenceproxy/store/badger"
 )
 
@@ -64,21 +63,6 @@ type Addrs struct {
 	Peer    string // cluster mode: the peer listener (FENCEPROXY_PEER_LISTEN); "" otherwise
 }
 
-// tokenStore is what the server needs of its store: Badger's
-// (store/badger) or etcd's (store/etcd), which pass one conformance suite.
-type tokenStore interface {
-	fence.Store
-	lease.Store
-	pool.Store
-	proxy.MultipartRecords
-	Ready() error
-	List(prefix, after string, limit int) ([]fence.Record, error)
-	Reset(resource string) (uint64, error)
-	Resources() int
-	ReleaseOpenSnapshot()
-	Close() error
-}
-
 // Server is one fenceproxy. Build it with New, then Run it (its stop ends
 // with Close) or Close it; a Server is not reused after its stop.
 type Server struct {
@@ -86,7 +70,7 @@ type Server struct {
 	log        *slog.Logger
 	proxyLn    net.Listener
 	controlLn  net.Listener
-	store      tokenStore
+	store      storage.Store    // Badger's (store/badger) or etcd's (store/etcd)
 	badger     *badger.Store    // the embedded store, nil in cluster mode: it keeps the clean-stop mark
 	cluster    *cluster.Cluster // cluster mode (FENCEPROXY_STORE=etcd), nil otherwise
 	barrier    *fence.Barrier

@@ -29,7 +29,13 @@ import (
 	badgerdb "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"golang.org/x/sys/unix"
+
+	"github.com/fenceproxy/fenceproxy/store"
+	"github.com/fenceproxy/fenceproxy/store/internal/groupcommit"
 )
+
+// The Badger store implements the whole storage contract.
+var _ store.Store = (*Store)(nil)
 
 // Sentinel errors; callers test them with errors.Is.
 var (
@@ -90,10 +96,10 @@ type Store struct {
 	db       *badgerdb.DB
 	lockFile *os.File
 	space    *spaceGuard
-	open     *openSnapshot // the store as it was at Open, for the start-up grace
-	empty    bool          // no record at Open (EmptyAtOpen)
-	raises   raiseGroup    // concurrent raises share a transaction and its sync
-	cache    *maxCache     // recently used maxima; also what MarkWritten did
+	open     *openSnapshot      // the store as it was at Open, for the start-up grace
+	empty    bool               // no record at Open (EmptyAtOpen)
+	raises   *groupcommit.Group // concurrent raises share a transaction and its sync
+	cache    *maxCache          // recently used maxima; also what MarkWritten did
 
 	// closed is checked without a lock on the cache fast path; mu keeps
 	// Close from closing db under an in-flight disk operation.
@@ -148,8 +154,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = lf.Close()
 		return nil, fmt.Errorf("tokenstore: read %s: %w", dir, err)
 	}
-	return &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), empty: empty,
-		cache: newMaxCache(opts.CacheBytes)}, nil
+	s := &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), empty: empty,
+		cache: newMaxCache(opts.CacheBytes)}
+	s.raises = groupcommit.New(groupcommit.Upto(maxRaiseBatch), s.commitRaises)
+	return s, nil
 }
 
 // holdsNoRecord reports whether db has no key at all (Badger's own are
@@ -334,7 +342,7 @@ func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 	if err := s.space.check(); err != nil {
 		return 0, err
 	}
-	return s.groupRaise(resource, t)
+	return s.raises.Raise(resource, t)
 }
 
 // read loads resource's maximum inside txn; 0 when absent.

@@ -60,6 +60,12 @@ const (
 // it from before its disk read until its value is cached, and any raise that
 // caches while it is held committed before the read began, or caches after
 // the load and lifts its value.
+//
+// store/etcd has a maxima cache of its own, on purpose: a Badger read is a
+// local lookup, short enough to hold a striped load lock across, and hits
+// from many cores need the shards and CLOCK; an etcd read is a network round
+// trip that no lock may span, so that cache orders its values by epoch
+// tickets instead, and forgets whole shards on a change of owner.
 type maxCache struct {
 	seed     maphash.Seed
 	mask     uint64 // len(shards)-1

@@ -3,6 +3,7 @@ package badger
 import (
 	"testing"
 
+	"github.com/fenceproxy/fenceproxy/store"
 	"github.com/fenceproxy/fenceproxy/store/storetest"
 )
 
@@ -10,7 +11,7 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Opener {
 		dir := t.TempDir()
-		return func() (storetest.Store, error) {
+		return func() (store.Store, error) {
 			s, err := Open(dir, Options{})
 			if err != nil {
 				return nil, err

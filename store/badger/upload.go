@@ -1,27 +1,25 @@
 package badger
 
 import (
-	"encoding/binary"
 	"errors"
 	"math"
 	"time"
 
 	badgerdb "github.com/dgraph-io/badger/v4"
+
+	"github.com/fenceproxy/fenceproxy/store/internal/keys"
 )
 
 // uploadPrefix namespaces S3 multipart upload records beside the fences and
 // leases. Key = uploadPrefix + uvarint(len(resource)) + resource + upload
-// ID, so that no (resource, ID) pair spells another's key; value = the
+// ID (keys.Upload, the layout etcd's store shares), so that no (resource,
+// ID) pair spells another's key; value = the
 // creator's token, 8 bytes big-endian. Badger's own expiry (ExpiresAt)
 // removes a record at its age limit.
 const uploadPrefix = "upload/"
 
 func uploadKey(resource, uploadID string) []byte {
-	k := make([]byte, 0, len(uploadPrefix)+binary.MaxVarintLen64+len(resource)+len(uploadID))
-	k = append(k, uploadPrefix...)
-	k = binary.AppendUvarint(k, uint64(len(resource)))
-	k = append(k, resource...)
-	return append(k, uploadID...)
+	return keys.Upload(uploadPrefix, resource, uploadID)
 }
 
 // PutUpload records that resource's S3 multipart upload uploadID was created

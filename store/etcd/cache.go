@@ -42,6 +42,12 @@ type cacheEntry struct {
 // commit, or before a Reset, can never land in the cache after that
 // commit's or Reset's effect was taken out of it. A write's value that is
 // stored only lifts an entry, never lowers it.
+//
+// store/badger has a maxima cache of its own, on purpose: there a read is a
+// local lookup, so a striped lock held across it orders it against raises,
+// with sharding and CLOCK for hits from many cores; here a read is a
+// network round trip that no lock may span (hence the tickets), and only
+// this store forgets the maxima of a shard this replica comes to own.
 type maxCache struct {
 	mu       sync.Mutex
 	m        map[string]cacheEntry

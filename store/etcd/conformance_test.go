@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
+	"github.com/fenceproxy/fenceproxy/store"
 	"github.com/fenceproxy/fenceproxy/store/storetest"
 )
 
@@ -26,7 +27,7 @@ func TestConformance(t *testing.T) {
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T) storetest.Opener {
 		prefix := fmt.Sprintf("/conformance/%d/", n.Add(1))
-		return func() (storetest.Store, error) {
+		return func() (store.Store, error) {
 			s, err := Open(config(c), Options{Prefix: prefix})
 			if err != nil {
 				return nil, err

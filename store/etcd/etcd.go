@@ -98,7 +98,13 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fenceproxy/fenceproxy/store"
+	"github.com/fenceproxy/fenceproxy/store/internal/groupcommit"
 )
+
+// The etcd store implements the whole storage contract.
+var _ store.Store = (*Store)(nil)
 
 // Sentinel errors; callers test them with errors.Is.
 var (
@@ -192,8 +198,8 @@ type Store struct {
 	cache     *maxCache
 	observe   func(time.Duration)                                      // Options.ObserveRequest
 	guardOf   func(resource string) (key string, rev int64, err error) // Options.Guard
-	raises    raiseGroup
-	leaseMu   [64]sync.Mutex // UpdateLease calls on one name, serialised
+	raises    *groupcommit.Group                                       // concurrent raises share a Txn
+	leaseMu   [64]sync.Mutex                                           // UpdateLease calls on one name, serialised
 	openMu    sync.Mutex
 	released  bool // ReleaseOpenSnapshot was called; guarded by openMu
 	ctx       context.Context
@@ -233,6 +239,7 @@ func Open(cfg clientv3.Config, opts Options) (*Store, error) {
 		maxBatch: opts.MaxTxnOps - 2, timeout: opts.RequestTimeout,
 		cache: newMaxCache(opts.CacheBytes), ctx: ctx, cancel: cancel, observe: opts.ObserveRequest, guardOf: opts.Guard,
 	}
+	s.raises = groupcommit.New(s.takeRaises, s.commitRaises)
 	rctx, rcancel := s.reqCtx()
 	defer rcancel()
 	fences, leases := s.prefix+kindFence, s.prefix+kindLease
@@ -363,8 +370,9 @@ func (s *Store) Max(resource string) (uint64, error) {
 // Raise makes max(stored, t) resource's maximum, durable in etcd before it
 // returns, and returns it (>= t). A cached maximum >= t answers without a
 // round trip; t = 0 writes nothing and answers Max. Concurrent raises are
-// committed together (groupcommit.go). Errors: ErrRange when t > 2^63-1,
-// nothing written; ErrClosed; ErrCorrupt; the client's.
+// committed together (store/internal/groupcommit, with commitRaises).
+// Errors: ErrRange when t > 2^63-1, nothing written; ErrClosed; ErrCorrupt;
+// the client's.
 func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 	if t > math.MaxInt64 {
 		return 0, ErrRange
@@ -381,7 +389,7 @@ func (s *Store) Raise(resource string, t uint64) (uint64, error) {
 	if _, err := s.guard(resource); err != nil {
 		return 0, s.wrap("raise", resource, err)
 	}
-	return s.groupRaise(resource, t)
+	return s.raises.Raise(resource, t)
 }
 
 // Ready returns nil while the store is open, ErrClosed after Close. It does

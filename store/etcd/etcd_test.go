@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
+	"github.com/fenceproxy/fenceproxy/store/internal/groupcommit"
 )
 
 func open(t *testing.T, c *etcdtest.Cluster, opts Options) *Store {
@@ -68,12 +69,12 @@ func TestGroupCommit(t *testing.T) {
 	close(start)
 	wg.Wait()
 	txns := txnCount(t, c) - before
-	t.Logf("%d concurrent raises of distinct resources: %v Txns handled by etcd, %d raise Txns sent", raisers, txns, s.raises.txns)
+	t.Logf("%d concurrent raises of distinct resources: %v Txns handled by etcd, %d raise Txns sent", raisers, txns, s.raises.Batches())
 	if txns >= raisers/2 {
 		t.Errorf("%d raises took %v Txns, want fewer than half as many: no group commit", raisers, txns)
 	}
-	if int64(txns) != s.raises.txns {
-		t.Errorf("etcd handled %v Txns, the store sent %d raise Txns", txns, s.raises.txns)
+	if int64(txns) != s.raises.Batches() {
+		t.Errorf("etcd handled %v Txns, the store sent %d raise Txns", txns, s.raises.Batches())
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -92,12 +93,12 @@ func TestRaiseBatchWithinMaxTxnOps(t *testing.T) {
 	const limit = 10
 	c := etcdtest.Start(t, "--max-txn-ops", fmt.Sprint(limit))
 	batch := func(s *Store, n int, tag string) error {
-		var reqs []*raiseReq
+		var reqs []*groupcommit.Request
 		for i := range n {
-			reqs = append(reqs, &raiseReq{resource: fmt.Sprintf("%s/%d", tag, i), t: 7, done: make(chan struct{})})
+			reqs = append(reqs, &groupcommit.Request{Resource: fmt.Sprintf("%s/%d", tag, i), Token: 7})
 		}
 		s.commitRaises(reqs)
-		return reqs[0].err
+		return reqs[0].Err
 	}
 	s := open(t, c, Options{MaxTxnOps: limit})
 	if s.maxBatch != limit-2 {
@@ -310,7 +311,7 @@ func TestRaiseBatchWithinRequestBytes(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	t.Logf("%d raises of 6 KiB names in %d Txns", raisers, s.raises.txns)
+	t.Logf("%d raises of 6 KiB names in %d Txns", raisers, s.raises.Batches())
 }
 
 // A maximum another process raised while this one did not own the resource

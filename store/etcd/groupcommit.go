@@ -3,60 +3,22 @@ package etcd
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fenceproxy/fenceproxy/store/internal/groupcommit"
 )
 
-// raiseGroup commits concurrent raises together, in one etcd Txn (one round
-// trip and one raft entry for all of them), as store/badger's raiseGroup does
-// with Badger transactions. There is no background goroutine: the first
-// raiser leads, commits what is queued (its own raise first, up to maxBatch
-// resources), and hands the lead to the next queued raiser. A raise alone
-// costs one Txn.
-type raiseGroup struct {
-	mu    sync.Mutex
-	queue []*raiseReq
-	busy  bool // a leader is committing
-
-	// txns counts the raise Txns sent (tests compare it with the raises).
-	txns int64
-}
-
-type raiseReq struct {
-	resource string
-	t        uint64
-	lead     chan struct{} // closed when this raiser must lead the next batch
-	done     chan struct{} // closed when result and err are set
-	result   uint64
-	err      error
-}
-
-// groupRaise makes max(stored, t) durable for resource along with the raises
-// queued beside it, and returns the new maximum (>= t).
-func (s *Store) groupRaise(resource string, t uint64) (uint64, error) {
-	g := &s.raises
-	req := &raiseReq{resource: resource, t: t, lead: make(chan struct{}), done: make(chan struct{})}
-	g.mu.Lock()
-	g.queue = append(g.queue, req)
-	leader := !g.busy
-	g.busy = true
-	g.mu.Unlock()
-	if !leader {
-		select {
-		case <-req.done:
-			return req.result, req.err
-		case <-req.lead: // req is at the head of the queue
-		}
-	}
-	g.mu.Lock()
-	// Take requests while they name at most maxBatch distinct resources
-	// whose operations take at most maxTxnBytes.
-	seen := make(map[string]struct{}, min(len(g.queue), s.maxBatch))
+// takeRaises is the size of the next batch of raises (see
+// groupcommit.Group): requests from the head of queue while they name at
+// most maxBatch distinct resources whose operations take at most
+// maxTxnBytes; at least one.
+func (s *Store) takeRaises(queue []*groupcommit.Request) int {
+	seen := make(map[string]struct{}, min(len(queue), s.maxBatch))
 	n, size := 0, 0
-	for ; n < len(g.queue); n++ {
-		r := g.queue[n].resource
+	for ; n < len(queue); n++ {
+		r := queue[n].Resource
 		if _, ok := seen[r]; !ok {
 			cost := s.raiseOpBytes(r)
 			if len(seen) == s.maxBatch || (len(seen) > 0 && size+cost > maxTxnBytes) {
@@ -66,23 +28,7 @@ func (s *Store) groupRaise(resource string, t uint64) (uint64, error) {
 			size += cost
 		}
 	}
-	batch := g.queue[:n:n]
-	g.queue = g.queue[n:]
-	g.txns++
-	g.mu.Unlock()
-
-	s.commitRaises(batch)
-
-	g.mu.Lock()
-	if len(g.queue) > 0 {
-		close(g.queue[0].lead)
-	} else {
-		g.busy = false
-		g.queue = nil
-	}
-	g.mu.Unlock()
-	<-req.done
-	return req.result, req.err
+	return n
 }
 
 // maxTxnBytes bounds the size of one raise Txn, below etcd's default
@@ -115,15 +61,16 @@ func raiseOp(key string, t uint64) clientv3.Op {
 }
 
 // commitRaises raises every resource of batch to the largest token asked for
-// it, in one Txn, then answers each request.
-func (s *Store) commitRaises(batch []*raiseReq) {
+// it, in one Txn (the raises' group commit: one round trip and one raft
+// entry for the batch), and sets each request's answer.
+func (s *Store) commitRaises(batch []*groupcommit.Request) {
 	want := make(map[string]uint64, len(batch))
 	var order []string
 	for _, r := range batch {
-		if _, ok := want[r.resource]; !ok {
-			order = append(order, r.resource)
+		if _, ok := want[r.Resource]; !ok {
+			order = append(order, r.Resource)
 		}
-		want[r.resource] = max(want[r.resource], r.t)
+		want[r.Resource] = max(want[r.Resource], r.Token)
 	}
 	ops := make([]clientv3.Op, len(order))
 	for i, res := range order {
@@ -179,11 +126,10 @@ func (s *Store) commitRaises(batch []*raiseReq) {
 	}
 	for _, r := range batch {
 		if err != nil {
-			r.err = s.wrap("raise", r.resource, err)
+			r.Err = s.wrap("raise", r.Resource, err)
 		} else {
-			r.result = stored[r.resource]
+			r.Result = stored[r.Resource]
 		}
-		close(r.done)
 	}
 }
 

@@ -8,17 +8,15 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fenceproxy/fenceproxy/store/internal/keys"
 )
 
-// uploadKey is Prefix + "u/" + uvarint(len(resource)) + resource + uploadID:
-// no (resource, uploadID) pair spells another's key.
+// uploadKey is Prefix + "u/" + uvarint(len(resource)) + resource + uploadID
+// (keys.Upload, the layout Badger's store shares): no (resource, uploadID)
+// pair spells another's key.
 func (s *Store) uploadKey(resource, uploadID string) string {
-	k := make([]byte, 0, len(s.prefix)+len(kindUpload)+binary.MaxVarintLen64+len(resource)+len(uploadID))
-	k = append(k, s.prefix...)
-	k = append(k, kindUpload...)
-	k = binary.AppendUvarint(k, uint64(len(resource)))
-	k = append(k, resource...)
-	return string(append(k, uploadID...))
+	return string(keys.Upload(s.prefix+kindUpload, resource, uploadID))
 }
 
 // PutUpload records that resource's S3 multipart upload uploadID was created

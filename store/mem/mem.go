@@ -20,7 +20,11 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/store"
 )
+
+// The in-memory store implements the whole storage contract.
+var _ store.Store = (*Store)(nil)
 
 // Sentinel errors; callers test them with errors.Is.
 var (

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/store"
 	"github.com/fenceproxy/fenceproxy/store/mem"
 	"github.com/fenceproxy/fenceproxy/store/storetest"
 )
 
 var (
-	_ storetest.Store = (*mem.Store)(nil)
 	_ fence.Store     = (*mem.Store)(nil)
 	_ fence.StartView = (*mem.Store)(nil)
 )
@@ -20,7 +20,7 @@ var (
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(*testing.T) storetest.Opener {
 		d := mem.NewDisk()
-		return func() (storetest.Store, error) {
+		return func() (store.Store, error) {
 			s, err := mem.Open(d)
 			if err != nil {
 				return nil, err

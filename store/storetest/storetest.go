@@ -1,152 +1,24 @@
-// Package storetest is the conformance suite of fenceproxy's durable store:
-// per-resource fencing-token maxima, lease records, shard-pool records, S3
-// multipart upload records, the start-up view and the clean-stop mark. Every implementation
-// (store/badger, store/etcd, and store/mem in memory for tests)
-// must pass Run.
+// Package storetest is the conformance suite of fenceproxy's storage
+// contract, store.Store: per-resource fencing-token maxima, lease records,
+// shard-pool records, S3 multipart upload records, the start-up view and the
+// clean-stop mark. Every implementation (store/badger, store/etcd, and
+// store/mem in memory for tests) must pass Run.
 //
-// Errors: the contract defines no sentinel errors. A consumer treats every
-// error from the store as "store unavailable" and fails closed (the fence
-// barrier answers 503), with two exceptions that it can match: the error of
-// UpdateLease's and EachLease's fn comes back as is. Implementations document
-// their own sentinels (badger.ErrClosed, mem.ErrClosed, ...), and
-// the suite asserts only that an error is returned where one is due.
+// Errors: the suite asserts only that an error is returned where one is due
+// (see package store).
 package storetest
 
 import (
 	"testing"
-	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
-)
-
-// Store is the whole storage contract, as one interface for the suite.
-// Consumers own smaller interfaces, each a subset of it: fence.Store and
-// fence.StartView (the fence barrier), lease.Store (leases), the admin API's
-// store (List, Reset) and the control API's (Max, Ready). The methods below
-// state the semantics that Run checks; a resource key is any string (empty,
-// "/"-heavy, with spaces, '%' or non-ASCII UTF-8), a fencing token is at most
-// 2^63-1, and a maximum only ever rises, except by Reset.
-//
-// A resource "has a record" once a raise above 0 (Raise or UpdateLease) or
-// MarkWritten stored its maximum, until Reset removes it. What a method has
-// returned is durable: a crash and a new open of the same storage keep it
-// (the suite checks Close and a new open).
-type Store interface {
-	// Max returns resource's maximum, 0 for a resource without a record. It
-	// never answers below a maximum that a Raise has returned.
-	Max(resource string) (uint64, error)
-	// Raise makes max(stored, t) resource's maximum, durably before it
-	// returns, and returns it (>= t, and >= every maximum returned before the
-	// call began). t <= the stored maximum writes nothing (Raise(r, 0) gives
-	// r no record). t > 2^63-1 is refused with an error, nothing written.
-	Raise(resource string, t uint64) (uint64, error)
-
-	// MaxAtOpen answers from the state as it was when the store was opened,
-	// whatever was raised, marked or reset since: the maximum then, and
-	// whether the resource had a record then (found=false and 0 without
-	// one). Errors once ReleaseOpenSnapshot or Close was called.
-	MaxAtOpen(resource string) (max uint64, found bool, err error)
-	// MarkWritten gives resource a record with maximum 0 if it has none,
-	// durably before it returns; a maximum above 0 stays as it is.
-	MarkWritten(resource string) error
-	// ReleaseOpenSnapshot drops the view that MaxAtOpen reads; MaxAtOpen
-	// fails from then on. Idempotent; Close implies it.
-	ReleaseOpenSnapshot()
-
-	// UpdateLease runs fn in one atomic step over name's lease record (nil
-	// when there is none) and name's current fence maximum, and commits fn's
-	// next record (nil: leave it as is) and its raise of the fence (0 or not
-	// above the maximum: none) together, durably before it returns: the
-	// record and the raise are never seen one without the other. fn may run
-	// more than once (a retry), so it must have no side effects; its error
-	// aborts, writes nothing and is returned as is. Concurrent calls on one
-	// name serialise. A raise above 2^63-1 is refused with an error, nothing
-	// written.
-	UpdateLease(name string, fn func(record []byte, fenceMax uint64) (next []byte, raise uint64, err error)) error
-	// Lease returns name's lease record, nil when there is none.
-	Lease(name string) ([]byte, error)
-	// EachLease calls fn with every lease record, in name (byte) order, from
-	// one consistent view; fn's error stops the walk and is returned as is.
-	EachLease(fn func(name string, record []byte) error) error
-
-	// UpdatePool runs fn in one atomic step over pool's record (nil when
-	// there is none; a shard pool's definition, package pool) and commits
-	// fn's next record (nil: leave it as is) durably before it returns. fn
-	// may run more than once, so it must have no side effects; its error
-	// aborts, writes nothing and is returned as is. Concurrent calls on one
-	// pool serialise. Pool records are a kind of their own: no fence, lease
-	// or upload call reads or changes them (Reset and List included), and
-	// they do not count for EmptyAtOpen.
-	UpdatePool(pool string, fn func(record []byte) (next []byte, err error)) error
-	// Pool returns pool's record, nil when there is none.
-	Pool(pool string) ([]byte, error)
-	// EachPool calls fn with every pool record, in name (byte) order; fn's
-	// error stops the walk and is returned as is.
-	EachPool(fn func(pool string, record []byte) error) error
-
-	// PutUpload records durably, before it returns, that the S3 multipart
-	// upload uploadID of resource was created with the fencing token token,
-	// until expires (a time to the second; a record past it is gone) or
-	// DeleteUpload. A second Put of the same resource and uploadID replaces
-	// the first. Records of other resources or uploads are untouched, and
-	// neither maxima, leases nor List see them. token > 2^63-1 is refused
-	// with an error, nothing written.
-	PutUpload(resource, uploadID string, token uint64, expires time.Time) error
-	// Upload returns the token of resource's upload uploadID, found=false
-	// when there is no record or it has expired.
-	Upload(resource, uploadID string) (token uint64, found bool, err error)
-	// DeleteUpload removes the record, durably; none is no error.
-	DeleteUpload(resource, uploadID string) error
-
-	// List returns up to limit records (resource and maximum, a maximum of 0
-	// from MarkWritten included) whose resource starts with prefix and sorts
-	// strictly after after ("" = from the start), in resource (byte) order.
-	// limit <= 0 returns none. A full page means there may be more: call
-	// again with after = its last resource. Lease records are not listed.
-	List(prefix, after string, limit int) ([]fence.Record, error)
-	// Reset deletes resource's fence record and its lease record together,
-	// durably, and returns the maximum removed: the one way a maximum goes
-	// down (an operator's, after a coordinator's counter restarted). A
-	// maximum of 0 (no record, or only MarkWritten's) returns 0 and writes
-	// nothing.
-	Reset(resource string) (uint64, error)
-
-	// TakeCleanStop reports whether the previous process on this storage
-	// called MarkCleanStop before it closed, and removes the mark durably: a
-	// mark is taken once. False on fresh storage and after a stop without a
-	// mark. The mark survives opens until it is taken.
-	TakeCleanStop() (bool, error)
-	// MarkCleanStop records durably that this process stopped with no
-	// forwarded write unfinished, for the next process's TakeCleanStop.
-	MarkCleanStop() error
-	// EmptyAtOpen reports whether the storage held no record (no fence
-	// record, a maximum of 0 included, and no lease record) when this Store
-	// was opened: then no earlier process forwarded a write through it, and
-	// a missing clean-stop mark is no crash.
-	EmptyAtOpen() bool
-
-	// Ready returns nil while the store can serve, an error after Close.
-	Ready() error
-	// Close releases the storage, so that it can be opened again. Idempotent:
-	// a second Close returns nil when the first did. Every other method
-	// returns an error after Close (ReleaseOpenSnapshot and Resources return
-	// nothing to check).
-	Close() error
-	// Resources returns how many resources with a maximum above 0 the store
-	// holds in memory now (a gauge): never more than those that have one.
-	Resources() int
-}
-
-// The fence barrier's interfaces are subsets of Store.
-var (
-	_ fence.Store     = Store(nil)
-	_ fence.StartView = Store(nil)
+	"github.com/fenceproxy/fenceproxy/store"
 )
 
 // Opener opens the storage it was made for and returns a new Store on it. The
 // suite calls it again only after closing the Store it returned last (a
 // restart), and each Store must see what the previous ones made durable.
-type Opener func() (Store, error)
+type Opener func() (store.Store, error)
 
 // Run runs the conformance suite. newStorage returns an Opener over new,
 // empty storage that lives until t ends (e.g. a t.TempDir() directory); the
@@ -185,7 +57,7 @@ type subtest struct {
 type rig struct {
 	t    *testing.T
 	open Opener
-	s    Store // nil between a Close and the next open
+	s    store.Store // nil between a Close and the next open
 }
 
 func newRig(t *testing.T, newStorage func(t *testing.T) Opener) *rig {
@@ -201,7 +73,7 @@ func newRig(t *testing.T, newStorage func(t *testing.T) Opener) *rig {
 	return r
 }
 
-func (r *rig) mustOpen() Store {
+func (r *rig) mustOpen() store.Store {
 	r.t.Helper()
 	s, err := r.open()
 	if err != nil {
