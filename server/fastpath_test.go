@@ -567,9 +567,15 @@ func fpWaitNoWhole(t *testing.T, b *fpScript, prefix string) {
 // forwarded without waiting for the drain timeout.
 func TestFastPathProxyStalledUploadCutByLargerToken(t *testing.T) {
 	b := fpWholeWrites(t)
-	addr := fpStart(t, b.URL(), map[string]string{"FENCEPROXY_DRAIN_TIMEOUT": "10s"})
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": b.URL(), "FENCEPROXY_DATA_DIR": t.TempDir(),
+		"FENCEPROXY_ABANDON_GRACE": "0s", "FENCEPROXY_UPSTREAM_FAST_PATH": "true", "FENCEPROXY_DRAIN_TIMEOUT": "10s"})
+	addr := in.Proxy
 	c, br := fpStalledUpload(t, addr, "5", 16)
-	time.Sleep(100 * time.Millisecond) // admitted and forwarding
+	// Admitted (the gauge counts admitted writes): the fast path reads its
+	// body whole before it sends anything, so the backend has seen nothing.
+	cutEventually(t, 10*time.Second, "the stalled upload is admitted", func() bool {
+		return metric(t, http.DefaultClient, in.Control, "fenceproxy_inflight_requests") >= 1
+	})
 	start := time.Now()
 	if a := fpRaw(t, addr, "PUT /bkt/obj HTTP/1.1\r\nHost: h\r\nX-Fencing-Token: 6\r\nContent-Length: 1\r\n\r\nB"); a.Status != http.StatusNoContent {
 		t.Fatalf("token 6: %+v", a)

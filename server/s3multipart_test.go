@@ -114,12 +114,15 @@ func TestS3PassMultipartAbortAfterTakeover(t *testing.T) {
 // cuts it off (409). versitygw must never apply it: the object keeps 40's
 // data. versitygw v1.8.0 takes a connection closed mid-body for the body's
 // end and stores the truncated object, after the takeover; the proxy resets
-// the connection instead, which fails versitygw's read.
+// the connection instead, which fails versitygw's read. A relay (cutRelay)
+// between the proxy and versitygw makes the cut come after versitygw's
+// connection got part of the body, and tells when versitygw is done with it.
 func TestS3PassCutUploadNeverApplied(t *testing.T) {
 	const bucket, key = "jobs", "report.csv"
 	backend := s3backend.Start(t)
 	backend.CreateBucket(t, bucket)
-	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+	relay := startCutRelay(t, strings.TrimPrefix(backend.URL, "http://"))
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": "http://" + relay.addr(), "FENCEPROXY_DATA_DIR": t.TempDir(),
 		"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "127.0.0.1", "FENCEPROXY_ADMIN_TOKEN": "admin-secret"})
 	c := s3.New(backend.Options(in.ProxyURL()), client.S3Fencing(client.ContextToken))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -129,7 +132,10 @@ func TestS3PassCutUploadNeverApplied(t *testing.T) {
 		t.Fatalf("PutObject with 40: %v", err)
 	}
 
+	snap := relay.snapshot()
 	cut := s3StalledPut(t, backend, fmt.Sprintf("%s/%s/%s", in.ProxyURL(), bucket, key), 41, 1<<20)
+	// Past the request's head (about 1 KiB), into the 64 KiB of body sent.
+	carrier := relay.waitCarried(t, snap, 32<<10)
 	ctl := &client.Control{BaseURL: in.ControlURL(), AdminBearer: "admin-secret"}
 	if _, err := ctl.RaiseFence(ctx, bucket+"/"+key, 42); err != nil {
 		t.Fatalf("admin raise to 42: %v", err)
@@ -142,7 +148,12 @@ func TestS3PassCutUploadNeverApplied(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("41's stalled PutObject got no answer 20s after the raise")
 	}
-	time.Sleep(500 * time.Millisecond) // a backend that applies the cut body has done so by now
+	select {
+	case <-carrier.done: // versitygw answered and closed: it applied the body or failed
+	case <-time.After(10 * time.Second):
+		t.Fatalf("versitygw's connection did not end within 10s of the cut")
+	}
+	t.Logf("versitygw's connection got %d bytes of the request before the cut", carrier.up.Load())
 	if got := s3GetObject(ctx, t, backend.Client(), bucket, key); got != "object of 40" {
 		t.Errorf("versitygw applied the cut-off upload of 41 after the raise to 42: the object holds %d bytes starting %q, want 40's",
 			len(got), got[:min(len(got), 16)])

@@ -26,6 +26,14 @@ const (
 	testLockDelay = time.Second
 )
 
+// longValidity gives the tests that time a cut against the validity's end a
+// validity far longer than any stall of a loaded machine (about 15 s left
+// after any keepalive), renewed as often as with testTTL: "at once" and "at
+// the validity's end" stay apart however slow the machine.
+func longValidity(o *Options) {
+	o.TTL, o.KeepAliveInterval = 20*time.Second, testTTL/4
+}
+
 func newClient(t *testing.T, endpoints []string) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
