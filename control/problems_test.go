@@ -501,12 +501,12 @@ func TestErrorTable(t *testing.T) {
 
 	titles := map[string]bool{}
 	for _, row := range table {
-		if titles[row.title] {
-			t.Errorf("title %q is on two rows", row.title)
+		if titles[row.Title] {
+			t.Errorf("title %q is on two rows", row.Title)
 		}
-		titles[row.title] = true
-		if !reached[fmt.Sprint(row.status, row.reason, row.title)] {
-			t.Errorf("row %d %s %q (%v) was not reached", row.status, row.reason, row.title, row.err)
+		titles[row.Title] = true
+		if !reached[fmt.Sprint(row.Status, row.Reason, row.Title)] {
+			t.Errorf("row %d %s %q (%v) was not reached", row.Status, row.Reason, row.Title, row.Err)
 		}
 	}
 }

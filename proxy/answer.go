@@ -21,7 +21,7 @@ import (
 // Fencing-Current-Token, written by writeProblem (an S3 <Error> in S3 mode).
 // It logs once; internal causes (store errors) stay out of the body.
 func (p *Proxy) refuse(ex *exchange, err error) {
-	pb, level := p.problemFor(err)
+	pb, a := p.problemFor(err)
 	pb.Token = ex.tokenText
 	if pb.Resource == "" {
 		pb.Resource = ex.resource()
@@ -30,12 +30,12 @@ func (p *Proxy) refuse(ex *exchange, err error) {
 	if pb.CurrentToken != "" {
 		h.Set(wire.HeaderCurrentToken, pb.CurrentToken)
 	}
-	if pb.Status == http.StatusServiceUnavailable {
+	if a.Retry {
 		h.Set("Retry-After", wire.RetryAfter(err))
 	}
 	h.Set(wire.HeaderRefused, pb.Reason)
 	p.opts.Metrics.decision(pb.Reason)
-	p.logRefusal(ex, level, pb, err)
+	p.logRefusal(ex, a.Level, pb, err)
 	p.writeProblem(ex.w, ex.r, pb)
 	if ex.rawBody != nil {
 		lingerDrainBody(ex.w, ex.r, ex.rawBody) // not the decoder in front of it
@@ -209,75 +209,61 @@ func clientGone(ex *exchange, err error) bool {
 	return errors.As(err, &ne) || errors.Is(err, net.ErrClosed)
 }
 
-// problemFor maps one of the proxy's errors to its problem (status, reason,
-// title, detail, and the resource the error concerns) and log level: the
-// table of the proxy's refusals.
-func (p *Proxy) problemFor(err error) (wire.Problem, slog.Level) {
-	pb := wire.Problem{Detail: err.Error(), Resource: fence.ResourceOf(err)}
-	level := slog.LevelInfo
+// answers is the table of the proxy's refusals: each error's status,
+// reason, title and log level. The first row whose error matches wins;
+// problemFor adds what a row cannot say.
+var answers = wire.Answers{
+	{Err: fence.ErrStale, Status: http.StatusConflict, Reason: wire.ReasonStale, Title: "Stale fencing token", Level: slog.LevelInfo},
+	{Err: fence.ErrTokenMissing, Status: http.StatusPreconditionRequired, Reason: wire.ReasonMissing, Title: "Fencing token required", Level: slog.LevelInfo},
+	{Err: fence.ErrTokenMalformed, Status: http.StatusBadRequest, Reason: wire.ReasonMalformed, Title: "Malformed fencing token", Level: slog.LevelInfo},
+	{Err: ErrSignature, Status: http.StatusForbidden, Reason: wire.ReasonSignature, Title: "Fencing token signature refused", Level: slog.LevelWarn},
+	{Err: ErrForbidden, Status: http.StatusForbidden, Reason: wire.ReasonForbidden, Title: "Forbidden", Level: slog.LevelWarn},
+	{Err: s3.ErrAccessDenied, Status: http.StatusForbidden, Reason: wire.ReasonForbidden, Title: "Access denied", Level: slog.LevelWarn},
+	{Err: ErrKeyRevoked, Status: http.StatusForbidden, Reason: wire.ReasonForbidden, Title: "Access denied", Level: slog.LevelWarn},
+	{Err: fence.ErrJump, Status: http.StatusForbidden, Reason: wire.ReasonJump, Title: "Fencing token jumps too far", Level: slog.LevelWarn},
+	{Err: fence.ErrBadResource, Status: http.StatusBadRequest, Reason: wire.ReasonBadResource, Title: "No fenceable resource", Level: slog.LevelInfo},
+	{Err: s3.ErrAmbiguous, Status: http.StatusBadRequest, Reason: wire.ReasonAmbiguous, Title: "Ambiguous request", Level: slog.LevelInfo},
+	{Err: s3.ErrMalformedDelete, Status: http.StatusBadRequest, Reason: wire.ReasonMalformedXML, Title: "Malformed DeleteObjects body", Level: slog.LevelInfo},
+	{Err: errUnsupported, Status: http.StatusBadRequest, Reason: wire.ReasonUnsupported, Title: "Write cannot be fenced", Level: slog.LevelInfo},
+	{Err: s3.ErrInBody, Status: http.StatusBadRequest, Reason: wire.ReasonUnsupported, Title: "Write cannot be fenced", Level: slog.LevelInfo},
+	{Err: ErrHopByHop, Status: http.StatusBadRequest, Reason: wire.ReasonHopByHop, Title: "Hop-by-hop header refused", Level: slog.LevelInfo},
+	{Err: errBadBody, Status: http.StatusBadRequest, Reason: wire.ReasonBadBody, Title: "Malformed request body", Level: slog.LevelInfo},
+	{Err: fence.ErrDrainTimeout, Status: http.StatusServiceUnavailable, Reason: wire.ReasonDrainTimeout, Title: "Smaller-token writes still in flight",
+		Detail: "writes with smaller tokens on this resource did not finish within the drain timeout; nothing was forwarded, retry later",
+		Retry:  true, Level: slog.LevelWarn},
+	{Err: ErrShardUnavailable, Status: http.StatusServiceUnavailable, Reason: wire.ReasonShardUnavailable, Title: "Shard unavailable",
+		Retry: true, Level: slog.LevelWarn},
+	{Err: fence.ErrStore, Status: http.StatusServiceUnavailable, Reason: wire.ReasonStoreError, Title: "Fencing store unavailable",
+		Detail: "the maximum could not be read or made durable; nothing was forwarded", Retry: true, Level: slog.LevelError},
+	// The client went away while waiting at the barrier; 499 is for the log,
+	// the answer is only written in case someone still reads.
+	{Err: context.Canceled, Status: 499, Reason: wire.ReasonClientGone, Title: "Client closed request", Level: slog.LevelInfo},
+	{Err: context.DeadlineExceeded, Status: 499, Reason: wire.ReasonClientGone, Title: "Client closed request", Level: slog.LevelInfo},
+	{Status: http.StatusInternalServerError, Reason: wire.ReasonInternal, Title: "Internal error", Hide: true, Level: slog.LevelError},
+}
+
+// problemFor returns the problem of one of the proxy's errors (its row in
+// answers, the resource the error concerns, and in S3 mode its S3 code) and
+// the row.
+func (p *Proxy) problemFor(err error) (wire.Problem, wire.Answer) {
+	a := answers.Find(err)
+	pb := a.Problem(err)
+	pb.Resource = fence.ResourceOf(err)
 	var stale *fence.StaleError
 	switch {
-	case errors.As(err, &stale):
-		pb.Status, pb.Reason, pb.Title = http.StatusConflict, wire.ReasonStale, "Stale fencing token"
+	case a.Reason == wire.ReasonStale && errors.As(err, &stale):
 		pb.CurrentToken = strconv.FormatUint(stale.Current, 10)
-	case errors.Is(err, fence.ErrTokenMissing):
-		pb.Status, pb.Reason, pb.Title = http.StatusPreconditionRequired, wire.ReasonMissing, "Fencing token required"
+	case a.Reason == wire.ReasonMissing:
 		pb.Detail = "this method is a fenced write; send the fencing token in the " + p.tokenHeader + " header"
-	case errors.Is(err, fence.ErrTokenMalformed):
-		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonMalformed, "Malformed fencing token"
-	case errors.Is(err, ErrSignature):
-		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonSignature, "Fencing token signature refused"
-		level = slog.LevelWarn
-	case errors.Is(err, ErrForbidden):
-		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonForbidden, "Forbidden"
-		level = slog.LevelWarn
-	case errors.Is(err, s3.ErrAccessDenied), errors.Is(err, ErrKeyRevoked):
-		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonForbidden, "Access denied"
-		level = slog.LevelWarn
-	case errors.Is(err, fence.ErrJump):
-		pb.Status, pb.Reason, pb.Title = http.StatusForbidden, wire.ReasonJump, "Fencing token jumps too far"
-		level = slog.LevelWarn
-	case errors.Is(err, fence.ErrBadResource):
-		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonBadResource, "No fenceable resource"
-		if errors.Is(err, s3.ErrHost) { // the Host is at fault, not the path
-			pb.Detail = strings.TrimPrefix(pb.Detail, fence.ErrBadResource.Error()+": ")
-		}
-	case errors.Is(err, s3.ErrAmbiguous):
-		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonAmbiguous, "Ambiguous request"
-	case errors.Is(err, s3.ErrMalformedDelete):
-		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonMalformedXML, "Malformed DeleteObjects body"
-	case errors.Is(err, errUnsupported), errors.Is(err, s3.ErrInBody):
-		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonUnsupported, "Write cannot be fenced"
-	case errors.Is(err, ErrHopByHop):
-		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonHopByHop, "Hop-by-hop header refused"
-	case errors.Is(err, errBadBody):
-		pb.Status, pb.Reason, pb.Title = http.StatusBadRequest, wire.ReasonBadBody, "Malformed request body"
-	case errors.Is(err, fence.ErrDrainTimeout):
-		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonDrainTimeout, "Smaller-token writes still in flight"
-		pb.Detail = "writes with smaller tokens on this resource did not finish within the drain timeout; nothing was forwarded, retry later"
-		level = slog.LevelWarn
-	case errors.Is(err, ErrShardUnavailable):
-		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonShardUnavailable, "Shard unavailable"
-		level = slog.LevelWarn
-	case errors.Is(err, fence.ErrStore):
-		pb.Status, pb.Reason, pb.Title = http.StatusServiceUnavailable, wire.ReasonStoreError, "Fencing store unavailable"
-		pb.Detail = "the maximum could not be read or made durable; nothing was forwarded"
-		level = slog.LevelError
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		// The client went away while waiting at the barrier; 499 is for the log,
-		// the answer is only written in case someone still reads.
-		pb.Status, pb.Reason, pb.Title = 499, wire.ReasonClientGone, "Client closed request"
-	default:
-		pb.Status, pb.Reason, pb.Title = http.StatusInternalServerError, wire.ReasonInternal, "Internal error"
-		pb.Detail = ""
-		level = slog.LevelError
+	case a.Reason == wire.ReasonBadResource && errors.Is(err, s3.ErrHost): // the Host is at fault, not the path
+		pb.Detail = strings.TrimPrefix(pb.Detail, fence.ErrBadResource.Error()+": ")
 	}
 	if p.s3 != nil {
 		// S3 mode: the code of the one table, and S3's own status for a
 		// refused signature (400 for a malformed one).
 		pb.S3Code, pb.Status = s3.Code(err, pb.Reason, pb.Status)
 	}
-	return pb, level
+	return pb, a
 }
 
 // writeProblem writes one of the proxy's own answers as the whole response:

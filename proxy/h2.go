@@ -20,13 +20,13 @@ var errPriorKnowledge = fmt.Errorf("%w: HTTP/2 with prior knowledge (the PRI * H
 // HTTP/2 frames, not requests), logged as what it is rather than as a
 // refused write.
 func (p *Proxy) priorKnowledge(ex *exchange) {
-	pb, level := p.problemFor(errPriorKnowledge)
+	pb, a := p.problemFor(errPriorKnowledge)
 	pb.Detail = strings.TrimPrefix(pb.Detail, fence.ErrBadResource.Error()+": ")
 	h := ex.w.Header()
 	h.Set(wire.HeaderRefused, pb.Reason)
 	h.Set("Connection", "close")
 	p.opts.Metrics.decision(pb.Reason)
-	p.log.LogAttrs(ex.r.Context(), level, "HTTP/2 prior knowledge on a listener without h2c; answered in HTTP/1.1 and closed",
+	p.log.LogAttrs(ex.r.Context(), a.Level, "HTTP/2 prior knowledge on a listener without h2c; answered in HTTP/1.1 and closed",
 		slog.String("reason", pb.Reason), slog.Int("status", pb.Status), slog.String("remote", ex.r.RemoteAddr))
 	p.writeProblem(ex.w, ex.r, pb)
 }

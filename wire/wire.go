@@ -8,7 +8,6 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -274,18 +273,4 @@ type Pool struct {
 type LeaseList struct {
 	Leases []Lease `json:"leases"`
 	Next   string  `json:"next,omitempty"`
-}
-
-// RetryAfter is the Retry-After value (whole seconds) of a 503 refusal for
-// err: what an error in its chain with a RetryAfter() time.Duration method
-// says (cluster mode knows when a shard's lock-delay ends), rounded up, at
-// least 1; else 1.
-func RetryAfter(err error) string {
-	var ra interface{ RetryAfter() time.Duration }
-	if errors.As(err, &ra) {
-		if d := ra.RetryAfter(); d > time.Second {
-			return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
-		}
-	}
-	return "1"
 }
