@@ -161,13 +161,23 @@ func Start(t testing.TB, env map[string]string) *Instance {
 // call why there is none.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Within(timeout, cond) {
+		t.Fatalf("timed out after %v waiting until %s", timeout, what)
+	}
+}
+
+// Within polls cond every 10 ms until it holds, for at most timeout, and
+// reports whether it holds: Eventually for a caller that reports the
+// failure itself.
+func Within(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", timeout, what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 // Signal wakes those waiting on a condition that its owner changes: the
