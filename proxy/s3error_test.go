@@ -168,7 +168,7 @@ func TestS3ErrorUpstreamAndBarrier(t *testing.T) {
 			f.DrainTimeout, o.UploadIdleTimeout = 10*time.Second, time.Minute
 		})
 		conn, br := slowUpload(t, srv.URL, "/obj", "5", false) // Host bkt.example: virtual-hosted bkt/obj
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)                     // no event: the proxy admits the slow upload
 		if resp, body, err := s3Put(context.Background(), srv.URL, "/bkt/obj", "6", "b"); err != nil || resp.StatusCode != 204 {
 			t.Fatalf("token 6: %v %v %s", resp, err, body)
 		}
