@@ -184,7 +184,7 @@ func (c *cluster) traffic(r *replica) {
 		g, ok := r.o.MayAdmit(n)
 		if !ok {
 			r.inflight[n].Add(-1)
-			time.Sleep(200 * time.Microsecond)
+			time.Sleep(200 * time.Microsecond) // paces the load: a refused request's back-off
 			continue
 		}
 		start := time.Now()
@@ -196,7 +196,7 @@ func (c *cluster) traffic(r *replica) {
 		if end.After(g.ValidUntil) {
 			end = g.ValidUntil
 		}
-		time.Sleep(time.Until(end))
+		time.Sleep(time.Until(end)) // paces the load: the request's duration
 		c.rec.request(r.name, g, start, time.Now())
 		r.inflight[n].Add(-1)
 	}
@@ -244,6 +244,8 @@ func counts(m map[*replica][]int, rs ...*replica) []int {
 	return out
 }
 
+// waitFor polls cond: the owners' state follows etcd, another process,
+// which signals no event here.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -549,7 +551,7 @@ func runCutOff(t *testing.T, unprotected bool) []string {
 	b := c.start("b", "b", false)
 	cc := c.start("c", "c", false)
 	c.settled(30*time.Second, []int{4, 4, 4}, a, b, cc)
-	time.Sleep(500 * time.Millisecond) // traffic
+	time.Sleep(500 * time.Millisecond) // paces the load: traffic before the cut
 	cutShards := a.o.Owned()
 	lastSent := a.o.Stats().LastKeepAliveSentAt
 
@@ -629,7 +631,7 @@ func runCutOff(t *testing.T, unprotected bool) []string {
 			t.Errorf("want %d unclean acquisitions with lock-delay waits: %+v", len(cutShards), st)
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // traffic
+	time.Sleep(500 * time.Millisecond) // paces the load: traffic before the restore
 
 	for _, p := range a.proxies {
 		p.Restore()
