@@ -522,7 +522,7 @@ func TestAdmitSeveral(t *testing.T) {
 		relA := mustAdmit(t, b, "a", 5, nil)
 		mustAdmit(t, b, "b", 5, nil) // never released
 		go func() {
-			time.Sleep(drain * 4 / 5)
+			time.Sleep(drain * 4 / 5) // synctest's fake time: A leaves 4/5 into the drain
 			relA()
 		}()
 		start := time.Now()

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"math"
 	"strings"
@@ -241,9 +240,8 @@ func TestSuspectReported(t *testing.T) {
 	}
 	defer s.Close()
 	c := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	var logs strings.Builder
-	var mu sync.Mutex
-	m := NewManager(s, newBarrier(s), Options{Now: c.Now, Logger: slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))})
+	logs := &logSink{}
+	m := NewManager(s, newBarrier(s), Options{Now: c.Now, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if _, err := m.Acquire(context.Background(), "a", "w1", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -282,17 +280,8 @@ func TestSuspectReported(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { m.Watch(ctx, 10*time.Millisecond); close(done) }()
-	watched := func() string { // the log once Watch has reported, or after 10 s
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			mu.Lock()
-			out := logs.String()
-			mu.Unlock()
-			if strings.Count(out, `"msg":"lease holder is suspect`) >= 2 || time.Now().After(deadline) {
-				return out
-			}
-		}
-	}
-	out := watched()
+	// The log once Watch has reported, or after 10 s.
+	out := logs.wait(10*time.Second, func(out string) bool { return strings.Count(out, `"msg":"lease holder is suspect`) >= 2 })
 	cancel()
 	<-done
 	if n := strings.Count(out, `"msg":"lease holder is suspect`); n < 2 { // Get logs once, Watch once
@@ -303,15 +292,51 @@ func TestSuspectReported(t *testing.T) {
 	}
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+// logSink collects log lines written concurrently and wakes wait at each.
+type logSink struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	written chan struct{} // closed (and dropped) by each Write
 }
 
-func (l lockedWriter) Write(p []byte) (int, error) {
+func (l *logSink) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	if l.written != nil {
+		close(l.written)
+		l.written = nil
+	}
+	return l.b.Write(p)
+}
+
+func (l *logSink) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// wait returns the log once cond holds for it, checked at each line, or
+// after d.
+func (l *logSink) wait(d time.Duration, cond func(string) bool) string {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		out := l.b.String()
+		if l.written == nil {
+			l.written = make(chan struct{})
+		}
+		written := l.written
+		l.mu.Unlock()
+		if cond(out) {
+			return out
+		}
+		select {
+		case <-written:
+		case <-timer.C:
+			return l.String()
+		}
+	}
 }
 
 // newBarrier is the fence barrier over s that grants raise through.
@@ -408,9 +433,8 @@ func TestWatchOnlyWatched(t *testing.T) {
 	}
 	defer s.Close()
 	c := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	var logs strings.Builder
-	var mu sync.Mutex
-	m := NewManager(s, newBarrier(s), Options{Now: c.Now, Logger: slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil)),
+	logs := &logSink{}
+	m := NewManager(s, newBarrier(s), Options{Now: c.Now, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		Watched: func(name string) bool { return name == "mine" }})
 	for _, name := range []string{"mine", "theirs"} {
 		if _, err := m.Acquire(context.Background(), name, "w", 10*time.Second); err != nil {
@@ -421,22 +445,13 @@ func TestWatchOnlyWatched(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { m.Watch(ctx, 5*time.Millisecond); close(done) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		out := logs.String()
-		mu.Unlock()
-		if strings.Contains(out, `suspect: no renew within the revoke threshold","lease":"mine"`) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // ten more rounds
+	logs.wait(10*time.Second, func(out string) bool {
+		return strings.Contains(out, `suspect: no renew within the revoke threshold","lease":"mine"`)
+	})
+	time.Sleep(50 * time.Millisecond) // asserting nothing happens: ten more rounds report no "theirs"
 	cancel()
 	<-done
-	mu.Lock()
 	out := logs.String()
-	mu.Unlock()
 	if !strings.Contains(out, `threshold","lease":"mine"`) || strings.Contains(out, `threshold","lease":"theirs"`) {
 		t.Fatalf("Watch reported:\n%s\nwant mine and not theirs", out)
 	}

@@ -52,7 +52,7 @@ func (b *lateBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := b.delay[tok]
 	b.mu.Unlock()
 	b.arrivals <- tok
-	time.Sleep(d) // the proxy may have answered 504 already; the write still lands
+	time.Sleep(d) // not a wait: the scenario's late apply; the proxy may have answered 504 already
 	b.mu.Lock()
 	b.applied = append(b.applied, tok)
 	b.mu.Unlock()

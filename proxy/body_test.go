@@ -137,7 +137,7 @@ func (p bodyProxy) linesFor(target string) []map[string]any {
 func (p bodyProxy) checkOneLine(t *testing.T, target string) map[string]any {
 	t.Helper()
 	fwdEventually(t, "a log line about "+target, func() bool { return len(p.linesFor(target)) > 0 })
-	time.Sleep(50 * time.Millisecond) // a second line would come right after the first
+	time.Sleep(50 * time.Millisecond) // asserting nothing happens: no second line comes right after the first
 	lines := p.linesFor(target)
 	if len(lines) != 1 {
 		t.Fatalf("%d log lines about %s, want 1: %v", len(lines), target, lines)
@@ -272,7 +272,7 @@ func TestBrokenBodyClientReset(t *testing.T) {
 				}
 				conn, _ := fwdDial(t, p.srv)
 				io.WriteString(conn, raw+"\r\nabc")
-				time.Sleep(100 * time.Millisecond) // the proxy is reading the body
+				time.Sleep(100 * time.Millisecond) // no event: the proxy starts reading the body (no token: no barrier to watch)
 				conn.(*net.TCPConn).SetLinger(0)
 				conn.Close() // RST
 				line := p.checkOneLine(t, target)

@@ -73,7 +73,7 @@ func (l *applyLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		<-gate
 	}
 	if l.maxDelay > 0 {
-		time.Sleep(rand.N(l.maxDelay))
+		time.Sleep(rand.N(l.maxDelay)) // paces the load: a backend of random speed
 	}
 	l.mu.Lock()
 	l.applied[key] = append(l.applied[key], t)
@@ -128,7 +128,7 @@ func TestStalledWorkerTimeline(t *testing.T) {
 			t.Fatalf("arrived %d", got)
 		}
 		b := putAsync(srv.URL, "/bkt/report", "42", "B")
-		time.Sleep(100 * time.Millisecond) // B waits for A's write to finish upstream
+		time.Sleep(100 * time.Millisecond) // asserting nothing happens: B waits for A's write to finish upstream
 		if got := log.check(t); got != 0 {
 			t.Fatalf("%d writes applied while A is held", got)
 		}
@@ -220,7 +220,7 @@ func (b *stallingBody) Read(p []byte) (int, error) {
 	}
 	half := len(b.data) / 2
 	if b.sent == half && b.pause > 0 {
-		time.Sleep(b.pause)
+		time.Sleep(b.pause) // paces the body: a pause in its middle
 		b.pause = 0
 	}
 	end := len(b.data)
@@ -302,7 +302,7 @@ func TestRandomizedTakeovers(t *testing.T) {
 							held[res] = takeOver(t, rng, raise, leases, key, w, &coordinator[res], log, &byWrite, &byAdmin, &byLease)
 						}
 						if rng.IntN(20) == 0 {
-							time.Sleep(time.Duration(rng.Int64N(int64(2 * time.Millisecond)))) // a stall between grant and write
+							time.Sleep(time.Duration(rng.Int64N(int64(2 * time.Millisecond)))) // paces the load: a stall between grant and write
 						}
 						var body io.Reader
 						size := []int{4, 2 << 10, 80 << 10}[rng.IntN(3)] // the fast path, and streamed
@@ -478,7 +478,7 @@ func TestClientHangUpKeepsBarrier(t *testing.T) {
 		t.Fatalf("A got %d after cancelling", r.status)
 	}
 	b := putAsync(srv.URL, "/bkt/obj", "6", "B")
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // asserting nothing happens: B is not forwarded while A's write is applied
 	if got := fmt.Sprint(log.forwarded["bkt/obj"]); got != "[5]" {
 		t.Fatalf("forwarded %s while A's write is still being applied, want [5]", got)
 	}

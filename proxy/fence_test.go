@@ -160,7 +160,7 @@ func (b *gateBackend) waitArrival(t *testing.T, id string) {
 // assertNotArrived checks that id has not reached the backend within d.
 func (b *gateBackend) assertNotArrived(t *testing.T, id string, d time.Duration) {
 	t.Helper()
-	time.Sleep(d)
+	time.Sleep(d) // asserting nothing happens: id does not arrive
 	for _, got := range b.got() {
 		if got == id {
 			t.Fatalf("request %s reached the backend; arrived: %v", id, b.got())
@@ -524,6 +524,8 @@ func TestRaiseInProgress(t *testing.T) {
 	}
 }
 
+// waitFor polls cond for at most 5 s: the barrier's counts, the stores and
+// backends it is used on signal no event.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

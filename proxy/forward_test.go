@@ -859,7 +859,8 @@ func (l *fwdLog) records() []map[string]any {
 	return out
 }
 
-// fwdEventually polls cond until it holds or 5 s pass.
+// fwdEventually polls cond until it holds or 5 s pass: the barrier's
+// in-flight count and the log it is used on signal no event.
 func fwdEventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

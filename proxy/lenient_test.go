@@ -72,10 +72,7 @@ func TestLenientRaiseCutsUpload(t *testing.T) {
 				t.Fatalf("cut-off writer: %d %v", resp.StatusCode, resp.Header)
 			}
 			// The cut body's end reaches the backend at once, a reset or a FIN.
-			deadline := time.Now().Add(5 * time.Second)
-			for backend.Incomplete() == 0 && len(backend.Applies()) < 2 && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			backend.Wait(5*time.Second, func() bool { return backend.Incomplete() != 0 || len(backend.Applies()) >= 2 })
 			applies := backend.Applies()
 			v := append(clustertest.CheckTruncatedApplies(applies), clustertest.CheckApplied(applies)...)
 			if unprotected("reset") {
@@ -114,7 +111,9 @@ func TestLenientAbandonGrace(t *testing.T) {
 				if r := put(context.Background(), proxy.URL, "/bkt/obj", "42", "B", clustertest.HeaderWriteID, "B"); r.status != http.StatusOK {
 					t.Fatalf("token 42: %d %s", r.status, r.body)
 				}
-				waitFor(t, func() bool { return len(backend.Applies()) == 2 })
+				if !backend.Wait(5*time.Second, func() bool { return len(backend.Applies()) == 2 }) {
+					t.Fatal("condition not met within 5s")
+				}
 				v := clustertest.CheckApplied(backend.Applies())
 				if grace == 0 {
 					if len(v) == 0 {
@@ -171,7 +170,7 @@ func TestOwnedWriteEndsAtValidity(t *testing.T) {
 				t.Fatalf("status %d after %v, want no 2xx, at the validity (%v)", r.status, took, validity)
 			}
 			// The backend would have applied it 2s after arrival.
-			time.Sleep(2500*time.Millisecond - took)
+			time.Sleep(2500*time.Millisecond - took) // asserting nothing happens: no apply by then
 			if a := backend.Applies(); len(a) != 0 {
 				t.Fatalf("the backend applied %+v after the validity ended; %s", a, backend)
 			}

@@ -163,12 +163,14 @@ func TestS3ErrorUpstreamAndBarrier(t *testing.T) {
 
 	t.Run("upload_cut", func(t *testing.T) {
 		_, backend := newLateBackend(t)
-		srv := newTestProxy(t, newMemStore(), backend.URL, func(o *Options, f *fence.Options) {
-			s3(o)
-			f.DrainTimeout, o.UploadIdleTimeout = 10*time.Second, time.Minute
-		})
-		conn, br := slowUpload(t, srv.URL, "/obj", "5", false) // Host bkt.example: virtual-hosted bkt/obj
-		time.Sleep(200 * time.Millisecond)
+		opts := testOptions(t, backend.URL)
+		s3(&opts)
+		opts.UploadIdleTimeout = time.Minute
+		p, barrier := newProxy(t, newMemStore(), opts, fence.Options{DrainTimeout: 10 * time.Second})
+		srv := httptest.NewServer(p)
+		t.Cleanup(srv.Close)
+		conn, br := slowUpload(t, srv.URL, "/obj", "5", false)              // Host bkt.example: virtual-hosted bkt/obj
+		waitFor(t, func() bool { return barrier.InFlight("bkt/obj") == 1 }) // the proxy admits the slow upload
 		if resp, body, err := s3Put(context.Background(), srv.URL, "/bkt/obj", "6", "b"); err != nil || resp.StatusCode != 204 {
 			t.Fatalf("token 6: %v %v %s", resp, err, body)
 		}

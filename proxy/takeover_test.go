@@ -384,7 +384,8 @@ func testTakeover(t *testing.T, rig *takeoverRig, take func(*testing.T, *takeove
 	}
 }
 
-// waitUntil polls cond (every millisecond, for at most 10 s).
+// waitUntil polls cond (every millisecond, for at most 10 s): the barrier's
+// in-flight count it is used on signals no event.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

@@ -29,6 +29,7 @@ type lateBackend struct {
 	delay time.Duration
 	mu    sync.Mutex
 	log   []servertest.BackendRequest // in the order applied
+	sig   servertest.Signal           // notified after each write is applied
 }
 
 func newLateBackend(t *testing.T, delay time.Duration) *lateBackend {
@@ -37,12 +38,13 @@ func newLateBackend(t *testing.T, delay time.Duration) *lateBackend {
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if r.Header.Get("X-Request-Id") == "late" {
-			time.Sleep(b.delay) // a slow backend that still applies the write
+			time.Sleep(b.delay) // not a wait: the scenario's backend applies the write this late
 		}
 		b.mu.Lock()
 		b.log = append(b.log, servertest.BackendRequest{Method: r.Method, Path: r.URL.EscapedPath(),
 			Token: r.Header.Get("X-Fencing-Token"), RequestID: r.Header.Get("X-Request-Id")})
 		b.mu.Unlock()
+		b.sig.Notify()
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(b.srv.Close)
@@ -51,19 +53,16 @@ func newLateBackend(t *testing.T, delay time.Duration) *lateBackend {
 
 // applied waits up to timeout for the write with requestID to be applied.
 func (b *lateBackend) applied(requestID string, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	return b.sig.Wait(timeout, func() bool {
 		b.mu.Lock()
+		defer b.mu.Unlock()
 		for _, r := range b.log {
 			if r.RequestID == requestID {
-				b.mu.Unlock()
 				return true
 			}
 		}
-		b.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
+		return false
+	})
 }
 
 // checkOrder: per path, tokens applied in non-decreasing order.
@@ -152,10 +151,7 @@ func TestAttackMarkWrittenIntoReplacedDataDir(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- first.Stop() }()
 	// The mark is written before the store's bounded close; wait for the log.
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(first.Logs.String(), "fenceproxy stopped") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	first.Logs.WaitFor("fenceproxy stopped", 20*time.Second)
 	if _, err := os.Stat(filepath.Join(dir, "CLEAN_STOP")); err == nil {
 		t.Errorf("while the second process serves from %s, the first one's SIGTERM left a clean-stop mark in it: "+
 			"a crash of the second process would be taken for a clean stop", dir)
@@ -223,13 +219,11 @@ func TestCleanStopNotMarkedWithUploadHangingAtStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the write is admitted (its raise is durable) before the stop.
-	deadline := time.Now().Add(5 * time.Second)
-	for servertest.FenceMax(t, servertest.NewClient(t), first.Control, "bkt/obj") != 5 {
-		if time.Now().After(deadline) {
-			t.Fatal("the write was not admitted")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// The admission shows only in the fence (the backend sees nothing yet).
+	hc := servertest.NewClient(t)
+	servertest.Eventually(t, 5*time.Second, "the write is admitted", func() bool {
+		return servertest.FenceMax(t, hc, first.Control, "bkt/obj") == 5
+	})
 	if err := first.Stop(); err != nil {
 		t.Fatal(err)
 	}

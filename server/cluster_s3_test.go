@@ -19,6 +19,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/client"
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
 	"github.com/fenceproxy/fenceproxy/internal/s3backend"
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // S3 pass mode across replicas, against a real S3 server that verifies
@@ -41,14 +42,14 @@ func TestClusterS3Pass(t *testing.T) {
 	defer cancel()
 	put := func(c *s3.Client, key string, token uint64, body string) error {
 		var err error
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		// 503: shards still settling, which no event announces to a client.
+		servertest.Eventually(t, 20*time.Second, "PutObject is not refused with 503", func() bool {
 			_, err = c.PutObject(client.WithToken(ctx, token), &s3.PutObjectInput{
 				Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader(body)})
 			var re *awshttp.ResponseError
-			if err == nil || !errors.As(err, &re) || re.HTTPStatusCode() != http.StatusServiceUnavailable || time.Now().After(deadline) {
-				return err // 503: shards still settling
-			}
-		}
+			return err == nil || !errors.As(err, &re) || re.HTTPStatusCode() != http.StatusServiceUnavailable
+		})
+		return err
 	}
 	for i := range 12 {
 		key := fmt.Sprintf("reports/%d.txt", i)

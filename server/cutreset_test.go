@@ -197,8 +197,9 @@ func (r *cutRig) begin(t *testing.T, v cutVariant, trickle bool) *cutUploadState
 	s.body = cutBody(41, size)
 	if v.small {
 		// The gauge counts admitted writes until their handler returns,
-		// which may be a moment after their client read the answer.
-		cutEventually(t, 10*time.Second, "no write is in flight", func() bool {
+		// which may be a moment after their client read the answer; only
+		// the gauge shows it.
+		servertest.Eventually(t, 10*time.Second, "no write is in flight", func() bool {
 			return r.metric(t, "fenceproxy_inflight_requests") == 0
 		})
 	}
@@ -209,7 +210,8 @@ func (r *cutRig) begin(t *testing.T, v cutVariant, trickle bool) *cutUploadState
 		s.up.trickle(size - 1<<10)
 	}
 	if v.small {
-		cutEventually(t, 10*time.Second, "the proxy admits the small upload", func() bool {
+		// The admission shows only in the in-flight gauge.
+		servertest.Eventually(t, 10*time.Second, "the proxy admits the small upload", func() bool {
 			return r.metric(t, "fenceproxy_inflight_requests") >= 1
 		})
 		return s
@@ -350,7 +352,8 @@ func (r *cutRig) clientGone(t *testing.T, v cutVariant, reset bool) {
 				resp.StatusCode, resp.Header.Get("Fencing-Refused"), answer)
 		}
 	}
-	cutEventually(t, 10*time.Second, "the proxy counts the upload as "+kind, func() bool { return r.metric(t, series) >= before+1 })
+	// The count is the proxy's metric, which signals no event.
+	servertest.Eventually(t, 10*time.Second, "the proxy counts the upload as "+kind, func() bool { return r.metric(t, series) >= before+1 })
 	s.check(t)
 }
 
@@ -562,6 +565,7 @@ type cutRelay struct {
 	mu     sync.Mutex
 	conns  []*cutRelayConn
 	wg     sync.WaitGroup
+	sig    servertest.Signal // notified as bytes go to versitygw
 }
 
 // cutRelayConn is one relayed connection.
@@ -617,8 +621,8 @@ func (r *cutRelay) accept() {
 			defer r.wg.Done()
 			var pipes sync.WaitGroup
 			pipes.Add(2)
-			go func() { defer pipes.Done(); cutPipe(c.out, c.in, &c.up) }()
-			go func() { defer pipes.Done(); cutPipe(c.in, c.out, nil) }()
+			go func() { defer pipes.Done(); cutPipe(c.out, c.in, &c.up, &r.sig) }()
+			go func() { defer pipes.Done(); cutPipe(c.in, c.out, nil, nil) }()
 			pipes.Wait()
 			c.in.Close()
 			c.out.Close()
@@ -629,7 +633,7 @@ func (r *cutRelay) accept() {
 
 // cutPipe copies src to dst until src ends: at its EOF it half-closes dst
 // (a FIN); at a reset, or a failed write to dst, it resets both.
-func cutPipe(dst, src *net.TCPConn, count *atomic.Int64) {
+func cutPipe(dst, src *net.TCPConn, count *atomic.Int64, sig *servertest.Signal) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -642,6 +646,7 @@ func cutPipe(dst, src *net.TCPConn, count *atomic.Int64) {
 			}
 			if count != nil {
 				count.Add(int64(n))
+				sig.Notify()
 			}
 		}
 		if errors.Is(err, io.EOF) {
@@ -684,7 +689,7 @@ func (r *cutRelay) total() int64 {
 func (r *cutRelay) waitCarried(t *testing.T, snap map[*cutRelayConn]int64, n int64) *cutRelayConn {
 	t.Helper()
 	var found *cutRelayConn
-	cutEventually(t, 10*time.Second, fmt.Sprintf("versitygw's connection gets %d bytes of the upload", n), func() bool {
+	if !r.sig.Wait(10*time.Second, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for _, c := range r.conns {
@@ -694,19 +699,8 @@ func (r *cutRelay) waitCarried(t *testing.T, snap map[*cutRelayConn]int64, n int
 			}
 		}
 		return false
-	})
-	return found
-}
-
-// cutEventually polls cond every 10ms until it holds, failing the test
-// after timeout.
-func cutEventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	}) {
+		t.Fatalf("timed out after 10s waiting until versitygw's connection gets %d bytes of the upload", n)
 	}
+	return found
 }

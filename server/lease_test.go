@@ -81,7 +81,12 @@ func TestLeaseTakeoverFencesAhead(t *testing.T) {
 	if status, body := servertest.Call(t, "POST", leases, `{"holder":"B","ttl":"300ms"}`, ""); status != 409 || body["holder"] != "A" {
 		t.Fatalf("B acquire while A holds: %d %v", status, body)
 	}
-	time.Sleep(300*time.Millisecond + 200*time.Millisecond + 50*time.Millisecond) // A stalls past TTL and grace
+	// A stalls past TTL and grace. The lease ends on the server's clock, which
+	// signals no event: poll its state.
+	servertest.Eventually(t, 5*time.Second, "A's lease has expired", func() bool {
+		_, body := servertest.Call(t, "GET", leases, "", "")
+		return body["state"] == "expired"
+	})
 	status, b := servertest.Call(t, "POST", leases, `{"holder":"B","ttl":"300ms"}`, "")
 	if status != 201 {
 		t.Fatalf("B acquire after expiry: %d %v", status, b)
@@ -183,7 +188,12 @@ func TestLeaseGraceZeroMeansNone(t *testing.T) {
 			if status, body := servertest.Call(t, "POST", leases, `{"holder":"A","ttl":"`+ttl.String()+`"}`, ""); status != 201 {
 				t.Fatalf("A acquire: %d %v", status, body)
 			}
-			time.Sleep(ttl + 50*time.Millisecond)
+			// The lease ends on the server's clock, which signals no event:
+			// poll until its TTL has run out (held, then suspect, before).
+			servertest.Eventually(t, 5*time.Second, "A's TTL has run out", func() bool {
+				_, body := servertest.Call(t, "GET", leases, "", "")
+				return body["state"] != "held" && body["state"] != "suspect"
+			})
 			if status, body := servertest.Call(t, "GET", leases, "", ""); status != 200 || body["state"] != tc.wantState {
 				t.Fatalf("lease just after expiry: %d %v, want state %q", status, body, tc.wantState)
 			}

@@ -414,7 +414,11 @@ func TestOpenAPIConformance(t *testing.T) {
 	})
 
 	// Past the short lease's TTL and grace (2/3 of 50ms): expired, renew lost.
-	time.Sleep(150 * time.Millisecond)
+	// The lease ends on the server's clock, which signals no event: poll.
+	servertest.Eventually(t, 5*time.Second, "the short lease has expired", func() bool {
+		_, body := servertest.Call(t, "GET", in.ControlURL()+"/v1/leases/jobs/short", "", "")
+		return body["state"] == "expired"
+	})
 	oasRun(t, s, in, backend, []oasCase{
 		{name: "read an expired lease", listener: C, method: "GET", target: "/v1/leases/jobs/short", op: "getLease", status: 200, req: oasReqOK},
 		{name: "renew an expired lease", listener: C, method: "PUT", target: "/v1/leases/jobs/short", body: `{"holder":"A","token":"1"}`,
@@ -601,20 +605,15 @@ func TestOpenAPIConformanceDraining(t *testing.T) {
 	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- in.Stop() }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// The drain starts in Stop's goroutine; only /readyz shows it.
+	servertest.Eventually(t, 5*time.Second, "/readyz answers 503 while draining", func() bool {
 		resp, err := http.Get(in.ControlURL() + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusServiceUnavailable {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("/readyz did not answer 503 while draining")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
 	s.check(t, in, oasCase{listener: oasControl, method: "GET", target: "/readyz", op: "readyz", status: 503, req: oasReqOK})
 	close(backend.release)
 	<-done

@@ -42,6 +42,7 @@ func TestPoolClient(t *testing.T) {
 	var mu sync.Mutex
 	holding := map[string]string{} // shard -> holder running work on it
 	counts := map[string]int{}
+	var changed servertest.Signal // notified when counts change
 	work := func(holder string) func(ctx context.Context, s client.Shard) error {
 		return func(ctx context.Context, s client.Shard) error {
 			mu.Lock()
@@ -51,11 +52,13 @@ func TestPoolClient(t *testing.T) {
 			holding[s.Shard] = holder
 			counts[holder]++
 			mu.Unlock()
+			changed.Notify()
 			<-ctx.Done()
 			mu.Lock()
 			delete(holding, s.Shard)
 			counts[holder]--
 			mu.Unlock()
+			changed.Notify()
 			return ctx.Err()
 		}
 	}
@@ -63,11 +66,8 @@ func TestPoolClient(t *testing.T) {
 	waitFor := func(what string, d time.Duration, ok func() bool) time.Duration {
 		t.Helper()
 		start := time.Now()
-		for !ok() {
-			if time.Since(start) > d {
-				t.Fatalf("%s: not within %s (w1 %d, w2 %d)", what, d, count("w1"), count("w2"))
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !changed.Wait(d, ok) {
+			t.Fatalf("%s: not within %s (w1 %d, w2 %d)", what, d, count("w1"), count("w2"))
 		}
 		return time.Since(start)
 	}

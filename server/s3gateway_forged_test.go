@@ -115,6 +115,7 @@ func (f *countingForwarder) Sent() int64 { return f.sent.Load() }
 func (f *countingForwarder) quiet() int64 {
 	n := f.Sent()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		// asserting nothing happens: 200 ms without a byte is the baseline.
 		time.Sleep(200 * time.Millisecond)
 		m := f.Sent()
 		if m == n {

@@ -79,13 +79,10 @@ func TestTakeoverReproduction(t *testing.T) {
 			defer conn.Close()
 			fmt.Fprintf(conn, "PUT %s HTTP/1.1\r\nHost: bkt.example\r\nX-Fencing-Token: %s\r\nContent-Length: %d\r\n\r\n%s",
 				path, a, 40<<10, strings.Repeat("A", 8<<10))
-			deadline := time.Now().Add(10 * time.Second)
-			for scrape(t, in, "fenceproxy_inflight_requests") != 1 {
-				if time.Now().After(deadline) {
-					t.Fatal("A's upload was never admitted")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			// The admission shows only in the in-flight gauge.
+			servertest.Eventually(t, 10*time.Second, "A's upload is admitted", func() bool {
+				return scrape(t, in, "fenceproxy_inflight_requests") == 1
+			})
 
 			var b string
 			switch how {
@@ -96,17 +93,18 @@ func TestTakeoverReproduction(t *testing.T) {
 				}
 				b = "50"
 			case "lease acquire":
-				for {
+				// A's lease and grace run out on the server's clock, which
+				// signals no event: retry.
+				servertest.Eventually(t, 10*time.Second, "B acquires", func() bool {
 					status, out := servertest.Call(t, http.MethodPost, in.ControlURL()+"/v1/leases"+path, `{"holder":"B","ttl":"10s"}`, "")
-					if status == http.StatusCreated {
-						b = out["token"].(string)
-						break
-					}
-					if status != http.StatusConflict || time.Now().After(deadline) {
+					if status != http.StatusCreated && status != http.StatusConflict {
 						t.Fatalf("B's acquire: %d %v", status, out)
 					}
-					time.Sleep(20 * time.Millisecond) // A's lease and grace run out
-				}
+					if status == http.StatusCreated {
+						b = out["token"].(string)
+					}
+					return status == http.StatusCreated
+				})
 			}
 			// The takeover returned: A's upload is answered without sending the rest.
 			conn.SetReadDeadline(time.Now().Add(10 * time.Second))

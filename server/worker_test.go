@@ -127,15 +127,12 @@ func wkWrites(b *servertest.RecordingBackend, holder string) int {
 	return n
 }
 
-// wkWaitUntil polls cond every 10ms and fails the test after timeout.
-func wkWaitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// wkWaitUntil waits until cond holds, checking it at each request the
+// backend records, and fails the test after timeout.
+func wkWaitUntil(t *testing.T, b *servertest.RecordingBackend, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !b.Wait(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
 	}
 }
 
@@ -178,11 +175,11 @@ func TestWorker(t *testing.T) {
 		const ttl, grace = 300 * time.Millisecond, 200 * time.Millisecond // grace: 2/3 TTL by default
 		in, backend := start(t)
 		a := wkStart(t, bin, in, "A", "-ttl", ttl.String(), "-writes", "0", "-interval", "20ms")
-		wkWaitUntil(t, 10*time.Second, "A's first writes", func() bool { return wkWrites(backend, "A") >= 3 })
+		wkWaitUntil(t, backend, 10*time.Second, "A's first writes", func() bool { return wkWrites(backend, "A") >= 3 })
 
 		// B competes while A renews: it backs off and gets nothing for longer than TTL+grace.
 		b := wkStart(t, bin, in, "B", "-ttl", ttl.String(), "-writes", "10", "-interval", "20ms")
-		time.Sleep(ttl + grace + 200*time.Millisecond)
+		time.Sleep(ttl + grace + 200*time.Millisecond) // asserting nothing happens: B gets no write in
 		if n := wkWrites(backend, "B"); n != 0 {
 			t.Fatalf("B wrote %d times while A was renewing", n)
 		}
@@ -195,9 +192,11 @@ func TestWorker(t *testing.T) {
 		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond) // let a renew sent just before the stop land
+		// asserting nothing happens: no renew of A's lands after this (one in
+		// flight at the stop lands within 50ms; the check of B's acquire needs it).
+		time.Sleep(50 * time.Millisecond)
 		aExpires := wkTime(t, wkLease(t, in), "expires_at")
-		wkWaitUntil(t, 10*time.Second, "B's first write after A's lease ran out", func() bool { return wkWrites(backend, "B") >= 1 })
+		wkWaitUntil(t, backend, 10*time.Second, "B's first write after A's lease ran out", func() bool { return wkWrites(backend, "B") >= 1 })
 		l = wkLease(t, in)
 		bTok := l["token"].(string)
 		if l["holder"] != "B" || servertest.MustUint(t, bTok) <= servertest.MustUint(t, aTok) {
@@ -268,7 +267,7 @@ func TestWorker(t *testing.T) {
 	t.Run("RenewRefused", func(t *testing.T) {
 		in, backend := start(t)
 		a := wkStart(t, bin, in, "A", "-ttl", "300ms", "-writes", "0", "-interval", "3s")
-		wkWaitUntil(t, 10*time.Second, "A's first write", func() bool { return wkWrites(backend, "A") == 1 })
+		wkWaitUntil(t, backend, 10*time.Second, "A's first write", func() bool { return wkWrites(backend, "A") == 1 })
 		leases := in.ControlURL() + "/v1/leases/bkt/report"
 		if status, body := servertest.Call(t, "DELETE", leases+"?force=true", "", wkAdminToken); status != 200 {
 			t.Fatalf("force release: %d %v", status, body)
@@ -295,7 +294,7 @@ func TestWorker(t *testing.T) {
 	t.Run("FencedOut", func(t *testing.T) {
 		in, backend := start(t)
 		a := wkStart(t, bin, in, "A", "-ttl", "30s", "-writes", "0", "-interval", "20ms") // renews only every 10s
-		wkWaitUntil(t, 10*time.Second, "A's first writes", func() bool { return wkWrites(backend, "A") >= 3 })
+		wkWaitUntil(t, backend, 10*time.Second, "A's first writes", func() bool { return wkWrites(backend, "A") >= 3 })
 		aTok := servertest.MustUint(t, wkLease(t, in)["token"].(string))
 		raised := strconv.FormatUint(aTok+10, 10)
 		if status, body := servertest.Call(t, "PUT", in.ControlURL()+"/v1/fences/bkt/report", `{"token":"`+raised+`"}`, wkAdminToken); status != 200 {
@@ -311,7 +310,7 @@ func TestWorker(t *testing.T) {
 			t.Errorf("no proxy refusal of token %d logged\n%s", aTok, in.Logs)
 		}
 		n := wkWrites(backend, "A")
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // asserting nothing happens: A writes no more
 		if m := wkWrites(backend, "A"); m != n {
 			t.Errorf("A's writes grew from %d to %d after it exited", n, m)
 		}
@@ -322,7 +321,7 @@ func TestWorker(t *testing.T) {
 	t.Run("SIGTERMReleases", func(t *testing.T) {
 		in, backend := start(t)
 		a := wkStart(t, bin, in, "A", "-ttl", "10s", "-writes", "0", "-interval", "20ms")
-		wkWaitUntil(t, 10*time.Second, "A's first writes", func() bool { return wkWrites(backend, "A") >= 2 })
+		wkWaitUntil(t, backend, 10*time.Second, "A's first writes", func() bool { return wkWrites(backend, "A") >= 2 })
 		if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

@@ -34,7 +34,7 @@ func TestSuspendEndsValidity(t *testing.T) {
 	}
 	// Let a keepalive in flight end, then read how long the validity has
 	// left without the suspend.
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // no event: a keepalive in flight to etcd ends
 	g, _ := a.o.State(0)
 	left := time.Until(g.ValidUntil)
 	if left < 5*time.Second {

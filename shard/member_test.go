@@ -120,7 +120,7 @@ func TestDuplicateID(t *testing.T) {
 	if _, err := cli.Delete(ctx, "/dup/shards/1/owner"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // asserting nothing happens: a does not take shard 1
 	if resp, err := cli.Get(ctx, "/dup/shards/1/owner"); err != nil || len(resp.Kvs) != 0 {
 		t.Errorf("a took shard 1 while another replica used its ID: %v %v", resp, err)
 	}

@@ -192,7 +192,7 @@ func (c *cluster) traffic(r *replica) {
 		g, ok := r.o.MayAdmit(n)
 		if !ok {
 			r.inflight[n].Add(-1)
-			time.Sleep(200 * time.Microsecond)
+			time.Sleep(200 * time.Microsecond) // paces the load: a refused request's back-off
 			continue
 		}
 		start := time.Now()
@@ -204,7 +204,7 @@ func (c *cluster) traffic(r *replica) {
 		if end.After(g.ValidUntil) {
 			end = g.ValidUntil
 		}
-		time.Sleep(time.Until(end))
+		time.Sleep(time.Until(end)) // paces the load: the request's duration
 		c.rec.request(r.name, g, start, time.Now())
 		r.inflight[n].Add(-1)
 	}
@@ -252,6 +252,8 @@ func counts(m map[*replica][]int, rs ...*replica) []int {
 	return out
 }
 
+// waitFor polls cond: the owners' state follows etcd, another process,
+// which signals no event here.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -557,7 +559,7 @@ func runCutOff(t *testing.T, unprotected bool) []string {
 	b := c.start("b", "b", false)
 	cc := c.start("c", "c", false)
 	c.settled(30*time.Second, []int{4, 4, 4}, a, b, cc)
-	time.Sleep(500 * time.Millisecond) // traffic
+	time.Sleep(500 * time.Millisecond) // paces the load: traffic before the cut
 	cutShards := a.o.Owned()
 	lastSent := a.o.Stats().LastKeepAliveSentAt
 
@@ -637,7 +639,7 @@ func runCutOff(t *testing.T, unprotected bool) []string {
 			t.Errorf("want %d unclean acquisitions with lock-delay waits: %+v", len(cutShards), st)
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // traffic
+	time.Sleep(500 * time.Millisecond) // paces the load: traffic before the restore
 
 	for _, p := range a.proxies {
 		p.Restore()

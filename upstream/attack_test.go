@@ -295,10 +295,11 @@ func TestAttackStrayBytesAnswerTheNextRequest(t *testing.T) {
 			var results [2]outcome
 			for i, fastPath := range []bool{true, false} {
 				stray := make(chan struct{}, 1)
+				firstDone := make(chan struct{})
 				b := newScriptBackend(t, func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool {
 					if r.URL.Path == "/first" {
 						io.WriteString(c, tc.head)
-						time.Sleep(20 * time.Millisecond) // a second write: a second segment
+						<-firstDone // a second write, once the client has its answer: a second segment
 						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nnot-yours!")
 						select { // once is enough
 						case stray <- struct{}{}:
@@ -314,11 +315,15 @@ func TestAttackStrayBytesAnswerTheNextRequest(t *testing.T) {
 				if !fastPath {
 					rt = stdTransport()
 				}
-				if o := exchange(rt, outbound(t, b.URL(), tc.method, "/first", nil, nil)); o.Err {
+				o := exchange(rt, outbound(t, b.URL(), tc.method, "/first", nil, nil))
+				close(firstDone)
+				if o.Err {
 					t.Fatal(o)
 				}
 				<-stray
-				time.Sleep(50 * time.Millisecond) // the stray bytes are in the socket
+				// No event: the Transport's read loop finds the stray bytes on
+				// its own; this gives it the time to.
+				time.Sleep(50 * time.Millisecond)
 				results[i] = exchange(rt, outbound(t, b.URL(), "PUT", "/second", []byte("x"), nil))
 				rt.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 			}
@@ -347,6 +352,12 @@ func TestAttackBackendClosedIdleConnection(t *testing.T) {
 			w.WriteHeader(http.StatusNoContent)
 		}))
 		backend.Config.IdleTimeout = 100 * time.Millisecond
+		closed := make(chan struct{}, 1)
+		backend.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateClosed {
+				closed <- struct{}{}
+			}
+		}
 		backend.Start()
 		t.Cleanup(backend.Close)
 		u, _ := url.Parse(backend.URL)
@@ -361,7 +372,13 @@ func TestAttackBackendClosedIdleConnection(t *testing.T) {
 					t.Fatalf("fast path %v: PUT %d after the backend closed its idle connection: %v", fastPath, i, err)
 				}
 				resp.Body.Close()
-				time.Sleep(300 * time.Millisecond) // past the backend's idle timeout
+				select { // past the backend's idle timeout: it closed the connection
+				case <-closed:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("fast path %v: the backend kept its idle connection 5s", fastPath)
+				}
+				// No event: the Transport's read loop notices the FIN on its own.
+				time.Sleep(50 * time.Millisecond)
 			}
 			rt.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 		}
@@ -378,7 +395,11 @@ func TestAttackBackendClosedIdleConnection(t *testing.T) {
 				if o := exchange(rt, outbound(t, b.URL(), "PUT", "/bkt/obj", []byte("x"), nil)); o.Err {
 					t.Fatalf("fast path %v: PUT %d: %v", fastPath, i, o)
 				}
-				time.Sleep(50 * time.Millisecond) // the FIN arrives
+				if !b.WaitOpen(0, 5*time.Second) { // the FIN is sent
+					t.Fatalf("fast path %v: the backend did not close after its answer", fastPath)
+				}
+				// No event: the Transport's read loop notices the FIN on its own.
+				time.Sleep(50 * time.Millisecond)
 			}
 			rt.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 		}
@@ -399,9 +420,12 @@ func TestFastPathCancelEndsExchange(t *testing.T) {
 				closed := make(chan struct{})
 				var once sync.Once
 				release := make(chan struct{})
+				reached := make(chan struct{}) // the exchange is in its phase
 				b := newScriptBackend(t, func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool {
 					if phase == "reading the body" {
 						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc")
+					} else {
+						close(reached) // the request is here; no answer comes
 					}
 					go func() { <-release; c.Close() }()
 					if _, err := br.ReadByte(); err != nil {
@@ -426,12 +450,17 @@ func TestFastPathCancelEndsExchange(t *testing.T) {
 				go func() {
 					resp, err := rt.RoundTrip(outbound(t, b.URL(), "GET", "/x", nil, nil).WithContext(ctx))
 					if err == nil {
+						close(reached) // the headers are here; the body is not all
 						_, err = io.ReadAll(resp.Body)
 						resp.Body.Close()
 					}
 					returned <- err
 				}()
-				time.Sleep(100 * time.Millisecond)
+				select {
+				case <-reached:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("the exchange did not reach %q within 5s", phase)
+				}
 				cancel()
 				select {
 				case <-closed:
@@ -541,7 +570,7 @@ func TestAttackEarlyAnswerThenReset(t *testing.T) {
 					return
 				}
 				io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbig")
-				time.Sleep(20 * time.Millisecond) // the first half of the body arrives unread
+				time.Sleep(20 * time.Millisecond) // no event: the kernel queues the first half of the body, unread
 			}()
 		}
 	}()
@@ -572,7 +601,7 @@ type waitReader struct{ done chan struct{} }
 func (w waitReader) Read([]byte) (int, error) {
 	select {
 	case <-w.done:
-		time.Sleep(20 * time.Millisecond) // the reset reaches the client
+		time.Sleep(20 * time.Millisecond) // no event: the kernel delivers the reset to the client
 	case <-time.After(time.Second):
 	}
 	return 0, io.EOF
@@ -692,7 +721,7 @@ func TestFastPathNeverResendsWrites(t *testing.T) {
 			case errors.As(err, &op) && op.Op == "dial":
 				t.Fatalf("a closed connection reported as a dial error (nothing sent): %v", err)
 			}
-			time.Sleep(50 * time.Millisecond) // a second copy would have arrived
+			time.Sleep(50 * time.Millisecond) // asserting nothing happens: no second copy arrives
 			if got := len(b.Requests()); got != tc.copies {
 				t.Fatalf("the backend got %d copies, want %d: %q", got, tc.copies, b.Requests())
 			}
@@ -758,11 +787,8 @@ func TestFastPathConnectionsBounded(t *testing.T) {
 			t.Fatal(o)
 		}
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for b.Open.Load() > 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := b.Open.Load(); n > 1 {
+	if !b.WaitOpen(1, 2*time.Second) {
+		n := b.Open.Load()
 		t.Fatalf("%d backend connections still open, want at most 1 (the idle one)", n)
 	}
 	if n := b.Conns.Load(); n != 31 {

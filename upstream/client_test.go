@@ -411,12 +411,12 @@ func TestFastPathErrors(t *testing.T) {
 	t.Run("response header timeout is a timeout; a slow body after it is not", func(t *testing.T) {
 		backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/slow-headers" {
-				time.Sleep(600 * time.Millisecond)
+				<-r.Context().Done() // no headers until the client gives up
 				return
 			}
 			w.WriteHeader(http.StatusOK)
 			w.(http.Flusher).Flush()
-			time.Sleep(600 * time.Millisecond) // longer than the header timeout
+			time.Sleep(600 * time.Millisecond) // not a wait: the body comes later than the header timeout
 			io.WriteString(w, "late body")
 		}))
 		t.Cleanup(backend.Close)
@@ -467,7 +467,7 @@ func TestFastPathErrors(t *testing.T) {
 		if _, err := c.RoundTrip(r); err == nil {
 			t.Fatal("no error for a failed body")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // asserting nothing happens: no whole request arrives
 		backend.mu.Lock()
 		defer backend.mu.Unlock()
 		if len(backend.heads) != 0 {
@@ -540,7 +540,9 @@ func TestFastPathSkipsDroppedConnections(t *testing.T) {
 		}
 		resp.Body.Close()
 		want = append(want, m+" /bkt/obj "+string(body))
-		time.Sleep(30 * time.Millisecond) // the backend's close reaches the pooled connection
+		if !backend.WaitOpen(0, 5*time.Second) { // the backend's close is sent to the pooled connection
+			t.Fatalf("%s %d: the backend did not close after its answer", m, i)
+		}
 	}
 	if got := backend.Requests(); !slices.Equal(got, want) {
 		t.Fatalf("backend saw %q, want %q (each request once)", got, want)
@@ -566,7 +568,6 @@ func TestFastPathDropsConnectionsWithStrayBytes(t *testing.T) {
 		if string(b) != "ok" {
 			t.Fatalf("request %d got %q: another request's bytes", i, b)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -607,7 +608,7 @@ func TestFastPathEndsAtValidity(t *testing.T) {
 	t.Run("renewed", func(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.Copy(io.Discard, r.Body)
-			time.Sleep(time.Second) // past the first validity, within the renewed one
+			time.Sleep(time.Second) // not a wait: the backend works past the first validity, within the renewed one
 			w.WriteHeader(http.StatusNoContent)
 		}))
 		t.Cleanup(srv.Close)
@@ -650,8 +651,7 @@ func TestFastPathEndsAtValidity(t *testing.T) {
 			resp.Body.Close()
 			// The backend drops the pooled connection: the next write must
 			// find it dead before writing and go out on another.
-			srv.CloseClientConnections()
-			time.Sleep(50 * time.Millisecond) // the close reaches the client's socket
+			srv.CloseClientConnections() // returns once closed: the FIN is sent
 		}
 		if n.Load() != 2 {
 			t.Fatalf("the backend got %d writes, want 2", n.Load())
@@ -755,7 +755,7 @@ func TestTransportWriteGuardedByValidity(t *testing.T) {
 		t.Fatal("a 4 MiB body on the fast path")
 	}
 	go func() {
-		time.Sleep(time.Until(until) + 300*time.Millisecond) // the validity is over: let the backend read on
+		time.Sleep(time.Until(until) + 300*time.Millisecond) // not a wait: the backend stalls until the validity is over
 		close(resume)
 	}()
 	_, rerr := c.RoundTrip(r)

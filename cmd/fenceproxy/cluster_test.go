@@ -15,6 +15,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/clustertest"
 	"github.com/fenceproxy/fenceproxy/internal/etcdtest"
 	"github.com/fenceproxy/fenceproxy/internal/machinelock"
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
 // Environment variables of the cluster fault tests (read by the test, not
@@ -101,7 +102,7 @@ func (c *clusterReplica) Restart() error {
 		if err = c.start(); err == nil || !strings.Contains(err.Error(), "address already in use") {
 			return err
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // a retry's back-off: no event says the port is free
 	}
 	return err
 }
@@ -244,19 +245,17 @@ func waitAllReady(t *testing.T, replicas []*clusterReplica) {
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
 	defer client.CloseIdleConnections()
 	for _, r := range replicas {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			resp, err := client.Get(r.ControlURL() + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
+		// Another process: only its /readyz shows that it is ready.
+		var err error
+		if !servertest.Within(30*time.Second, func() bool {
+			var resp *http.Response
+			if resp, err = client.Get(r.ControlURL() + "/readyz"); err != nil {
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: /readyz not 200 within 30s (last error %v)", r.id, err)
-			}
-			time.Sleep(50 * time.Millisecond)
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}) {
+			t.Fatalf("%s: /readyz not 200 within 30s (last error %v)", r.id, err)
 		}
 	}
 }

@@ -100,20 +100,18 @@ func crashSettings(t *testing.T) (cycles int, seed uint64) {
 // waitReady polls GET /readyz on control until it answers 200 (bounded by 20s).
 func waitReady(t *testing.T, p *fpProcess, client *http.Client) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := client.Get("http://" + p.Control + "/readyz")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+	// Another process: only its /readyz shows that it is ready.
+	var err error
+	if !servertest.Within(20*time.Second, func() bool {
+		var resp *http.Response
+		if resp, err = client.Get("http://" + p.Control + "/readyz"); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz on %s not 200 within 20s (last error %v)\nstderr:\n%s", p.Control, err, p.Stderr)
-		}
-		time.Sleep(10 * time.Millisecond)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("/readyz on %s not 200 within 20s (last error %v)\nstderr:\n%s", p.Control, err, p.Stderr)
 	}
 }
 
@@ -246,6 +244,7 @@ func TestCrashCycles(t *testing.T) {
 
 		var killed atomic.Bool // set just before the kill: later transport errors are expected
 		var inflight atomic.Int64
+		var started servertest.Signal // notified as a request starts
 		var wg sync.WaitGroup
 		// unexpected reports a failure unless the process is being killed.
 		unexpected := func(format string, args ...any) {
@@ -263,6 +262,7 @@ func TestCrashCycles(t *testing.T) {
 					r, tok := crashResources[i], next[i].Add(1)
 					id := fmt.Sprintf("w%d-%d-%s-%d", w, cycle, r, tok)
 					inflight.Add(1)
+					started.Notify()
 					resp, body, err := servertest.DoPut(client, base, "/"+r, strconv.FormatUint(tok, 10), id)
 					inflight.Add(-1)
 					switch {
@@ -292,6 +292,7 @@ func TestCrashCycles(t *testing.T) {
 				r := crashResources[i]
 				before, _ := ledger.maxOf(r)
 				inflight.Add(1)
+				started.Notify()
 				st, tok, err := acquireLease(client, p.Control, r, crashLeaseHolder)
 				inflight.Add(-1)
 				if err != nil || st != http.StatusCreated {
@@ -305,6 +306,7 @@ func TestCrashCycles(t *testing.T) {
 				raiseNext(i, tok)
 				id := fmt.Sprintf("lease-%d-%s-%d", cycle, r, tok)
 				inflight.Add(1)
+				started.Notify()
 				resp, body, err := servertest.DoPut(client, base, "/"+r, strconv.FormatUint(tok, 10), id)
 				inflight.Add(-1)
 				switch {
@@ -322,12 +324,10 @@ func TestCrashCycles(t *testing.T) {
 			}
 		}()
 
-		time.Sleep(time.Duration(rng.Int64N(int64(crashMaxRun) + 1)))
+		time.Sleep(time.Duration(rng.Int64N(int64(crashMaxRun) + 1))) // paces the load: a random run before the kill
 		// Land the kill with requests in flight (the writers start them back
 		// to back, so this waits at most a few scheduler slices).
-		for wait := time.Now().Add(time.Second); inflight.Load() == 0 && time.Now().Before(wait); {
-			time.Sleep(50 * time.Microsecond)
-		}
+		started.Wait(time.Second, func() bool { return inflight.Load() > 0 })
 		killed.Store(true)
 		if n := inflight.Load(); n > 0 {
 			killsInFlight++

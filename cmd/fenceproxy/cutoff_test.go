@@ -223,13 +223,13 @@ func (c *cutoffCluster) settle(t *testing.T) {
 			}
 		}
 		if ok {
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // the timeline: a quiet margin once settled, before the run
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the shards did not settle within 30s: %v", counts)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polls etcd keys other processes write: no event here
 	}
 }
 
@@ -368,7 +368,7 @@ func (c *cutoffCluster) takeover(path string, owner int, body []byte, deadline t
 		if r.ok() {
 			return r, tries, true
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // a retry's back-off between tries
 	}
 	return result{}, tries, false
 }
@@ -491,7 +491,7 @@ func (c *cutoffCluster) start41(t *testing.T, name string, sendFn func(path stri
 		c.given = c.backend.Incomplete()
 		res, owner, ok := c.fresh(name)
 		if !ok {
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // a retry's back-off: the shards are in a handover
 			continue
 		}
 		path := "/" + res
@@ -571,7 +571,7 @@ func (c *cutoffCluster) timeline1(t *testing.T, variant string) *cutoffRun {
 				map[string]string{clustertest.HeaderAnswerDelay: hold.String()}, hold+60*time.Second, nil, nil)
 		})
 	}, func(path string) bool { return c.backend.WaitStarted("w41"+path, 5*time.Second) })
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // the timeline: the fault lands 0.5 s into the held answer
 	r.faultAt = time.Now()
 	c.fault(t, variant, owner)
 	var ok bool
@@ -692,13 +692,13 @@ func (c *cutoffCluster) timeline2(t *testing.T, variant string) *cutoffRun {
 	}, func(path string) bool { return c.backend.WaitStarted("w41"+path, 5*time.Second) })
 	defer body.Close()
 	if variant == variantCut {
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the timeline: the cut lands 3 s into the upload
 	} else {
 		// The owner read all but the last 100 bytes and sent them on.
 		if !waitDrained(track, c.replicas[owner].proxy, size-100, body, 10*time.Second) {
 			t.Fatalf("the owner did not read the first %d bytes within 10s", size-100)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the timeline: the fault lands 200 ms after the drain
 	}
 	r.note("%d bytes of 41 sent at the fault", body.sent())
 	r.faultAt = time.Now()
@@ -706,8 +706,8 @@ func (c *cutoffCluster) timeline2(t *testing.T, variant string) *cutoffRun {
 	var ok bool
 	r.r42, r.tries42, ok = c.takeover("/"+r.resource, owner, pattern(42, 1<<10), time.Now().Add(40*time.Second), nil)
 	if variant == variantStop {
-		close(gate) // the last 100 bytes reach the stopped owner's socket
-		time.Sleep(300 * time.Millisecond)
+		close(gate)                        // the last 100 bytes reach the stopped owner's socket
+		time.Sleep(300 * time.Millisecond) // the timeline: the stopped owner holds the bytes 300 ms before the heal
 		c.heal(t, variant, owner)
 	}
 	c.require42(t, r, variant, owner, ok)
@@ -794,7 +794,7 @@ func (c *cutoffCluster) kernelBuffers(t *testing.T, variant, name string, size i
 		}
 		limit := r.faultAt.Add(readTime(6<<20) + 5*time.Second)
 		for !done() && time.Now().Before(limit) {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // polls the backend's count of bodies, which signals no event
 		}
 		r.note("the owner continued at %s", r.since(time.Now()))
 		c.heal(t, variant, owner)
@@ -840,7 +840,7 @@ func (c *cutoffCluster) timeline4(t *testing.T, variant string) *cutoffRun {
 func waitDrained(track *connTracker, proxy string, n int, body *pacedBody, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polls the kernel's socket queues: no event
 		local := track.local()
 		if local == "" || body.sent() < n {
 			continue
@@ -1241,9 +1241,9 @@ func (s *cutoffS3) timeline2(t *testing.T, variant string) *cutoffRun {
 	})
 	defer body.Close()
 	if variant == variantCut {
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the timeline: the cut lands 3 s into the upload
 	} else {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the timeline: the fault lands 200 ms in
 	}
 	r.note("%d bytes of 41 sent at the fault", body.sent())
 	r.faultAt = time.Now()
@@ -1252,7 +1252,7 @@ func (s *cutoffS3) timeline2(t *testing.T, variant string) *cutoffRun {
 	r.r42, r.tries42, ok = s.takeover("/"+r.resource, owner, pattern(42, sizes[42]), time.Now().Add(40*time.Second), s.sign)
 	if variant == variantStop {
 		close(gate)
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // the timeline: the stopped owner holds the bytes 300 ms before the heal
 		s.heal(t, variant, owner)
 	}
 	if !ok {
@@ -1261,7 +1261,7 @@ func (s *cutoffS3) timeline2(t *testing.T, variant string) *cutoffRun {
 	}
 	r.r41 = wait41(t, ch41, 60*time.Second)
 	s.heal(t, variant, owner)
-	time.Sleep(time.Second) // a late write lands
+	time.Sleep(time.Second) // asserting nothing happens: no late write lands in 1 s
 	close(stopWatch)
 	states := <-watched
 	var seen []string

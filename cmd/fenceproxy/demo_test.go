@@ -24,12 +24,8 @@ func startDemo(t *testing.T, env map[string]string) (*fpProcess, string) {
 	}
 	p := startProcess(t, full, "demo")
 	p.waitServing(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(p.Stdout.String(), "?confirm=") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no complete banner within 10s:\n%s", p.Stdout)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !p.Stdout.WaitFor("?confirm=", 10*time.Second) {
+		t.Fatalf("no complete banner within 10s:\n%s", p.Stdout)
 	}
 	t.Cleanup(func() {
 		p.cmd.Process.Signal(syscall.SIGTERM)

@@ -437,7 +437,7 @@ func (f *fleet) chaos(d time.Duration) violations {
 			if err == nil {
 				checkReclaims(time.Now(), st)
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // samples the pool over HTTP: no event
 		}
 	}()
 	end := time.Now().Add(d)
@@ -474,7 +474,7 @@ func (f *fleet) chaos(d time.Duration) violations {
 					joinTimes = append(joinTimes, time.Since(joined))
 					break
 				}
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // polls the pool over HTTP: no event
 				for s, until := range stoppedUntil {
 					if time.Now().After(until) {
 						f.signal(s, syscall.SIGCONT)
@@ -515,7 +515,7 @@ func (f *fleet) chaos(d time.Duration) violations {
 			pendMu.Unlock()
 			stops++
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // paces the faults: one draw a second
 	}
 	// Settle: every worker back and running; the fleet must reach its fair share.
 	for s := range stoppedUntil {
@@ -539,12 +539,12 @@ func (f *fleet) chaos(d time.Duration) violations {
 			f.violation("the settled fleet did not reach its fair share within 30s: %+v", st.Holders)
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polls the pool over HTTP: no event
 	}
 	settled := time.Since(settleStart)
 	// Let the shards of a stopped holder that came back without losing them
 	// be checked too, then stop everyone cleanly.
-	time.Sleep(fleetTTL)
+	time.Sleep(fleetTTL) // asserting nothing happens: a TTL more of checked reclaims
 	stopPoll()
 	<-polled
 	for _, s := range f.slots {
@@ -688,7 +688,7 @@ func TestFleetOneShot(t *testing.T) {
 			t.Fatalf("after 3 minutes %d of %d tasks done", st.Done, len(names))
 		}
 		// Crash a worker mid-task now and then; restart the crashed.
-		time.Sleep(700 * time.Millisecond)
+		time.Sleep(700 * time.Millisecond) // paces the crashes
 		for _, s := range f.slots {
 			if s.cmd == nil {
 				f.start(s)

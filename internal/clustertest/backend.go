@@ -89,8 +89,9 @@ type Backend struct {
 	incompleteErrs []string                 // the first few reasons
 	started        map[string]chan struct{} // by write id: closed when its headers arrived
 	rng            *rand.Rand
-	active         int       // PUTs being served now
-	lastDone       time.Time // when the last PUT ended
+	active         int           // PUTs being served now
+	lastDone       time.Time     // when the last PUT ended
+	changed        chan struct{} // closed (and dropped) when applies or incomplete change
 }
 
 // NewBackend starts a Backend whose random delay before applying is at
@@ -229,6 +230,7 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 		if truncated = b.lenient && errors.Is(err, io.ErrUnexpectedEOF) && (conn == nil || !conn.reset()); !truncated {
 			b.mu.Lock()
 			b.incomplete++
+			b.notifyLocked()
 			if len(b.incompleteErrs) < 5 {
 				b.incompleteErrs = append(b.incompleteErrs, fmt.Sprintf("%s token %d write %s: %v", resource, tok, id, err))
 			}
@@ -243,6 +245,7 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 			if conn != nil && conn.reset() {
 				b.mu.Lock()
 				b.incomplete++
+				b.notifyLocked()
 				if len(b.incompleteErrs) < 5 {
 					b.incompleteErrs = append(b.incompleteErrs, fmt.Sprintf("%s token %d write %s: reset while held %v", resource, tok, id, answer))
 				}
@@ -266,6 +269,7 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	b.last[resource] = max(b.last[resource], tok)
 	b.applies = append(b.applies, Apply{Resource: resource, Token: tok, ID: id, At: time.Now(), Truncated: truncated, Bytes: n})
+	b.notifyLocked()
 	b.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 }
@@ -362,6 +366,38 @@ func (b *Backend) WaitStarted(id string, timeout time.Duration) bool {
 		return true
 	case <-time.After(timeout):
 		return false
+	}
+}
+
+// notifyLocked wakes Wait; b.mu is held.
+func (b *Backend) notifyLocked() {
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
+}
+
+// Wait waits until cond holds, checking it as writes are applied or found
+// incomplete, for at most timeout; it reports whether cond holds. cond must
+// not hold b's lock (it may call Applies, Incomplete).
+func (b *Backend) Wait(timeout time.Duration, cond func() bool) bool {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		b.mu.Lock()
+		if b.changed == nil {
+			b.changed = make(chan struct{})
+		}
+		changed := b.changed
+		b.mu.Unlock()
+		if cond() {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return cond()
+		}
 	}
 }
 

@@ -83,10 +83,7 @@ func TestBackendSkipsCutBodies(t *testing.T) {
 		t.Fatal("the cut write's headers did not arrive")
 	}
 	c.Close()
-	deadline := time.Now().Add(2 * time.Second)
-	for b.Incomplete() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.Wait(2*time.Second, func() bool { return b.Incomplete() != 0 })
 	if b.Incomplete() != 1 || len(b.Applies()) != 0 {
 		t.Errorf("a cut body: %d incomplete, applies %+v", b.Incomplete(), b.Applies())
 	}
@@ -207,15 +204,8 @@ func TestEtcdFaultMachinery(t *testing.T) {
 	if err := m.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if nl, ok := r.leader(); ok && nl != l {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no new leader while the old one is stopped")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !waitFor(15*time.Second, func() bool { nl, ok := r.leader(); return ok && nl != l }) {
+		t.Fatal("no new leader while the old one is stopped")
 	}
 	if err := m.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -250,7 +240,7 @@ func TestEtcdFaultMachinery(t *testing.T) {
 	for _, p := range proxies {
 		p.Restore()
 	}
-	deadline = time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for get(time.Second) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("get through restored proxies still fails")
@@ -318,7 +308,8 @@ func statusLine(c net.Conn, d time.Duration) (string, error) {
 	}
 }
 
-// waitFor polls cond every 10ms for at most d.
+// waitFor polls cond every 10ms for at most d: for etcd's processes, which
+// signal no event here.
 func waitFor(d time.Duration, cond func() bool) bool {
 	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
 		if cond() {
@@ -379,12 +370,14 @@ func TestLenientBackendAppliesBodyCutByFIN(t *testing.T) {
 func TestLenientBackendDropsBodyCutByReset(t *testing.T) {
 	b := NewBackendWith(t, BackendOptions{Lenient: true})
 	c := rawPut(t, b, "/cut", "41", "w41", 100, nil, "half of it")
-	time.Sleep(100 * time.Millisecond) // the bytes sent are in the backend's socket
+	if !b.WaitStarted("w41", 5*time.Second) { // its headers, and the bytes sent with them, are in
+		t.Fatal("the write's headers did not arrive")
+	}
 	reset(t, c)
-	if !waitFor(5*time.Second, func() bool { return b.Incomplete() == 1 }) {
+	if !b.Wait(5*time.Second, func() bool { return b.Incomplete() == 1 }) {
 		t.Fatalf("a reset body: %d incomplete, want 1", b.Incomplete())
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // asserting nothing happens: no apply follows
 	if a := b.Applies(); len(a) != 0 {
 		t.Fatalf("a body cut by a reset was applied: %+v", a)
 	}
@@ -398,16 +391,16 @@ func TestLenientBackendAnswerDelay(t *testing.T) {
 	t.Run("reset", func(t *testing.T) {
 		b := NewBackendWith(t, BackendOptions{Lenient: true})
 		c := rawPut(t, b, "/held", "41", "w41", 8, map[string]string{HeaderAnswerDelay: hold.String()}, "41412345")
-		time.Sleep(200 * time.Millisecond) // read whole, now held
+		time.Sleep(200 * time.Millisecond) // no event: the backend reads the body whole, then holds it
 		began := time.Now()
 		reset(t, c)
-		if !waitFor(hold, func() bool { return b.Incomplete() == 1 }) {
+		if !b.Wait(hold, func() bool { return b.Incomplete() == 1 }) {
 			t.Fatalf("reset while held: %d incomplete after %v, want 1 within the hold", b.Incomplete(), time.Since(began))
 		}
 		if d := time.Since(began); d > hold/2 {
 			t.Errorf("gave up %v after the reset, want well within the hold of %v", d, hold)
 		}
-		time.Sleep(hold)
+		time.Sleep(hold) // asserting nothing happens: no apply at the hold's end
 		if a := b.Applies(); len(a) != 0 {
 			t.Fatalf("a held write whose connection was reset was applied: %+v", a)
 		}
@@ -416,7 +409,7 @@ func TestLenientBackendAnswerDelay(t *testing.T) {
 		b := NewBackendWith(t, BackendOptions{Lenient: true})
 		began := time.Now()
 		c := rawPut(t, b, "/held", "41", "w41", 8, map[string]string{HeaderAnswerDelay: hold.String()}, "41412345")
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // no event: the backend reads the body whole, then holds it
 		if err := c.CloseWrite(); err != nil {
 			t.Fatal(err)
 		}

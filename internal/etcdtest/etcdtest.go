@@ -243,7 +243,7 @@ func (m *Member) WaitHealthy(timeout time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("etcd %s not healthy on %s within %v: %s", m.Name, m.ClientURL, timeout, last)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polls etcd, another process: no event
 	}
 }
 

@@ -55,6 +55,7 @@ func TestClusterSurvivesKillOfLeader(t *testing.T) {
 	rest := client(t, others)
 	// Linearizable reads and writes need the new leader: retry until then.
 	var err error
+	// Polls: etcd, other processes, signals no event here.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		var resp *clientv3.GetResponse
 		if resp, err = rest.Get(ctx, "k"); err == nil {
@@ -150,6 +151,7 @@ func TestStoppedMember(t *testing.T) {
 	}
 	rest := client(t, []string{c.Members[0].ClientURL, c.Members[1].ClientURL})
 	var err error
+	// Polls: etcd, other processes, signals no event here.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if _, err = rest.Put(ctx, "k", "while stopped"); err == nil {
 			break
@@ -168,6 +170,7 @@ func TestStoppedMember(t *testing.T) {
 	if err := stopped.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	// Polls: etcd, other processes, signals no event here.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		var resp *clientv3.GetResponse
 		if resp, err = one.Get(ctx, "k"); err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == "while stopped" {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Answer writes the response to r on c (br holds what the client sent after
@@ -26,7 +27,8 @@ type Backend struct {
 	Open     atomic.Int32 // connections not yet closed
 
 	mu     sync.Mutex
-	seen   []string // method, request target and body of each whole request
+	seen   []string      // method, request target and body of each whole request
+	closed chan struct{} // closed and replaced as a connection closes
 	answer Answer
 }
 
@@ -68,8 +70,16 @@ func New(t testing.TB, addr string, answer Answer) *Backend {
 }
 
 func (b *Backend) serve(c net.Conn) {
-	defer b.Open.Add(-1)
-	defer c.Close()
+	defer func() {
+		c.Close()
+		b.Open.Add(-1)
+		b.mu.Lock()
+		if b.closed != nil {
+			close(b.closed)
+			b.closed = nil
+		}
+		b.mu.Unlock()
+	}()
 	br := bufio.NewReader(c)
 	for {
 		r, err := http.ReadRequest(br)
@@ -85,6 +95,29 @@ func (b *Backend) serve(c net.Conn) {
 		b.mu.Unlock()
 		if !b.answer(c, br, r, body) {
 			return
+		}
+	}
+}
+
+// WaitOpen waits until at most n connections are open (it has closed the
+// others), for at most d; it reports whether they are.
+func (b *Backend) WaitOpen(n int32, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		b.mu.Lock()
+		if b.closed == nil {
+			b.closed = make(chan struct{})
+		}
+		closed := b.closed
+		b.mu.Unlock()
+		if b.Open.Load() <= n {
+			return true
+		}
+		select {
+		case <-closed:
+		case <-timer.C:
+			return b.Open.Load() <= n
 		}
 	}
 }

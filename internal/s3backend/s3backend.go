@@ -182,7 +182,7 @@ func (s *Server) waitReady() error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("versitygw did not answer on %s within %v: %v", s.URL, startTimeout, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polls versitygw, another process: no event
 	}
 }
 

@@ -236,7 +236,7 @@ func (s *Seaweed) waitReady() error {
 		resp, err := c.Do(req)
 		if err != nil {
 			last = err
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // polls weed, another process: no event
 			continue
 		}
 		answer, _ := io.ReadAll(resp.Body)
@@ -246,7 +246,7 @@ func (s *Seaweed) waitReady() error {
 		}
 		if resp.StatusCode/100 != 2 && resp.StatusCode != steps[step].done {
 			last = fmt.Errorf("%s %s: %s %s", steps[step].method, steps[step].url, resp.Status, answer)
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // polls weed, another process: no event
 			continue
 		}
 		step++

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,25 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/s3diff"
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
+
+// inflight is the proxy's fenceproxy_inflight_requests gauge; -1 if absent.
+func inflight(t *testing.T, in *servertest.Instance) int {
+	t.Helper()
+	resp, err := http.Get(in.ControlURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, "fenceproxy_inflight_requests "); ok {
+			var n int
+			fmt.Sscan(rest, &n)
+			return n
+		}
+	}
+	return -1
+}
 
 // reproRig is versitygw (posix, virtual-hosted style on) and the proxy in
 // front of it, in pass or gateway mode; in gateway mode worker1 may read
@@ -301,7 +321,10 @@ func revokedUpload(t *testing.T, newKeys string) {
 	if _, err := conn.Write(body[:1024]); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The admission shows only in the in-flight gauge.
+	servertest.Eventually(t, 10*time.Second, "the proxy admits the upload", func() bool {
+		return inflight(t, r.in) == 1
+	})
 	if err := os.WriteFile(r.keys+".new", []byte(newKeys), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -355,18 +378,22 @@ func TestGatewayRevokedKeyAtBarrier(t *testing.T) {
 	for _, b := range s3diff.Buckets {
 		store.CreateBucket(t, b)
 	}
-	// In front of the store: a forwarder that holds the write of
-	// jobs/slow for 8 s, longer than the credentials file's 5 s reload.
+	// In front of the store: a forwarder that holds the second write of
+	// jobs/slow (60's) until the credentials file's reload.
 	target, _ := url.Parse(store.URL)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	director := rp.Director
 	rp.Director = func(r *http.Request) { host := r.Host; director(r); r.Host = host }
+	var puts atomic.Int32
+	arrived, release := make(chan struct{}), make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/jobs/slow") {
-			time.Sleep(8 * time.Second)
+		if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/jobs/slow") && puts.Add(1) == 2 {
+			close(arrived)
+			<-release
 		}
 		rp.ServeHTTP(w, r)
 	}))
+	defer close(release)
 	t.Cleanup(slow.Close)
 	in, keys := gatewayProxy(t, slow.URL, store.AccessKey, store.SecretKey, nil)
 	r := &reproRig{store: store, in: in, keys: keys, signer: workerSigner()}
@@ -375,15 +402,23 @@ func TestGatewayRevokedKeyAtBarrier(t *testing.T) {
 	}
 	done := make(chan s3diff.Answer, 2)
 	go func() { done <- r.do(t, "PUT", "/bkt/jobs/slow", "60", "from 60") }()
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("60's write did not reach the store")
+	}
 	go func() { done <- r.do(t, "DELETE", "/bkt/jobs/slow", "61", "") }() // waits for 60 at the barrier
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond)                                    // no event: the DELETE reaches the barrier
 	if err := os.WriteFile(r.keys+".new", []byte("keys: []\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(r.keys+".new", r.keys); err != nil {
 		t.Fatal(err)
 	}
+	if !in.Logs.WaitFor("s3 credentials reloaded", 10*time.Second) {
+		t.Fatal("the credentials file was not reloaded within 10s")
+	}
+	release <- struct{}{} // 60's write goes on; release's close ends nothing more
 	var statuses []int
 	for range 2 {
 		a := <-done
@@ -443,7 +478,7 @@ func TestGatewayRevokedKeyDownload(t *testing.T) {
 		if err != nil {
 			break
 		}
-		time.Sleep(5 * time.Millisecond) // about 3 MB/s
+		time.Sleep(5 * time.Millisecond) // paces the download: about 3 MB/s
 	}
 	took := time.Since(revoked)
 	if read >= size {

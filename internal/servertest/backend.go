@@ -23,6 +23,7 @@ type RecordingBackend struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
 	reqs []BackendRequest
+	sig  Signal // notified after each request is recorded
 }
 
 // NewRecordingBackend starts a RecordingBackend; cleanup stops it.
@@ -41,10 +42,17 @@ func NewRecordingBackend(t testing.TB) *RecordingBackend {
 			RequestID: r.Header.Get("X-Request-Id"), Body: string(body),
 		})
 		b.mu.Unlock()
+		b.sig.Notify()
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(b.srv.Close)
 	return b
+}
+
+// Wait waits until cond holds, checking it as each request is recorded, for
+// at most d; it reports whether cond holds.
+func (b *RecordingBackend) Wait(d time.Duration, cond func() bool) bool {
+	return b.sig.Wait(d, cond)
 }
 
 // URL is the backend's base URL (http://127.0.0.1:port).

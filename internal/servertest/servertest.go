@@ -19,14 +19,50 @@ import (
 // Buffer collects a server's JSON log lines for assertions; it is safe for
 // concurrent use.
 type Buffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	written chan struct{} // closed and replaced by each Write
 }
 
 func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.written != nil {
+		close(b.written)
+		b.written = nil
+	}
 	return b.buf.Write(p)
+}
+
+// WaitFor waits until the buffer holds s, for at most d; it reports whether
+// it does. Each Write wakes it: no polling.
+func (b *Buffer) WaitFor(s string, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		b.mu.Lock()
+		if bytes.Contains(b.buf.Bytes(), []byte(s)) {
+			b.mu.Unlock()
+			return true
+		}
+		if b.written == nil {
+			b.written = make(chan struct{})
+		}
+		written := b.written
+		b.mu.Unlock()
+		select {
+		case <-written:
+		case <-timer.C:
+			return b.Contains(s)
+		}
+	}
+}
+
+// Contains reports whether the buffer holds s.
+func (b *Buffer) Contains(s string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Contains(b.buf.Bytes(), []byte(s))
 }
 
 func (b *Buffer) String() string {
@@ -117,4 +153,70 @@ func Start(t testing.TB, env map[string]string) *Instance {
 	}
 	t.Cleanup(func() { in.Stop() })
 	return in
+}
+
+// Eventually polls cond every 10 ms until it holds, failing the test with
+// what after timeout. It is for state that signals no event a test can wait
+// on (a server's answer over HTTP, another process's effect); say at the
+// call why there is none.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !Within(timeout, cond) {
+		t.Fatalf("timed out after %v waiting until %s", timeout, what)
+	}
+}
+
+// Within polls cond every 10 ms until it holds, for at most timeout, and
+// reports whether it holds: Eventually for a caller that reports the
+// failure itself.
+func Within(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// Signal wakes those waiting on a condition that its owner changes: the
+// owner calls Notify after each change, Wait re-checks the condition then.
+// The zero Signal is ready for use.
+type Signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// Notify wakes every Wait so that it checks its condition again.
+func (s *Signal) Notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
+// Wait waits until cond holds, checking it at each Notify, for at most d; it
+// reports whether cond holds.
+func (s *Signal) Wait(d time.Duration, cond func() bool) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		if s.ch == nil {
+			s.ch = make(chan struct{})
+		}
+		ch := s.ch
+		s.mu.Unlock()
+		if cond() { // after taking ch: a Notify from now on is seen
+			return true
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return cond()
+		}
+	}
 }

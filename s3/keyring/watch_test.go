@@ -19,14 +19,42 @@ import (
 
 // logBuf is a slog JSON sink that tests read while the poller writes.
 type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written chan struct{} // closed (and dropped) by each Write
 }
 
 func (l *logBuf) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.written != nil {
+		close(l.written)
+		l.written = nil
+	}
 	return l.b.Write(p)
+}
+
+// wait waits until cond holds, checking it at each line logged, for at most
+// d; it reports whether cond holds.
+func (l *logBuf) wait(d time.Duration, cond func() bool) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		if l.written == nil {
+			l.written = make(chan struct{})
+		}
+		written := l.written
+		l.mu.Unlock()
+		if cond() {
+			return true
+		}
+		select {
+		case <-written:
+		case <-timer.C:
+			return cond()
+		}
+	}
 }
 
 func (l *logBuf) String() string {
@@ -298,15 +326,9 @@ func TestWatchKubernetesSecretVolume(t *testing.T) {
 	for i, ids := range [][]string{{"worker1"}, {"worker1", "worker3"}, {"worker3"}} {
 		k.write(t, file(ids...))
 		changed := time.Now()
-		for {
-			k := s.Keys()
-			if strings.Join(k.IDs(), ",") == strings.Join(ids, ",") {
-				break
-			}
-			if time.Since(changed) > every+margin {
-				t.Fatalf("update %d: keys %q, want %q, %v after the swap", i, k.IDs(), ids, time.Since(changed))
-			}
-			time.Sleep(every / 10)
+		// The poller logs each reload after the swap.
+		if !logs.wait(every+margin, func() bool { return strings.Join(s.Keys().IDs(), ",") == strings.Join(ids, ",") }) {
+			t.Fatalf("update %d: keys %q, want %q, %v after the swap", i, s.Keys().IDs(), ids, time.Since(changed))
 		}
 		t.Logf("update %d in effect after %v (every %v)", i, time.Since(changed).Round(time.Millisecond), every)
 	}
@@ -366,7 +388,7 @@ func TestWatchConcurrentReads(t *testing.T) {
 			break
 		}
 		replace(t, path, versions[i%2])
-		time.Sleep(3 * time.Millisecond)
+		time.Sleep(3 * time.Millisecond) // paces the load: a change every 3 ms
 	}
 	stop.Store(true)
 	wg.Wait()
