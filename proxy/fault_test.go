@@ -187,7 +187,7 @@ func checkStoreError(t *testing.T, r result, cause error) {
 
 var (
 	errIO      = fmt.Errorf("write 000001.vlog: %w", syscall.EIO)
-	errNoSpace = fmt.Errorf("tokenstore: raise %q: %w: 1048576 bytes free", "bkt/obj", badger.ErrNoSpace)
+	errNoSpace = fmt.Errorf("store/badger: raise %q: %w: 1048576 bytes free", "bkt/obj", badger.ErrNoSpace)
 )
 
 func TestStoreFaults(t *testing.T) {

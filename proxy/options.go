@@ -20,10 +20,11 @@ type Settings struct {
 	UnfencedMethods []string // methods passed unchecked, case-sensitive (UNFENCED_METHODS)
 	ResourceDepth   int      // 0: the whole path is the resource; N: its first N segments
 	AllowPathParams bool     // a raw ';' in a write's path passes (fence.Resolver.PathParams); false: 400
-	// S3 is "off" (a generic backend: the resource is the request path) or
+	// S3 is "off" (a generic backend: the resource is the request path),
 	// "pass" (the backend speaks S3: the resource is {bucket}/{key}, in path
 	// or virtual-hosted style below S3Domains; any other Host is refused
-	// with 400). "" is off.
+	// with 400), or "resign" (gateway mode: pass's reading, with
+	// Options.Gateway verifying and re-signing). "" is off.
 	S3        string
 	S3Domains []string // the host names workers use for the proxy (S3_DOMAINS)
 	// S3VirtualHosted maps a Host {bucket}.{domain} to the bucket

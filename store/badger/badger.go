@@ -41,15 +41,15 @@ var _ store.Store = (*Store)(nil)
 var (
 	// ErrLocked: the directory is held by another process (or another Store
 	// in this process; flock locks belong to the open file, not the process).
-	ErrLocked = errors.New("tokenstore: data directory locked")
+	ErrLocked = errors.New("store/badger: data directory locked")
 	// ErrClosed: the Store was used after Close.
-	ErrClosed = errors.New("tokenstore: store closed")
+	ErrClosed = errors.New("store/badger: store closed")
 	// ErrDirGone: the data directory was removed or replaced under the
 	// running store; raises fail (closed) since they would not survive a restart.
-	ErrDirGone = errors.New("tokenstore: data directory was removed or replaced")
+	ErrDirGone = errors.New("store/badger: data directory was removed or replaced")
 	// ErrRange: a token above math.MaxInt64 (2^63-1), the largest token
 	// fenceproxy accepts so Java, etcd and Redisson tokens all fit.
-	ErrRange = errors.New("tokenstore: token out of range (max 2^63-1)")
+	ErrRange = errors.New("store/badger: token out of range (max 2^63-1)")
 )
 
 const (
@@ -121,7 +121,7 @@ type Store struct {
 // or another Store in this process, holds dir.
 func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("tokenstore: create data directory: %w", err)
+		return nil, fmt.Errorf("store/badger: create data directory: %w", err)
 	}
 	lf, err := lockDir(dir)
 	if err != nil {
@@ -146,13 +146,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if err != nil {
 		_ = lf.Close() // closing the file drops the flock
-		return nil, fmt.Errorf("tokenstore: open badger in %s: %w", dir, err)
+		return nil, fmt.Errorf("store/badger: open badger in %s: %w", dir, err)
 	}
 	empty, err := holdsNoRecord(db)
 	if err != nil {
 		_ = db.Close()
 		_ = lf.Close()
-		return nil, fmt.Errorf("tokenstore: read %s: %w", dir, err)
+		return nil, fmt.Errorf("store/badger: read %s: %w", dir, err)
 	}
 	s := &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), empty: empty,
 		cache: newMaxCache(opts.CacheBytes)}
@@ -199,7 +199,7 @@ func lockDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, lockFileName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("tokenstore: open lock file: %w", err)
+		return nil, fmt.Errorf("store/badger: open lock file: %w", err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		_ = f.Close()
@@ -207,7 +207,7 @@ func lockDir(dir string) (*os.File, error) {
 			return nil, fmt.Errorf("%w: %s is in use by another fenceproxy process (flock on %s is held)",
 				ErrLocked, dir, path)
 		}
-		return nil, fmt.Errorf("tokenstore: flock %s: %w", path, err)
+		return nil, fmt.Errorf("store/badger: flock %s: %w", path, err)
 	}
 	// The PID is for operators only; the flock is what excludes.
 	if err := f.Truncate(0); err == nil {
@@ -265,7 +265,7 @@ func key(resource string) []byte {
 
 func decode(resource string, v []byte) (uint64, error) {
 	if len(v) != 8 {
-		return 0, fmt.Errorf("tokenstore: corrupt maximum for %q: %d bytes, want 8", resource, len(v))
+		return 0, fmt.Errorf("store/badger: corrupt maximum for %q: %d bytes, want 8", resource, len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
 }
@@ -379,7 +379,7 @@ func (s *Store) wrap(op, resource string, err error) error {
 	if errors.Is(err, ErrClosed) {
 		return ErrClosed
 	}
-	return fmt.Errorf("tokenstore: %s %q: %w", op, resource, err)
+	return fmt.Errorf("store/badger: %s %q: %w", op, resource, err)
 }
 
 // Ready reports whether the store can serve: nil while open; ErrClosed after
@@ -424,10 +424,10 @@ func (s *Store) Close() error {
 		// Release only after Badger is closed so a successor never sees
 		// a half-closed database.
 		if lerr := s.lockFile.Close(); lerr != nil && err == nil {
-			err = fmt.Errorf("tokenstore: release lock: %w", lerr)
+			err = fmt.Errorf("store/badger: release lock: %w", lerr)
 		}
 		if err != nil {
-			s.closeErr = fmt.Errorf("tokenstore: close %s: %w", s.dir, err)
+			s.closeErr = fmt.Errorf("store/badger: close %s: %w", s.dir, err)
 		}
 	})
 	return s.closeErr

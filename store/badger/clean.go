@@ -30,14 +30,14 @@ func (s *Store) MarkCleanStop() error {
 	path := filepath.Join(s.dir, cleanStopFile)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("tokenstore: mark a clean stop: %w", err)
+		return fmt.Errorf("store/badger: mark a clean stop: %w", err)
 	}
 	_, werr := f.WriteString("fenceproxy stopped with no forwarded write unfinished; the next start removes this file\n")
 	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
-		return fmt.Errorf("tokenstore: mark a clean stop: %w", err)
+		return fmt.Errorf("store/badger: mark a clean stop: %w", err)
 	}
 	if err := syncDir(s.dir); err != nil {
-		return fmt.Errorf("tokenstore: mark a clean stop: %w", err)
+		return fmt.Errorf("store/badger: mark a clean stop: %w", err)
 	}
 	return nil
 }
@@ -58,16 +58,16 @@ func (s *Store) TakeCleanStop() (bool, error) {
 		return false, nil
 	}
 	if err == nil && !fi.Mode().IsRegular() {
-		return false, fmt.Errorf("tokenstore: %s is not a regular file; remove it", path)
+		return false, fmt.Errorf("store/badger: %s is not a regular file; remove it", path)
 	}
 	if err == nil {
 		err = os.Remove(path)
 	}
 	if err != nil {
-		return false, fmt.Errorf("tokenstore: remove the clean-stop mark: %w", err)
+		return false, fmt.Errorf("store/badger: remove the clean-stop mark: %w", err)
 	}
 	if err := syncDir(s.dir); err != nil {
-		return false, fmt.Errorf("tokenstore: remove the clean-stop mark: %w", err)
+		return false, fmt.Errorf("store/badger: remove the clean-stop mark: %w", err)
 	}
 	return true, nil
 }

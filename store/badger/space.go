@@ -14,7 +14,7 @@ import (
 // Options.MinFreeSpace. Raise, UpdateLease and Ready return it (wrapped with
 // the free and required byte counts) and write nothing; they succeed again by
 // themselves once space returns.
-var ErrNoSpace = errors.New("tokenstore: free space below the reserve")
+var ErrNoSpace = errors.New("store/badger: free space below the reserve")
 
 // badgerHeadroom is the disk space Badger may still claim after raises stop
 // (see badgerOptions). Badger writes through memory-mapped files: a write to
@@ -71,7 +71,7 @@ func (g *spaceGuard) check() error {
 	}
 	free, err := g.statfs(g.dir)
 	if err != nil {
-		return fmt.Errorf("tokenstore: free space of %s: %w", g.dir, err)
+		return fmt.Errorf("store/badger: free space of %s: %w", g.dir, err)
 	}
 	if free < g.min {
 		if g.low.CompareAndSwap(false, true) {
@@ -118,7 +118,7 @@ func (g *spaceGuard) canOpen() error {
 	}
 	free, err := g.statfs(g.dir)
 	if err != nil {
-		return fmt.Errorf("tokenstore: check free space in %s: %w", g.dir, err)
+		return fmt.Errorf("store/badger: check free space in %s: %w", g.dir, err)
 	}
 	if need := min(g.min, badgerHeadroom(badgerOptions(g.dir, nil))); free < need {
 		return fmt.Errorf("%w: %s has %d bytes free, and Badger may write up to %d on its own; not opening it (free some space and start again)", ErrNoSpace, g.dir, free, need)

@@ -8,7 +8,7 @@ import (
 )
 
 // ErrSnapshotReleased: MaxAtOpen was called after ReleaseOpenSnapshot or Close.
-var ErrSnapshotReleased = errors.New("tokenstore: the view of the store at open was released")
+var ErrSnapshotReleased = errors.New("store/badger: the view of the store at open was released")
 
 // openSnapshot is a read view of the store as it was at Open, kept for the
 // start-up grace (see MaxAtOpen). It remembers no answers: every call reads

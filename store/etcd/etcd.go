@@ -1,9 +1,8 @@
 // Package etcd keeps fenceproxy's durable state in etcd, with
 // go.etcd.io/etcd/client/v3: the per-resource fencing-token maxima, lease
 // records, S3 multipart upload records, the view at open and the clean-stop
-// mark. It implements the storage contract of store/storetest, as
-// store/badger does on Badger, and passes its conformance suite against a real
-// etcd.
+// mark. It implements store.Store, as store/badger does on Badger, and passes
+// store/storetest's conformance suite against a real etcd.
 //
 // In cluster mode (FENCEPROXY_STORE=etcd) every replica opens one Store on
 // the same Prefix, and package shard makes sure that the maxima of a
@@ -109,24 +108,24 @@ var _ store.Store = (*Store)(nil)
 // Sentinel errors; callers test them with errors.Is.
 var (
 	// ErrClosed: the Store was used after Close.
-	ErrClosed = errors.New("etcdstore: store closed")
+	ErrClosed = errors.New("store/etcd: store closed")
 	// ErrRange: a token above 2^63-1, the largest fencing token.
-	ErrRange = errors.New("etcdstore: token out of range (max 2^63-1)")
+	ErrRange = errors.New("store/etcd: token out of range (max 2^63-1)")
 	// ErrSnapshotReleased: MaxAtOpen after ReleaseOpenSnapshot or Close.
-	ErrSnapshotReleased = errors.New("etcdstore: the view of the store at open was released")
+	ErrSnapshotReleased = errors.New("store/etcd: the view of the store at open was released")
 	// ErrCompacted: etcd compacted its history past the revision at open,
 	// so MaxAtOpen cannot answer (it also wraps the client's
 	// rpctypes.ErrCompacted).
-	ErrCompacted = errors.New("etcdstore: the revision at open was compacted")
+	ErrCompacted = errors.New("store/etcd: the revision at open was compacted")
 	// ErrCorrupt: a value under the prefix that this package did not write
 	// (a maximum that is not 8 bytes, an upload record that is not 16).
-	ErrCorrupt = errors.New("etcdstore: corrupt value")
+	ErrCorrupt = errors.New("store/etcd: corrupt value")
 	// ErrConflict: UpdateLease lost the race for its keys too many times in
 	// a row (maxAttempts).
-	ErrConflict = errors.New("etcdstore: too many conflicting transactions")
+	ErrConflict = errors.New("store/etcd: too many conflicting transactions")
 	// ErrNotOwner: Options.Guard refused the write, or its key had another
 	// CreateRevision in etcd (the shard changed owner): nothing was written.
-	ErrNotOwner = errors.New("etcdstore: this process does not own the resource's shard")
+	ErrNotOwner = errors.New("store/etcd: this process does not own the resource's shard")
 )
 
 const (
@@ -224,14 +223,14 @@ func Open(cfg clientv3.Config, opts Options) (*Store, error) {
 		opts.MaxTxnOps = DefaultMaxTxnOps
 	}
 	if opts.MaxTxnOps < 3 {
-		return nil, fmt.Errorf("etcdstore: MaxTxnOps %d: at least 3", opts.MaxTxnOps)
+		return nil, fmt.Errorf("store/etcd: MaxTxnOps %d: at least 3", opts.MaxTxnOps)
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = DefaultRequestTimeout
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcdstore: etcd client: %w", err)
+		return nil, fmt.Errorf("store/etcd: etcd client: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{
@@ -250,7 +249,7 @@ func Open(cfg clientv3.Config, opts Options) (*Store, error) {
 	if err != nil {
 		cancel()
 		_ = cli.Close()
-		return nil, fmt.Errorf("etcdstore: open %q on %v: %w", s.prefix, cfg.Endpoints, err)
+		return nil, fmt.Errorf("store/etcd: open %q on %v: %w", s.prefix, cfg.Endpoints, err)
 	}
 	s.openRev = resp.Header.Revision
 	s.empty = resp.Responses[0].GetResponseRange().Count == 0 && resp.Responses[1].GetResponseRange().Count == 0
@@ -335,7 +334,7 @@ func (s *Store) wrap(op, resource string, err error) error {
 	if errors.Is(err, ErrClosed) || (s.closed.Load() && errors.Is(err, context.Canceled)) {
 		return ErrClosed
 	}
-	return fmt.Errorf("etcdstore: %s %q: %w", op, resource, err)
+	return fmt.Errorf("store/etcd: %s %q: %w", op, resource, err)
 }
 
 // Max returns resource's maximum, 0 for a resource without a record. A
@@ -412,7 +411,7 @@ func (s *Store) Close() error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err := s.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
-			s.closeErr = fmt.Errorf("etcdstore: close the etcd client: %w", err)
+			s.closeErr = fmt.Errorf("store/etcd: close the etcd client: %w", err)
 		}
 	})
 	return s.closeErr

@@ -1,5 +1,5 @@
 // Package mem is an in-memory implementation of fenceproxy's storage
-// contract (see store/storetest), for tests: fencing-token maxima, lease
+// contract (store.Store; store/storetest is its suite), for tests: fencing-token maxima, lease
 // records, the start-up view and the clean-stop mark, with the semantics of
 // badger.Store and optional fault injection.
 //
@@ -29,13 +29,13 @@ var _ store.Store = (*Store)(nil)
 // Sentinel errors; callers test them with errors.Is.
 var (
 	// ErrLocked: Open of a Disk that another Store still has open.
-	ErrLocked = errors.New("memstore: disk in use by another open store")
+	ErrLocked = errors.New("store/mem: disk in use by another open store")
 	// ErrClosed: the Store was used after Close.
-	ErrClosed = errors.New("memstore: store closed")
+	ErrClosed = errors.New("store/mem: store closed")
 	// ErrRange: a token above 2^63-1, the largest fencing token.
-	ErrRange = errors.New("memstore: token out of range (max 2^63-1)")
+	ErrRange = errors.New("store/mem: token out of range (max 2^63-1)")
 	// ErrSnapshotReleased: MaxAtOpen after ReleaseOpenSnapshot or Close.
-	ErrSnapshotReleased = errors.New("memstore: the view of the store at open was released")
+	ErrSnapshotReleased = errors.New("store/mem: the view of the store at open was released")
 )
 
 // Disk is the durable state of a store, what survives Close: maxima, lease
