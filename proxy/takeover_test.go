@@ -393,6 +393,6 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polled: no event (see above)
 	}
 }

@@ -89,6 +89,8 @@ func settle(t testing.TB, client *http.Client, reps []*servertest.Instance, path
 				if status != http.StatusServiceUnavailable || time.Now().After(deadline) {
 					t.Fatalf("PUT %s through %s: %d %s", p, r.Proxy, status, body)
 				}
+				// 503: the shard has no owner yet. Only the answer shows
+				// that an owner took it: polled.
 				time.Sleep(50 * time.Millisecond)
 			}
 		}
@@ -244,6 +246,8 @@ func TestClusterPlannedHandover(t *testing.T) {
 			if status != http.StatusServiceUnavailable || time.Now().After(deadline) {
 				t.Fatalf("PUT %s after the other replica stopped: %d %s", p, status, body)
 			}
+			// 503: not taken over yet. How soon the answer changes is what
+			// the test measures, and only the answer shows it: polled.
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
@@ -312,9 +316,15 @@ func TestClusterCutOffReplicaCutsUpload(t *testing.T) {
 		done <- result{status: resp.StatusCode, body: string(b)}
 	}()
 	pw.Write(make([]byte, 1024))
-	time.Sleep(200 * time.Millisecond)
+	// Cut once the upload is admitted; only the gauge shows the admission.
+	servertest.Eventually(t, 10*time.Second, "the upload is admitted", func() bool {
+		return metric(t, client, reps[0].Control, "fenceproxy_inflight_requests") >= 1
+	})
 	cut.Cut() // no keepalive is confirmed from now on: validity ends within the 2s TTL
-	time.Sleep(3 * time.Second)
+	// Logged once the validity deadline passed: Valid is false from then on.
+	if !reps[0].Logs.WaitFor("ownership validity ended", 10*time.Second) {
+		t.Fatalf("the cut-off replica's validity did not end:\n%s", reps[0].Logs)
+	}
 	pw.Write(make([]byte, 1024)) // the rest arrives after the validity ended
 	pw.Close()
 	res := <-done
@@ -385,7 +395,11 @@ func TestClusterPeerSecretMismatch(t *testing.T) {
 	a := startReplicas(t, c, backend.URL(), 1, nil)[0]
 	b := startReplicas(t, c, backend.URL(), 1, map[string]string{"FENCEPROXY_REPLICA_ID": "other", "FENCEPROXY_PEER_SECRET": "another-secret-of-16+"})[0]
 	client := servertest.NewClient(t)
-	time.Sleep(time.Second) // the shards split between the two
+	// The shards split between the two; only the gauges show it.
+	servertest.Eventually(t, 20*time.Second, "both replicas own shards", func() bool {
+		na, nb := metric(t, client, a.Control, "fenceproxy_shards_owned"), metric(t, client, b.Control, "fenceproxy_shards_owned")
+		return na >= 1 && nb >= 1 && na+nb == 8
+	})
 	refused := 0
 	for i := range 16 {
 		path := fmt.Sprintf("/bkt/m-%d", i)
@@ -434,6 +448,7 @@ func TestClusterPool(t *testing.T) {
 	client := servertest.NewClient(t)
 	call := func(method, url, body string) (int, map[string]any) {
 		t.Helper()
+		// 503: the shard has no owner yet, which only the answer shows: polled.
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			req, _ := http.NewRequest(method, url, strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")

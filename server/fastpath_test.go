@@ -68,15 +68,22 @@ func fpReference(t *testing.T, upstream string, timeout time.Duration) string {
 	return srv.Listener.Addr().String()
 }
 
-// fpStart starts fenceproxy in front of upstream, with the fast path.
+// fpStart starts fenceproxy in front of upstream, with the fast path, and
+// returns its proxy address.
 func fpStart(t *testing.T, upstream string, env map[string]string) string {
+	t.Helper()
+	return fpStartInstance(t, upstream, env).Proxy
+}
+
+// fpStartInstance is fpStart returning the whole instance.
+func fpStartInstance(t *testing.T, upstream string, env map[string]string) *servertest.Instance {
 	t.Helper()
 	e := map[string]string{"FENCEPROXY_UPSTREAM": upstream, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ABANDON_GRACE": "0s",
 		"FENCEPROXY_UPSTREAM_FAST_PATH": "true"}
 	for k, v := range env {
 		e[k] = v
 	}
-	return servertest.Start(t, e).Proxy
+	return servertest.Start(t, e)
 }
 
 // fpScript answers with raw bytes (package rawbackend).
@@ -294,6 +301,8 @@ func TestAttackProxyBackendClosedIdleConnection(t *testing.T) {
 				t.Fatalf("%s: PUT %d after a pause longer than the backend's idle timeout: %d %s (backend got %d of %d)",
 					name, i, a.Status, a.Body, arrived.Load(), i+1)
 			}
+			// The pause the scenario is about: past the backend's 100ms
+			// idle timeout, so it has closed the kept connection.
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
@@ -364,6 +373,7 @@ func TestAttackProxyStrayBytesGoToAnotherClient(t *testing.T) {
 			b := newFPScript(t, func(c net.Conn, br *bufio.Reader, r *http.Request, body []byte) bool {
 				if r.Method == http.MethodHead {
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 44\r\n\r\n")
+					// Pacing: the stray bytes come after the proxy took the headers.
 					time.Sleep(20 * time.Millisecond)
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nnot-yours!")
 					select { // once is enough
@@ -383,7 +393,13 @@ func TestAttackProxyStrayBytesGoToAnotherClient(t *testing.T) {
 				t.Fatalf("HEAD: %+v", a)
 			}
 			<-stray
-			time.Sleep(50 * time.Millisecond)
+			// The reference's Transport sees the stray bytes on the idle
+			// connection and closes it; the fast path looks when it reuses
+			// it, and on loopback the bytes are in its socket once the
+			// backend's write returned.
+			if name == "reference" && !b.WaitOpen(0, 5*time.Second) {
+				t.Fatal("the reference kept the connection with stray bytes")
+			}
 			if a := fpRaw(t, addr, "PUT /bkt/b HTTP/1.1\r\nHost: h\r\nX-Fencing-Token: 1\r\nContent-Length: 1\r\n\r\nx"); a.Body != "yours" {
 				t.Fatalf("another client's write got %+v", a)
 			}
@@ -434,12 +450,16 @@ func TestAttackProxyEarlyRefusalThenReset(t *testing.T) {
 				return
 			}
 			go func() {
-				defer c.Close() // unread body bytes: a reset
 				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					c.Close()
 					return
 				}
 				io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbig")
+				// Pacing: the proxy reads the 413 before the reset would
+				// discard it; the backend cannot see that read.
 				time.Sleep(20 * time.Millisecond)
+				// Unread body bytes: the close resets the connection.
+				c.Close()
 				select { // once is enough
 				case refused <- struct{}{}:
 				default:
@@ -460,8 +480,7 @@ func TestAttackProxyEarlyRefusalThenReset(t *testing.T) {
 		half := strings.Repeat("z", 32<<10)
 		io.WriteString(c, "PUT /bkt/obj HTTP/1.1\r\nHost: h\r\nX-Fencing-Token: 1\r\nContent-Length: 65536\r\n\r\n"+half)
 		select {
-		case <-refused:
-			time.Sleep(20 * time.Millisecond)
+		case <-refused: // the backend has reset the connection
 		case <-time.After(time.Second): // a proxy that reads the body before it sends
 		}
 		io.WriteString(c, half) // the client still uploading
@@ -594,7 +613,7 @@ func TestFastPathProxyStalledUploadCutByLargerToken(t *testing.T) {
 		t.Fatalf("cut-off writer: %d", resp.StatusCode)
 	}
 	io.WriteString(c, strings.Repeat("s", 984)) // the rest, too late
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond)           // asserts nothing happens: the late rest makes no whole write
 	if got := b.Requests(); len(got) != 1 || got[0] != "PUT /bkt/obj B" {
 		t.Fatalf("backend got %.100q, want only token 6's write", got)
 	}
@@ -606,10 +625,15 @@ func TestFastPathProxyUploadCutShort(t *testing.T) {
 	for _, how := range []string{"client closes", "client pauses"} {
 		t.Run(how, func(t *testing.T) {
 			b := fpWholeWrites(t)
-			addr := fpStart(t, b.URL(), map[string]string{"FENCEPROXY_UPLOAD_IDLE_TIMEOUT": "300ms", "FENCEPROXY_ABANDON_GRACE": "5s"})
+			in := fpStartInstance(t, b.URL(), map[string]string{"FENCEPROXY_UPLOAD_IDLE_TIMEOUT": "300ms", "FENCEPROXY_ABANDON_GRACE": "5s"})
+			addr := in.Proxy
 			c, br := fpStalledUpload(t, addr, "5", 999)
 			if how == "client closes" {
-				time.Sleep(50 * time.Millisecond)
+				// Mid-body: once admitted, which only the gauge shows (the
+				// fast path sends nothing before the body is whole).
+				servertest.Eventually(t, 10*time.Second, "the upload is admitted", func() bool {
+					return metric(t, http.DefaultClient, in.Control, "fenceproxy_inflight_requests") >= 1
+				})
 				c.Close()
 			} else {
 				c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -676,6 +700,11 @@ func TestFastPathProxyUpstreamFailures(t *testing.T) {
 				if d := time.Since(start); d > 2*time.Second {
 					t.Fatalf("answered after %s", d)
 				}
+				if tc.abandoned && !in.Logs.WaitFor("after the whole write was sent", 5*time.Second) {
+					t.Fatalf("not counted as possibly applied\n%s", in.Logs)
+				}
+				// Asserts nothing happens: no second copy reaches the
+				// backend, and no line counts a write that was not sent.
 				time.Sleep(50 * time.Millisecond)
 				if b != nil {
 					if got := b.Requests(); len(got) != 1 {
@@ -699,7 +728,7 @@ func TestFastPathProxySlowBodyOutlivesResponseTimeout(t *testing.T) {
 		for i := range 4 {
 			fmt.Fprintf(w, "part%d;", i)
 			w.(http.Flusher).Flush()
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // pacing: the body streams slower than the response timeout
 		}
 	}))
 	t.Cleanup(backend.Close)
@@ -813,10 +842,9 @@ func TestFastPathProxyConnectionsSettle(t *testing.T) {
 			t.Fatalf("%+v", a)
 		}
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for (b.Open.Load() > 1 || runtime.NumGoroutine() > before+5) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	b.WaitOpen(1, 2*time.Second)
+	// The goroutine count signals no event: polled.
+	servertest.Within(2*time.Second, func() bool { return runtime.NumGoroutine() <= before+5 })
 	if n := b.Open.Load(); n > 1 {
 		t.Fatalf("%d backend connections open after the clients left, want at most 1", n)
 	}

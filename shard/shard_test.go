@@ -261,7 +261,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		if time.Since(start) > timeout {
 			t.Fatalf("not within %v: %s", timeout, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polled: no event (see above)
 	}
 	return time.Since(start)
 }

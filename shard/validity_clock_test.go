@@ -92,7 +92,7 @@ func TestLapseAfterClockStepsBack(t *testing.T) {
 		s.valid.Store(valid)
 		o.workers.Add(1)
 		go o.watchValidity(s)
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // fake time: the lapse is due at once, validityPoll is 100ms
 		synctest.Wait()
 		lapsed := s.lapsed.Load()
 		s.halt()

@@ -125,17 +125,17 @@ func TestWatchRotation(t *testing.T) {
 		}
 
 		// The worst case: the file changes just after a read.
-		time.Sleep(keyring.DefaultEvery)
+		time.Sleep(keyring.DefaultEvery) // fake time: a read is due
 		synctest.Wait()
-		time.Sleep(time.Nanosecond)
+		time.Sleep(time.Nanosecond) // fake time: just after that read
 		replace(t, path, file("worker1", "worker3"))
 		changed := time.Now()
-		time.Sleep(keyring.DefaultEvery - 2*time.Nanosecond)
+		time.Sleep(keyring.DefaultEvery - 2*time.Nanosecond) // fake time: just before the next read
 		synctest.Wait()
 		if !allowed(s, "worker2") {
 			t.Fatal("reloaded before a read was due")
 		}
-		time.Sleep(time.Nanosecond)
+		time.Sleep(time.Nanosecond) // fake time: the next read is due
 		synctest.Wait()
 		if allowed(s, "worker2") {
 			t.Fatalf("worker2 still allowed %v after it was removed (every %v)", time.Since(changed), keyring.DefaultEvery)
@@ -156,7 +156,7 @@ func TestWatchRotation(t *testing.T) {
 
 		// Content unchanged: no reload.
 		at := s.LastReload()
-		time.Sleep(3 * keyring.DefaultEvery)
+		time.Sleep(3 * keyring.DefaultEvery) // fake time, asserting nothing happens: three reads, no reload
 		synctest.Wait()
 		if s.LastReload() != at || logs.count("reloaded") != 1 {
 			t.Fatalf("an unchanged file was loaded again:\n%s", logs)
@@ -165,7 +165,7 @@ func TestWatchRotation(t *testing.T) {
 		// A rotated secret adds and removes no id: the log names the key as
 		// changed, never the secret.
 		replace(t, path, strings.Replace(file("worker1", "worker3"), sec+"-worker1", sec+"-worker1-rotated", 1))
-		time.Sleep(keyring.DefaultEvery)
+		time.Sleep(keyring.DefaultEvery) // fake time: a read is due
 		synctest.Wait()
 		if got, _ := s.Secret("worker1"); got != sec+"-worker1-rotated" {
 			t.Fatal("worker1's new secret not in use")
@@ -192,7 +192,7 @@ func TestWatchBrokenFileKeepsTheLastGoodKeys(t *testing.T) {
 		loaded := s.LastReload()
 		step := func(what string) {
 			t.Helper()
-			time.Sleep(every)
+			time.Sleep(every) // fake time: one read is due
 			synctest.Wait()
 			if !allowed(s, "worker1") {
 				t.Fatalf("%s: the last good keys were dropped", what)
@@ -243,7 +243,7 @@ func TestWatchBrokenFileKeepsTheLastGoodKeys(t *testing.T) {
 
 		// Valid again: loaded, the error cleared.
 		replace(t, path, file("worker2"))
-		time.Sleep(every)
+		time.Sleep(every) // fake time: a read is due
 		synctest.Wait()
 		if allowed(s, "worker1") || !allowed(s, "worker2") || s.LastError() != nil || !s.LastReload().After(loaded) {
 			t.Fatalf("the valid file was not loaded: LastError %v", s.LastError())

@@ -208,7 +208,7 @@ func runAndKill(t *testing.T, dir string, d time.Duration) map[string]uint64 {
 		_ = cmd.Wait()
 		t.Fatal("child reported nothing within 20s")
 	}
-	time.Sleep(d)
+	time.Sleep(d) // pacing: the child raises for d; the kill lands wherever it is
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
