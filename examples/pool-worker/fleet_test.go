@@ -495,9 +495,14 @@ func (f *fleet) chaos(d time.Duration) violations {
 			pendMu.Lock()
 			pending = append(pending, held...)
 			pendMu.Unlock()
-		case a < 9 && len(run) > 3: // pause: SIGSTOP for 1 to 6 s (past TTL + grace or not)
+		case a < 9 && len(run) > 3: // pause: SIGSTOP for 1 s to TTL + grace + 2 s (past TTL + grace or not)
 			s := run[rand.IntN(len(run))]
-			pause := time.Second + rand.N(5*time.Second)
+			pause := time.Second + rand.N(fleetTTL+fleetGrace+time.Second)
+			if f.teeth {
+				// Past TTL + grace and a claim period or two: the shards
+				// are held again before the worker resumes and writes on.
+				pause = fleetTTL + fleetGrace + fleetTTL + rand.N(2*time.Second)
+			}
 			if pause > fleetTTL+fleetGrace {
 				held := shardsOf(s.holder)
 				expiries += len(held)
