@@ -125,6 +125,10 @@ type Config struct {
 	// CacheSize bounds the memory of the maxima kept in memory, in bytes.
 	CacheSize ByteSize `env:"CACHE_SIZE" envDefault:"32MiB" help:"memory for the fencing-token maxima kept in memory (recently used resources; each counts its key's length plus about 130 bytes, so 32MiB holds about 230,000 short keys or 26,000 of 1 KiB); a miss costs one disk read; at least 1MiB; a bare number is bytes"`
 
+	// PrefixFencesSize bounds the memory of the prefix fences' maxima, all
+	// held in memory (admission reads no store per ancestor of a key).
+	PrefixFencesSize ByteSize `env:"PREFIX_FENCES_SIZE" envDefault:"32MiB" help:"memory for the prefix fences (names ending in /, each fencing every key below it), all kept in memory; each counts its name's length plus 96 bytes, so 32MiB holds about 250,000 of 40 bytes; a raise that would create one more is refused with 507; at least 1MiB; a bare number is bytes"`
+
 	// TokenKeys turns on signed-token mode: base64 HMAC-SHA256 keys of at
 	// least 32 bytes; the first signs, every one verifies (so keys can rotate).
 	TokenKeys []string `env:"TOKEN_KEY" envSeparator:"," help:"signed-token mode: comma-separated base64 keys (32+ bytes each); the first signs lease tokens, all verify; fenced writes then need X-Fencing-Token-Signature (403 without a valid one)"`
@@ -361,6 +365,9 @@ func (c Config) Validate() error {
 	}
 	if c.CacheSize < minCacheSize {
 		bad("CACHE_SIZE", "%s is below the minimum of 1MiB (%s)", c.CacheSize, cacheTooSmall)
+	}
+	if c.PrefixFencesSize < minCacheSize {
+		bad("PREFIX_FENCES_SIZE", "%s is below the minimum of 1MiB", c.PrefixFencesSize)
 	}
 	if c.UpstreamUnsentMax > maxUnsent {
 		bad("UPSTREAM_UNSENT_MAX", "%s is above the maximum of 1 GiB (the kernel takes a 32-bit value; give 0 for the system's send buffer)", c.UpstreamUnsentMax)

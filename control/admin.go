@@ -22,12 +22,28 @@ const (
 	maxListLimit     = 10000
 )
 
+// raiseName is name for a call that raises the fence it names: with
+// NoPrefixFences a name ending in "/" is refused, since it would fence
+// nothing below it. fence.ErrBadResource.
+func (s *server) raiseName(name func(string) (string, error)) func(string) (string, error) {
+	if !s.opts.NoPrefixFences {
+		return name
+	}
+	return func(raw string) (string, error) {
+		n, err := name(raw)
+		if err == nil && fence.IsPrefix(n) {
+			err = fmt.Errorf("%w: %q ends in \"/\", a prefix fence, which cluster mode does not support: its keys may be owned by other replicas", fence.ErrBadResource, n)
+		}
+		return n, err
+	}
+}
+
 // adminRoutes registers the operator calls, all behind FENCEPROXY_ADMIN_TOKEN.
 func (s *server) adminRoutes(r chi.Router) {
 	admin := r.With(s.adminAuth)
 	admin.Get("/v1/fences", handle(s, route{op: "fence.list", failed: fence.ErrStore, status: http.StatusOK}, s.listFences))
 	admin.Put(FencePrefix+"*", handle(s, route{
-		op: "fence.raise", prefix: FencePrefix, name: fence.Resolver{Depth: s.opts.ResourceDepth}.Name,
+		op: "fence.raise", prefix: FencePrefix, name: s.raiseName(fence.Resolver{Depth: s.opts.ResourceDepth}.Name),
 		badBody: errBadFenceRequest, failed: fence.ErrStore, status: http.StatusOK,
 	}, s.raiseFence))
 	admin.Delete(FencePrefix+"*", handle(s, route{

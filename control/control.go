@@ -76,6 +76,10 @@ type Options struct {
 	// ResourceDepth is FENCEPROXY_RESOURCE_DEPTH: when > 0, lease names
 	// must have exactly this many segments.
 	ResourceDepth int
+	// NoPrefixFences (cluster mode): a lease or raise of a name ending in
+	// "/" is refused (400 bad_resource), since the barrier fences nothing
+	// below it there. False: such a name is a prefix fence.
+	NoPrefixFences bool
 	// Admin serves the admin fence calls (GET /v1/fences, PUT and DELETE
 	// /v1/fences/*) and Go's profiler; nil: none of them.
 	Admin AdminFences

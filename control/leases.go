@@ -50,7 +50,7 @@ type Signer interface {
 func (s *server) leaseRoutes(r chi.Router) {
 	lr := func(op string, status int) route {
 		return route{
-			op: op, prefix: LeasePrefix, name: fence.Resolver{Depth: s.opts.ResourceDepth}.LeaseName,
+			op: op, prefix: LeasePrefix, name: s.raiseName(fence.Resolver{Depth: s.opts.ResourceDepth}.LeaseName),
 			badName: errBadLeaseName, badBody: lease.ErrInvalid, failed: errLeaseStore, status: status,
 		}
 	}

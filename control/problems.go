@@ -80,6 +80,8 @@ var table = wire.Answers{
 	// operation's error says so.
 	{Err: fence.ErrDrainTimeout, Status: http.StatusServiceUnavailable, Reason: wire.ReasonDrainTimeout, Title: "Smaller-token writes still in flight",
 		Retry: true, Level: slog.LevelWarn},
+	{Err: fence.ErrPrefixLimit, Status: http.StatusInsufficientStorage, Reason: wire.ReasonPrefixLimit, Title: "Too many prefix fences",
+		Level: slog.LevelError},
 	{Err: fence.ErrStore, Status: http.StatusServiceUnavailable, Reason: wire.ReasonUnavailable, Title: "Fencing store unavailable",
 		Retry: true, Level: slog.LevelError, Detail: "the token store could not be read or written; see the proxy's log"},
 

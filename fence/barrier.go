@@ -34,13 +34,23 @@ type Options struct {
 	// raise the barrier made (a write's, Raise's, RaiseWith's), after it;
 	// failed ones are not observed. nil: none.
 	ObserveRaise func(time.Duration)
+	// NoPrefixFences: a name ending in "/" is a resource like any other,
+	// fencing nothing below it (cluster mode, where the keys below a prefix
+	// may be owned by other replicas). False: it is a prefix fence.
+	NoPrefixFences bool
+	// PrefixBytes bounds the memory of the prefix fences' maxima, each
+	// counted as its name's length plus 96 bytes; a raise that would create
+	// one more past it is refused (ErrPrefixLimit). 0: DefaultPrefixBytes.
+	PrefixBytes int64
 }
 
 // Barrier is the per-resource admission rule and fence barrier (the brief's
 // "fence barrier"): a write with token t on resource R is admitted when t >=
 // the durable maximum m of R; t > m is first made durable; and an admitted t
 // runs only once no write with a smaller token is in flight for R. Writes with
-// equal tokens run concurrently. Every raise of a maximum goes through it,
+// equal tokens run concurrently. A prefix fence (a name ending in "/", see
+// IsPrefix) also refuses every write below it with a token under its
+// maximum, and its raise cuts and drains them as a raise of R does. Every raise of a maximum goes through it,
 // whatever made it (Admit, Raise, RaiseWith), and cuts off the smaller-token
 // uploads still sending their body. Compare-and-forward is atomic this way;
 // see Kleppmann 2016, "How to do distributed locking".
@@ -50,6 +60,8 @@ type Barrier struct {
 	clock  Clock
 	seed   maphash.Seed
 	shards [64]shard
+
+	prefixes prefixes // the prefix fences' maxima and raises in progress
 
 	startUntil time.Time   // until then tokens above the maximum at start wait (start-up grace)
 	started    atomic.Bool // startUntil has passed: skip the clock read
@@ -90,6 +102,16 @@ func New(store Store, opts Options) (*Barrier, error) {
 	}
 	for i := range b.shards {
 		b.shards[i].resources = make(map[string]*resourceState)
+	}
+	b.prefixes.byKey = make(map[string]*prefixFence)
+	b.prefixes.limit = opts.PrefixBytes
+	if b.prefixes.limit <= 0 {
+		b.prefixes.limit = DefaultPrefixBytes
+	}
+	if !opts.NoPrefixFences {
+		if err := b.prefixes.load(store); err != nil {
+			return nil, err
+		}
 	}
 	if opts.StartGrace > 0 {
 		b.startUntil = b.clock.Now().Add(opts.StartGrace)
@@ -145,6 +167,9 @@ func (b *Barrier) Admit(ctx context.Context, resources []string, t uint64, up *U
 		}
 		if t < m {
 			return nil, &StaleError{Resource: r, Token: t, Current: m}
+		}
+		if p, pm, wait := b.prefixes.above(r, t); p != "" && wait == nil {
+			return nil, &StaleError{Resource: p, Token: t, Current: pm}
 		}
 	}
 	releases := make([]func(), 0, len(keys))
@@ -209,17 +234,32 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 			st.mu.Unlock()
 			return nil, err
 		}
+		if p, pm, wait := b.prefixes.above(resource, t); p != "" {
+			// Refused before anything is raised; checked again once in flight.
+			st.mu.Unlock()
+			if wait == nil {
+				return nil, &StaleError{Resource: p, Token: t, Current: pm}
+			}
+			if err := b.waitPrefix(ctx, p, wait, deadline); err != nil {
+				return nil, err
+			}
+			st.mu.Lock()
+			continue
+		}
 		if raise {
 			// Newcomers wait for the outcome: refused if it succeeds, admitted if not.
 			st.raising = true
 			st.mu.Unlock()
-			raised, err := b.raise(resource, t)
+			raised, err := b.raiseOwn(ctx, resource, t, deadline)
 			st.mu.Lock()
 			st.raising = false
 			st.broadcast()
 			if err != nil {
+				if raised > 0 { // raised, but the prefix's drain failed
+					st.cutBelow(raised)
+				}
 				st.mu.Unlock()
-				return nil, onResource(resource, fmt.Errorf("%w: %w", ErrStore, err))
+				return nil, err
 			}
 			// A client that left while the raise waited for the store
 			// gets nothing forwarded: the write would land with nobody
@@ -261,6 +301,24 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 			}
 			st.uploading[up] = struct{}{}
 		}
+		// In flight now, so a prefix raise from here on finds this write;
+		// one published before is seen here.
+		if p, pm, wait := b.prefixes.above(resource, t); p != "" {
+			if st.inflight[t]--; st.inflight[t] == 0 {
+				delete(st.inflight, t)
+			}
+			st.forget(up)
+			st.broadcast()
+			st.mu.Unlock()
+			if wait == nil {
+				return nil, &StaleError{Resource: p, Token: t, Current: pm}
+			}
+			if err := b.waitPrefix(ctx, p, wait, deadline); err != nil {
+				return nil, err
+			}
+			st.mu.Lock()
+			continue
+		}
 		st.mu.Unlock()
 		admitted = true
 		b.active.Add(1)
@@ -278,11 +336,25 @@ func (b *Barrier) Check(resource string, t uint64) error {
 		return onResource(resource, fmt.Errorf("%w: %w", ErrStore, err))
 	}
 	raise, err := b.rule(resource, t, m)
+	if p, pm, _ := b.prefixes.above(resource, t); err == nil && p != "" && t < pm {
+		err = &StaleError{Resource: p, Token: t, Current: pm}
+	}
 	switch {
 	case err != nil:
 		return err
 	case raise:
-		if _, err := b.raise(resource, t); err != nil {
+		if !b.isPrefix(resource) {
+			if _, err := b.raise(resource, t); err != nil {
+				return onResource(resource, fmt.Errorf("%w: %w", ErrStore, err))
+			}
+			break
+		}
+		if err := b.prefixes.begin(resource); err != nil {
+			return err
+		}
+		m, err := b.raise(resource, t)
+		b.prefixes.end(resource, m)
+		if err != nil {
 			return onResource(resource, fmt.Errorf("%w: %w", ErrStore, err))
 		}
 	case t == 0:
@@ -356,15 +428,25 @@ func (b *Barrier) RaiseWith(ctx context.Context, resource string, raise func() e
 		return 0, err
 	}
 	st.mu.Unlock()
-	start := b.clock.Now()
-	err := raise()
-	if b.opts.ObserveRaise != nil && err == nil {
-		b.opts.ObserveRaise(b.clock.Now().Sub(start))
+	prefix := b.isPrefix(resource)
+	var err error
+	if prefix {
+		err = b.prefixes.begin(resource) // writes below wait for the outcome
 	}
 	var m uint64
 	if err == nil {
-		if m, err = b.store.Max(resource); err != nil {
-			err = onResource(resource, fmt.Errorf("%w: %w", ErrStore, err))
+		start := b.clock.Now()
+		err = raise()
+		if b.opts.ObserveRaise != nil && err == nil {
+			b.opts.ObserveRaise(b.clock.Now().Sub(start))
+		}
+		if err == nil {
+			if m, err = b.store.Max(resource); err != nil {
+				err = onResource(resource, fmt.Errorf("%w: %w", ErrStore, err))
+			}
+		}
+		if prefix {
+			b.prefixes.end(resource, m) // m is 0 on an error: the old maximum stays
 		}
 	}
 	startGrace := b.startGrace(resource, m)
@@ -394,6 +476,9 @@ func (b *Barrier) RaiseWith(ctx context.Context, resource string, raise func() e
 			continue
 		}
 		st.mu.Unlock()
+		if prefix && m > 0 {
+			return m, b.drainPrefix(ctx, resource, m, &deadline)
+		}
 		return m, nil
 	}
 }
@@ -416,6 +501,24 @@ func (b *Barrier) Reset(ctx context.Context, resource string, reset func() (uint
 	if err := b.startRaise(ctx, st, resource, &deadline); err != nil {
 		return 0, err
 	}
+	prefix := b.isPrefix(resource)
+	if prefix {
+		// Writes below wait while those admitted under the old maximum
+		// finish, all of them: smaller tokens pass again after.
+		if err := b.prefixes.begin(resource); err != nil {
+			prefix = false // not held: nothing below it to drain
+		}
+	}
+	abort := func(err error) (uint64, error) {
+		if prefix {
+			b.prefixes.end(resource, 0)
+		}
+		st.mu.Lock()
+		st.raising = false
+		st.broadcast()
+		st.mu.Unlock()
+		return 0, err
+	}
 	for len(st.inflight) > 0 || startGrace != nil {
 		wake := startGrace
 		if len(st.inflight) > 0 {
@@ -423,18 +526,26 @@ func (b *Barrier) Reset(ctx context.Context, resource string, reset func() (uint
 		}
 		over, err := b.waitOr(ctx, st, resource, &deadline, wake)
 		if err != nil {
-			st.mu.Lock()
-			st.raising = false
-			st.broadcast()
-			st.mu.Unlock()
-			return 0, err
+			return abort(err) // waitOr released st.mu
 		}
 		if over {
 			startGrace = nil
 		}
 	}
 	st.mu.Unlock()
+	if prefix {
+		if err := b.drainWhere(ctx, resource, &deadline, func(st *resourceState) bool { return len(st.inflight) > 0 }); err != nil {
+			return abort(err)
+		}
+	}
 	removed, err := reset()
+	if prefix {
+		if err == nil {
+			b.prefixes.reset(resource)
+		} else {
+			b.prefixes.end(resource, 0)
+		}
+	}
 	st.mu.Lock()
 	st.raising = false
 	st.broadcast()
@@ -476,6 +587,9 @@ func (b *Barrier) startGrace(resource string, t uint64) <-chan time.Time {
 func (b *Barrier) waitsAtStart(resource string, t uint64) bool {
 	if t == 0 {
 		return false // no smaller token can be in flight
+	}
+	if b.isPrefix(resource) {
+		return true // any key below it may have had a write in flight
 	}
 	sv, ok := b.store.(StartView)
 	if !ok {
@@ -708,4 +822,48 @@ func (b *Barrier) waitOr(ctx context.Context, st *resourceState, resource string
 		st.mu.Lock()
 	}
 	return woke, err
+}
+
+// isPrefix reports whether resource is a prefix fence here.
+func (b *Barrier) isPrefix(resource string) bool {
+	return !b.opts.NoPrefixFences && IsPrefix(resource)
+}
+
+// raiseOwn is a write's raise of its own resource to t; for a prefix fence
+// also its publication and drain, so the write is forwarded only once no
+// smaller-token write below the prefix can land. It returns the maximum, and
+// errors as Admit's (with the maximum when the raise stayed but the drain failed).
+func (b *Barrier) raiseOwn(ctx context.Context, resource string, t uint64, deadline *<-chan time.Time) (uint64, error) {
+	if !b.isPrefix(resource) {
+		m, err := b.raise(resource, t)
+		if err != nil {
+			return 0, onResource(resource, fmt.Errorf("%w: %w", ErrStore, err))
+		}
+		return m, nil
+	}
+	if err := b.prefixes.begin(resource); err != nil {
+		return 0, err
+	}
+	m, err := b.raise(resource, t)
+	b.prefixes.end(resource, m)
+	if err != nil {
+		return 0, onResource(resource, fmt.Errorf("%w: %w", ErrStore, err))
+	}
+	return m, b.drainPrefix(ctx, resource, m, deadline)
+}
+
+// waitPrefix waits for the raise of prefix fence prefix to end (wait
+// closes). Errors: ErrDrainTimeout (as a *ResourceError of prefix), ctx's cause.
+func (b *Barrier) waitPrefix(ctx context.Context, prefix string, wait <-chan struct{}, deadline *<-chan time.Time) error {
+	if *deadline == nil {
+		*deadline = b.clock.After(b.opts.DrainTimeout)
+	}
+	select {
+	case <-wait:
+		return nil
+	case <-*deadline:
+		return onResource(prefix, ErrDrainTimeout)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }

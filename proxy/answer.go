@@ -140,8 +140,9 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 	switch {
 	case why == errUploadCut:
 		p.opts.Metrics.upstreamError("upload_cut")
-		current, _ := p.barrier.Max(ex.resource())
-		pb, _ = p.problemFor(&fence.StaleError{Resource: ex.resource(), Token: ex.token, Current: current})
+		// The fence that cut it: the resource's own, or a prefix fence above it.
+		name, current, _ := p.barrier.Fence(ex.resource())
+		pb, _ = p.problemFor(&fence.StaleError{Resource: name, Token: ex.token, Current: current})
 		pb.Detail = errUploadCut.Error() + "; the backend did not get it whole"
 		pb.Token = ex.tokenText
 		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
@@ -233,6 +234,8 @@ var answers = wire.Answers{
 		Retry:  true, Level: slog.LevelWarn},
 	{Err: ErrShardUnavailable, Status: http.StatusServiceUnavailable, Reason: wire.ReasonShardUnavailable, Title: "Shard unavailable",
 		Retry: true, Level: slog.LevelWarn},
+	{Err: fence.ErrPrefixLimit, Status: http.StatusInsufficientStorage, Reason: wire.ReasonPrefixLimit, Title: "Too many prefix fences",
+		Level: slog.LevelError},
 	{Err: fence.ErrStore, Status: http.StatusServiceUnavailable, Reason: wire.ReasonStoreError, Title: "Fencing store unavailable",
 		Detail: "the maximum could not be read or made durable; nothing was forwarded", Retry: true, Level: slog.LevelError},
 	// The client went away while waiting at the barrier; 499 is for the log,

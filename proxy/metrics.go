@@ -85,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	// Known series start at 0, so rates and dashboards work before the first event.
 	for _, d := range []string{"forwarded", "unfenced", "upload_abort", wire.ReasonStale, wire.ReasonMissing, wire.ReasonMalformed, wire.ReasonBadResource, wire.ReasonAmbiguous,
 		wire.ReasonHopByHop, wire.ReasonUnsupported, wire.ReasonDrainTimeout, wire.ReasonStoreError, wire.ReasonClientGone,
-		wire.ReasonSignature, wire.ReasonJump} {
+		wire.ReasonSignature, wire.ReasonJump, wire.ReasonPrefixLimit} {
 		if m.decisions == nil {
 			m.decisions = make(map[string]prometheus.Counter)
 		}

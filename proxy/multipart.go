@@ -47,13 +47,13 @@ func (p *Proxy) creatorAbort(ex *exchange) bool {
 	if !found || ex.token < creator {
 		return false
 	}
-	current, err := p.barrier.Max(resource)
+	_, current, err := p.barrier.Fence(resource) // a prefix fence above counts
 	return err == nil && ex.token < current
 }
 
 // forwardAbort forwards an abort that creatorAbort let through, and logs it.
 func (p *Proxy) forwardAbort(ex *exchange) {
-	current, _ := p.barrier.Max(ex.resource())
+	_, current, _ := p.barrier.Fence(ex.resource())
 	p.log.LogAttrs(ex.client, slog.LevelInfo, "multipart upload aborted by a holder that lost its resource; forwarded, as an abort applies no data",
 		slog.String("resource", ex.resource()), slog.String("token", ex.tokenText), slog.Uint64("current_token", current),
 		slog.String("upload_id", ex.s3.UploadID), slog.String("target", logTarget(ex.r)))

@@ -74,6 +74,7 @@ var reasonCodes = map[string]string{
 	wire.ReasonJump:             "FencingTokenTooFarAhead",      // 403
 	wire.ReasonDrainTimeout:     "FencingDrainTimeout",          // 503 with Retry-After
 	wire.ReasonStoreError:       "ServiceUnavailable",           // 503 with Retry-After
+	wire.ReasonPrefixLimit:      "InsufficientStorage",          // 507: FENCEPROXY_PREFIX_FENCES_SIZE reached
 	wire.ReasonShardUnavailable: "ServiceUnavailable",           // 503 with Retry-After
 	wire.ReasonClientGone:       "RequestCanceled",              // 499, logged; nobody reads it
 	wire.ReasonInternal:         "InternalError",                // 500

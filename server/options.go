@@ -22,6 +22,9 @@ func fenceOptionsFrom(cfg config.Config) fence.Options {
 		DrainTimeout: cfg.DrainTimeout,
 		AbandonGrace: cfg.AbandonGrace,
 		MaxTokenJump: cfg.MaxTokenJump,
+		PrefixBytes:  int64(cfg.PrefixFencesSize),
+		// In cluster mode the keys below a prefix may have other owners.
+		NoPrefixFences: cfg.Store == "etcd",
 	}
 }
 

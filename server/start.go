@@ -236,10 +236,12 @@ func (st *starting) buildControl() error {
 		Warning:       st.warning,
 		LeaseToken:    cfg.LeaseToken,
 		ResourceDepth: cfg.ResourceDepth,
-		Admin:         adminFences{store: st.store, fence: st.barrier},
-		AdminToken:    cfg.AdminToken,
-		Signer:        st.signer,
-		Pools:         st.pools,
+		// In cluster mode the keys below a prefix may have other owners.
+		NoPrefixFences: cfg.Store == "etcd",
+		Admin:          adminFences{store: st.store, fence: st.barrier},
+		AdminToken:     cfg.AdminToken,
+		Signer:         st.signer,
+		Pools:          st.pools,
 	}
 	if st.cluster != nil {
 		copts.Owner = st.cluster.ControlOwner

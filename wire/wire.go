@@ -54,6 +54,7 @@ const (
 	ReasonJump         = "jump"          // 403: the token jumps too far above the maximum
 	ReasonDrainTimeout = "drain_timeout" // 503: smaller-token writes still in flight
 	ReasonStoreError   = "store_error"   // 503: the maximum could not be read or made durable
+	ReasonPrefixLimit  = "prefix_limit"  // 507: a new prefix fence would pass FENCEPROXY_PREFIX_FENCES_SIZE
 	// ReasonShardUnavailable, 503 (cluster mode): no replica may admit writes of
 	// the resource's shard now (a new owner's lock-delay, an owner cut off from
 	// etcd, a handover), or the write's resources have different owners.

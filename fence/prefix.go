@@ -1,0 +1,281 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrPrefixLimit: a new prefix fence would take the prefix fences' memory
+// past Options.PrefixBytes (507); nothing was raised.
+var ErrPrefixLimit = errors.New("too many prefix fences")
+
+// PrefixLister is implemented by stores that list the prefix fences (names
+// ending in "/") with a maximum above 0, in byte order, a page of up to
+// limit after after: the barrier loads them at New.
+type PrefixLister interface {
+	Prefixes(after string, limit int) ([]Record, error)
+}
+
+// IsPrefix reports whether name is a prefix fence's: it ends in "/".
+func IsPrefix(name string) bool { return name != "" && name[len(name)-1] == '/' }
+
+// prefixEntryBytes is what one prefix fence costs in memory beside its name:
+// the map entry, the string header and the entry itself.
+const prefixEntryBytes = 96
+
+// DefaultPrefixBytes is Options.PrefixBytes when 0: 32 MiB, about 250,000
+// prefix fences with 40-byte names.
+const DefaultPrefixBytes = 32 << 20
+
+// prefixes is the barrier's in-memory view of the prefix fences: every
+// one's maximum, so that admission never reads the store per ancestor of a
+// key, and the raises in progress, which writes below them wait for.
+//
+// A write registers in flight on its own resource before it checks the
+// prefix fences above it (admitUnder); a raise publishes its prefix here
+// (begin) before it scans for writes in flight below it (drainPrefix). So
+// a write either sees the raise and waits, or is found by the scan and cut.
+type prefixes struct {
+	n     atomic.Int64 // entries: admission skips the lock when 0
+	mu    sync.RWMutex
+	byKey map[string]*prefixFence
+	bytes int64
+	limit int64
+}
+
+type prefixFence struct {
+	max     uint64
+	raising int           // raises or resets in progress
+	done    chan struct{} // while raising: closed when it drops to 0
+}
+
+// begin marks a raise (or reset) of prefix in progress: writes below it wait
+// for end. ErrPrefixLimit when a new entry would pass the limit.
+func (p *prefixes) begin(prefix string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.byKey[prefix]
+	if f == nil {
+		cost := int64(len(prefix) + prefixEntryBytes)
+		if p.bytes+cost > p.limit {
+			return onResource(prefix, fmt.Errorf("%w: the %d prefix fences held take %d bytes, the limit is %d (FENCEPROXY_PREFIX_FENCES_SIZE)",
+				ErrPrefixLimit, len(p.byKey), p.bytes, p.limit))
+		}
+		f = &prefixFence{}
+		p.byKey[prefix] = f
+		p.bytes += cost
+		p.n.Add(1)
+	}
+	if f.raising++; f.raising == 1 {
+		f.done = make(chan struct{})
+	}
+	return nil
+}
+
+// end ends a raise begun by begin: m is prefix's maximum now (0 after a
+// reset or a failed first raise removes the entry).
+func (p *prefixes) end(prefix string, m uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.byKey[prefix]
+	f.max = max(f.max, m)
+	if f.raising--; f.raising == 0 {
+		close(f.done)
+		f.done = nil
+		if f.max == 0 {
+			p.drop(prefix)
+		}
+	}
+}
+
+// reset ends a reset begun by begin: the entry goes.
+func (p *prefixes) reset(prefix string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.byKey[prefix]
+	f.max = 0
+	if f.raising--; f.raising == 0 {
+		close(f.done)
+		f.done = nil
+		p.drop(prefix)
+	}
+}
+
+// drop removes prefix's entry. Caller holds mu.
+func (p *prefixes) drop(prefix string) {
+	delete(p.byKey, prefix)
+	p.bytes -= int64(len(prefix) + prefixEntryBytes)
+	p.n.Add(-1)
+}
+
+// set records a maximum loaded at New or raised without the barrier's wait
+// (observe mode).
+func (p *prefixes) set(prefix string, m uint64) error {
+	if err := p.begin(prefix); err != nil {
+		return err
+	}
+	p.end(prefix, m)
+	return nil
+}
+
+// above returns the prefix fence above resource (strictly: resource itself
+// is not its own prefix) that refuses token t, or one being raised (wait is
+// then its channel): name "" when none. It reads no store.
+func (p *prefixes) above(resource string, t uint64) (name string, m uint64, wait <-chan struct{}) {
+	if p.n.Load() == 0 || !protected("prefix-admission") {
+		return "", 0, nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for i := 0; i < len(resource)-1; i++ {
+		if resource[i] != '/' {
+			continue
+		}
+		f := p.byKey[resource[:i+1]]
+		if f == nil {
+			continue
+		}
+		if f.raising > 0 {
+			return resource[:i+1], f.max, f.done
+		}
+		if t < f.max {
+			return resource[:i+1], f.max, nil
+		}
+	}
+	return "", 0, nil
+}
+
+// highest returns the prefix fence above resource with the largest maximum,
+// "" when none.
+func (p *prefixes) highest(resource string) (name string, m uint64) {
+	if p.n.Load() == 0 {
+		return "", 0
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for i := 0; i < len(resource)-1; i++ {
+		if resource[i] == '/' {
+			if f := p.byKey[resource[:i+1]]; f != nil && f.max > m {
+				name, m = resource[:i+1], f.max
+			}
+		}
+	}
+	return name, m
+}
+
+// load reads the store's prefix fences into p, a page at a time.
+func (p *prefixes) load(store Store) error {
+	pl, ok := store.(PrefixLister)
+	if !ok {
+		return nil
+	}
+	after := ""
+	for {
+		recs, err := pl.Prefixes(after, 1000)
+		if err != nil {
+			return fmt.Errorf("%w: loading the prefix fences: %w", ErrStore, err)
+		}
+		for _, r := range recs {
+			if IsPrefix(r.Resource) && r.Token > 0 {
+				if err := p.set(r.Resource, r.Token); err != nil {
+					return err
+				}
+			}
+		}
+		if len(recs) < 1000 {
+			return nil
+		}
+		after = recs[len(recs)-1].Resource
+	}
+}
+
+// Fence returns the fence that decides a write on resource now: resource's
+// own maximum, or that of a prefix fence above it when larger (name is then
+// the prefix). Errors: the store's, wrapped in ErrStore.
+func (b *Barrier) Fence(resource string) (name string, m uint64, err error) {
+	if m, err = b.Max(resource); err != nil {
+		return "", 0, err
+	}
+	name = resource
+	if p, pm := b.prefixes.highest(resource); pm > m {
+		name, m = p, pm
+	}
+	return name, m, nil
+}
+
+// PrefixFences returns how many prefix fences the barrier holds in memory
+// and their bytes (a gauge).
+func (b *Barrier) PrefixFences() (n int, bytes int64) {
+	b.prefixes.mu.RLock()
+	defer b.prefixes.mu.RUnlock()
+	return len(b.prefixes.byKey), b.prefixes.bytes
+}
+
+// drainPrefix is a prefix raise's wait: it cuts every upload below token m
+// still sending to a resource below prefix, and returns once no write below
+// m on one is in flight (an abandoned one through its abandon grace).
+// Writes admitted from now on see the raise (admitUnder). Errors:
+// ErrDrainTimeout (as a *ResourceError of prefix) or ctx's cause.
+func (b *Barrier) drainPrefix(ctx context.Context, prefix string, m uint64, deadline *<-chan time.Time) error {
+	if !protected("prefix-drain") {
+		return nil
+	}
+	return b.drainWhere(ctx, prefix, deadline, func(st *resourceState) bool {
+		if st.inflightBelow(m) {
+			st.cutBelow(m)
+			return true
+		}
+		return false
+	})
+}
+
+// drainWhere waits until busy reports no resource below prefix busy; busy
+// is called under the resource's lock, and may cut.
+func (b *Barrier) drainWhere(ctx context.Context, prefix string, deadline *<-chan time.Time, busy func(*resourceState) bool) error {
+	for {
+		ch := b.busyBelow(prefix, busy)
+		if ch == nil {
+			return nil
+		}
+		if *deadline == nil {
+			*deadline = b.clock.After(b.opts.DrainTimeout)
+		}
+		select {
+		case <-ch:
+		case <-*deadline:
+			return onResource(prefix, ErrDrainTimeout)
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// busyBelow calls busy for every resource below prefix with writes in
+// flight, and returns the change channel of the first busy one (nil: none).
+func (b *Barrier) busyBelow(prefix string, busy func(*resourceState) bool) <-chan struct{} {
+	var first <-chan struct{}
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		for resource, st := range sh.resources {
+			if len(resource) <= len(prefix) || !strings.HasPrefix(resource, prefix) {
+				continue
+			}
+			st.mu.Lock()
+			if busy(st) && first == nil {
+				if st.changed == nil {
+					st.changed = make(chan struct{})
+				}
+				first = st.changed
+			}
+			st.mu.Unlock()
+		}
+		sh.mu.Unlock()
+	}
+	return first
+}

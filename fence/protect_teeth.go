@@ -1,0 +1,16 @@
+//go:build fenceteeth
+
+package fence
+
+import (
+	"os"
+	"strings"
+)
+
+// protected is off for the protections FENCEPROXY_TEST_FENCE_UNPROTECTED
+// names (comma-separated): "prefix-drain" (a prefix raise neither cuts nor
+// waits for the writes below it) and "prefix-admission" (a write is not
+// checked against the prefix fences above it). Only the teeth build has it.
+func protected(name string) bool {
+	return !strings.Contains(","+os.Getenv("FENCEPROXY_TEST_FENCE_UNPROTECTED")+",", ","+name+",")
+}

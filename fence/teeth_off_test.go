@@ -1,0 +1,5 @@
+//go:build !fenceteeth
+
+package fence_test
+
+func prefixDrainOff() bool { return false }

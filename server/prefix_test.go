@@ -1,0 +1,252 @@
+package server_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
+)
+
+// lenientStore is a backend as lenient as real stores: it applies every
+// PUT and DELETE it reads, and a body that ended early with an orderly
+// close (a FIN: io.ErrUnexpectedEOF) is stored as far as it got, as
+// versitygw stores it; a reset fails the read, and nothing is stored.
+type lenientStore struct {
+	mu      sync.Mutex
+	objects map[string]string // path -> "<token>:<body>"
+	active  int               // requests being read or applied
+	idle    chan struct{}     // closed when active drops to 0; nil without waiters
+}
+
+func (b *lenientStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.mu.Lock()
+	b.active++
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		if b.active--; b.active == 0 && b.idle != nil {
+			close(b.idle)
+			b.idle = nil
+		}
+		b.mu.Unlock()
+	}()
+	body, err := io.ReadAll(r.Body)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return // a reset: the store's read fails
+	}
+	tok := r.Header.Get("X-Fencing-Token")
+	b.mu.Lock()
+	switch r.Method {
+	case http.MethodPut:
+		b.objects[r.URL.Path] = tok + ":" + string(body)
+	case http.MethodDelete:
+		delete(b.objects, r.URL.Path)
+	}
+	b.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+// settled waits until no request is being read or applied.
+func (b *lenientStore) settled(t *testing.T) {
+	t.Helper()
+	b.mu.Lock()
+	if b.active == 0 {
+		b.mu.Unlock()
+		return
+	}
+	if b.idle == nil {
+		b.idle = make(chan struct{})
+	}
+	idle := b.idle
+	b.mu.Unlock()
+	select {
+	case <-idle:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the backend was still reading a request 10s later")
+	}
+}
+
+func (b *lenientStore) object(path string) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o, ok := b.objects[path]
+	return o, ok
+}
+
+// send is a fenced request through the proxy; it returns the status and
+// the Fencing-Current-Token and the problem's resource of a refusal.
+func send(t *testing.T, in *servertest.Instance, method, path, token, body string) (int, string, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, in.ProxyURL()+path, strings.NewReader(body))
+	req.Header.Set("X-Fencing-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	resource := ""
+	if i := strings.Index(string(answer), `"resource":"`); i >= 0 {
+		resource, _, _ = strings.Cut(string(answer)[i+len(`"resource":"`):], `"`)
+	}
+	return resp.StatusCode, resp.Header.Get("Fencing-Current-Token"), resource
+}
+
+// The issue's reproduction with the lease on the prefix out/part-7/: after
+// B's acquire every write of A below the prefix is refused (409 naming the
+// prefix fence), new keys and deletes included, and B's pass. Before prefix
+// fences, A's writes to f2 and f3 were applied.
+func TestPrefixLeaseReproduction(t *testing.T) {
+	backend := &lenientStore{objects: map[string]string{}}
+	srv := httptest.NewServer(backend)
+	t.Cleanup(srv.Close)
+	in := servertest.Start(t, map[string]string{
+		"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+		"FENCEPROXY_LEASE_MIN_TTL": "100ms", "FENCEPROXY_LEASE_GRACE": "100ms",
+	})
+	lease := in.ControlURL() + "/v1/leases/out/part-7/"
+	status, out := servertest.Call(t, http.MethodPost, lease, `{"holder":"A","ttl":"200ms"}`, "")
+	if status != http.StatusCreated {
+		t.Fatalf("A's acquire of out/part-7/: %d %v", status, out)
+	}
+	a := out["token"].(string)
+	if s, _, _ := send(t, in, http.MethodPut, "/out/part-7/f1", a, "A1"); s != http.StatusOK {
+		t.Fatalf("A's write of f1: %d", s)
+	}
+	// A stalls; its lease and grace run out on the server's clock, which
+	// signals no event: retry.
+	var b string
+	servertest.Eventually(t, 10*time.Second, "B acquires out/part-7/", func() bool {
+		status, out := servertest.Call(t, http.MethodPost, lease, `{"holder":"B","ttl":"10s"}`, "")
+		if status == http.StatusCreated {
+			b = out["token"].(string)
+		}
+		return status == http.StatusCreated
+	})
+	if s, _, _ := send(t, in, http.MethodPut, "/out/part-7/f1", b, "B1"); s != http.StatusOK {
+		t.Fatalf("B's write of f1: %d", s)
+	}
+	if fenceUnprotected("prefix-admission") {
+		// Teeth: without the prefix check, A's writes to new keys land.
+		s, _, _ := send(t, in, http.MethodPut, "/out/part-7/f2", a, "A-stale")
+		if got, _ := backend.object("/out/part-7/f2"); s != http.StatusOK || got != a+":A-stale" {
+			t.Fatalf("teeth: with the prefix check off, A's write of a new key got %d and the backend holds %q; want it applied", s, got)
+		}
+		t.Logf("teeth: with the prefix check off, A's stale write of the new key out/part-7/f2 was applied (%d)", s)
+		return
+	}
+	for _, w := range []struct{ method, path, fence string }{
+		{http.MethodPut, "/out/part-7/f1", "out/part-7/f1"}, // B wrote it: its own maximum refuses first
+		{http.MethodPut, "/out/part-7/f2", "out/part-7/"},   // a new key
+		{http.MethodDelete, "/out/part-7/f3", "out/part-7/"},
+		{http.MethodPut, "/out/part-7/deeper/f4", "out/part-7/"},
+		{http.MethodPut, "/out/part-7/", "out/part-7/"}, // the prefix's own name
+	} {
+		s, current, resource := send(t, in, w.method, w.path, a, "A-stale")
+		if s != http.StatusConflict || current != b || resource != w.fence {
+			t.Errorf("A's %s %s after B's acquire: %d, current %q, resource %q; want 409 naming %s at %s", w.method, w.path, s, current, resource, w.fence, b)
+		}
+	}
+	if s, _, _ := send(t, in, http.MethodPut, "/out/part-7/f2", b, "B2"); s != http.StatusOK {
+		t.Fatalf("B's write of f2: %d", s)
+	}
+	// Beside the prefix: not fenced by it.
+	if s, _, _ := send(t, in, http.MethodPut, "/out/part-70/f1", a, "A"); s != http.StatusOK {
+		t.Errorf("A's write beside the prefix (out/part-70/f1): %d, want 200", s)
+	}
+	for path, want := range map[string]string{"/out/part-7/f1": b + ":B1", "/out/part-7/f2": b + ":B2"} {
+		if got, _ := backend.object(path); got != want {
+			t.Errorf("the backend holds %q at %s, want %q", got, path, want)
+		}
+	}
+	for _, path := range []string{"/out/part-7/deeper/f4", "/out/part-7/"} {
+		if got, ok := backend.object(path); ok {
+			t.Errorf("the backend holds %q at %s: a stale write was applied", got, path)
+		}
+	}
+	// The prefix fence shows in the admin view like any fence.
+	status, out = servertest.Call(t, http.MethodGet, in.ControlURL()+"/v1/fences/out/part-7/", "", "")
+	if status != http.StatusOK || out["token"] != b {
+		t.Errorf("GET /v1/fences/out/part-7/: %d %v, want token %s", status, out, b)
+	}
+}
+
+// An upload of A to a new key below out/part-7/, still sending when B's
+// acquire of the prefix returns, is cut and never applied: a body the fast
+// path reads ahead, a streamed one and a chunked one, into a store that
+// keeps what arrives before an orderly close.
+func TestPrefixLeaseCutsUploads(t *testing.T) {
+	for _, body := range []struct {
+		name    string
+		header  string // framing header
+		first   string // what A sends before it stalls
+		chunked bool
+	}{
+		{"fast-path", "Content-Length: 40960", strings.Repeat("A", 8<<10), false},
+		{"streamed", "Content-Length: 327680", strings.Repeat("A", 160<<10), false},
+		{"chunked", "Transfer-Encoding: chunked", fmt.Sprintf("%x\r\n%s\r\n", 100<<10, strings.Repeat("A", 100<<10)), true},
+	} {
+		t.Run(body.name, func(t *testing.T) {
+			backend := &lenientStore{objects: map[string]string{}}
+			srv := httptest.NewServer(backend)
+			t.Cleanup(srv.Close)
+			in := servertest.Start(t, map[string]string{
+				"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+				"FENCEPROXY_LEASE_MIN_TTL": "100ms", "FENCEPROXY_LEASE_GRACE": "100ms",
+			})
+			lease := in.ControlURL() + "/v1/leases/out/part-7/"
+			status, out := servertest.Call(t, http.MethodPost, lease, `{"holder":"A","ttl":"100ms"}`, "")
+			if status != http.StatusCreated {
+				t.Fatalf("A's acquire: %d %v", status, out)
+			}
+			a := out["token"].(string)
+			conn, err := net.Dial("tcp", in.Proxy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "PUT /out/part-7/new-%s HTTP/1.1\r\nHost: store.example\r\nX-Fencing-Token: %s\r\n%s\r\n\r\n%s",
+				body.name, a, body.header, body.first)
+			// The admission shows only in the in-flight gauge.
+			servertest.Eventually(t, 10*time.Second, "A's upload is admitted", func() bool {
+				return scrape(t, in, "fenceproxy_inflight_requests") == 1
+			})
+			var b string
+			servertest.Eventually(t, 10*time.Second, "B acquires out/part-7/", func() bool {
+				status, out := servertest.Call(t, http.MethodPost, lease, `{"holder":"B","ttl":"10s"}`, "")
+				if status == http.StatusCreated {
+					b = out["token"].(string)
+				}
+				return status == http.StatusCreated
+			})
+			// B's acquire returned: A's upload is answered, and A may finish
+			// sending (or hang up): nothing of it may be applied.
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("A got no answer after B's acquire: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusConflict || resp.Header.Get("Fencing-Current-Token") != b {
+				t.Errorf("A's upload below the prefix: %d, current %q; want 409 at %s", resp.StatusCode, resp.Header.Get("Fencing-Current-Token"), b)
+			}
+			conn.Close()
+			backend.settled(t)
+			if got, ok := backend.object("/out/part-7/new-" + body.name); ok {
+				t.Errorf("the backend applied %d bytes of A's cut upload below the prefix", len(got))
+			}
+			if s, _, _ := send(t, in, http.MethodPut, "/out/part-7/new-"+body.name, b, "B"); s != http.StatusOK {
+				t.Errorf("B's write of the key: %d", s)
+			}
+		})
+	}
+}
