@@ -29,6 +29,15 @@ type StartView interface {
 	MarkWritten(resource string) error
 }
 
+// PrefixLister is implemented by stores that list the prefix fences (names
+// ending in "/") with a maximum above 0, for the barrier to load them at New.
+type PrefixLister interface {
+	// Prefixes returns up to limit such records whose resource sorts
+	// strictly after after ("" = from the start), in resource (byte) order;
+	// a full page means there may be more.
+	Prefixes(after string, limit int) ([]Record, error)
+}
+
 // Record is one resource's stored maximum, as listings return it.
 type Record struct {
 	Resource string

@@ -5,8 +5,8 @@
 // process), store/etcd (cluster mode) and store/mem (in memory, for tests);
 // store/storetest is the conformance suite all three pass.
 //
-// Consumers own smaller interfaces, each a subset of Store: fence.Store and
-// fence.StartView (the fence barrier), lease.Store, pool.Store,
+// Consumers own smaller interfaces, each a subset of Store: fence.Store,
+// fence.StartView and fence.PrefixLister (the fence barrier), lease.Store, pool.Store,
 // proxy.MultipartRecords, control.Store (Max, Ready) and the admin API's store
 // (List, Reset).
 //
@@ -81,6 +81,14 @@ type Fences interface {
 	// Resources returns how many resources with a maximum above 0 the store
 	// holds in memory now (a gauge): never more than those that have one.
 	Resources() int
+	// Prefixes returns up to limit records of prefix fences (resources
+	// whose name ends in "/") with a maximum above 0, whose resource sorts
+	// strictly after after ("" = from the start), in resource (byte) order.
+	// limit <= 0 returns none. A full page means there may be more: call
+	// again with after = its last resource. It reads an index of its own,
+	// never every record, so that the barrier can load every prefix fence at
+	// start: a maximum of 0 (MarkWritten) and lease records are not listed.
+	Prefixes(after string, limit int) ([]fence.Record, error)
 }
 
 // Leases are the lease records (package lease), each beside the fence of
@@ -163,6 +171,7 @@ type Lifecycle interface {
 
 // The fence barrier's interfaces are subsets of Store.
 var (
-	_ fence.Store     = Store(nil)
-	_ fence.StartView = Store(nil)
+	_ fence.Store        = Store(nil)
+	_ fence.StartView    = Store(nil)
+	_ fence.PrefixLister = Store(nil)
 )

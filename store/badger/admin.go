@@ -6,6 +6,7 @@ import (
 	badgerdb "github.com/dgraph-io/badger/v4"
 
 	"github.com/fenceproxy/fenceproxy/fence"
+	"github.com/fenceproxy/fenceproxy/store/internal/keys"
 )
 
 // List returns up to limit records whose resource starts with prefix and
@@ -69,6 +70,11 @@ func (s *Store) Reset(resource string) (uint64, error) {
 			}
 			if err := txn.Delete(key(resource)); err != nil {
 				return err
+			}
+			if keys.IsPrefix(resource) {
+				if err := txn.Delete(prefixKey(resource)); err != nil {
+					return err
+				}
 			}
 			return txn.Delete([]byte(leasePrefix + resource))
 		})

@@ -10,6 +10,14 @@
 // One Store owns its directory: Open takes an exclusive flock on
 // DATA_DIR/fenceproxy.lock, so two fenceproxy processes can never fence the
 // same backend from diverging copies of the maxima.
+//
+// A prefix fence (a resource whose name ends in "/") with a maximum above 0
+// also has an entry in an index of its own ("prefixes/" + resource), written
+// in the transaction of every raise of it and deleted in Reset's, so that
+// Prefixes never reads every record. A directory written before the index
+// has no marker ("meta/prefix-index"): Open then builds the index once, from
+// a scan of every fence record, and writes the marker. After an earlier
+// version ran on a marked directory, delete the marker to build it again.
 package badger
 
 import (
@@ -116,9 +124,10 @@ type Store struct {
 	loadedHook func(resource string)
 }
 
-// Open opens (creating with mode 0o700 if missing) the store in dir.
-// It fails with an error wrapping ErrLocked when another fenceproxy process,
-// or another Store in this process, holds dir.
+// Open opens (creating with mode 0o700 if missing) the store in dir, and
+// builds the index of prefix fences if its marker is absent
+// (buildPrefixIndex). It fails with an error wrapping ErrLocked when another
+// fenceproxy process, or another Store in this process, holds dir.
 func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store/badger: create data directory: %w", err)
@@ -154,6 +163,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = lf.Close()
 		return nil, fmt.Errorf("store/badger: read %s: %w", dir, err)
 	}
+	if err := buildPrefixIndex(db); err != nil {
+		_ = db.Close()
+		_ = lf.Close()
+		return nil, fmt.Errorf("store/badger: index the prefix fences of %s: %w", dir, err)
+	}
 	s := &Store{dir: dir, db: db, lockFile: lf, space: space, open: newOpenSnapshot(db), empty: empty,
 		cache: newMaxCache(opts.CacheBytes)}
 	s.raises = groupcommit.New(groupcommit.Upto(maxRaiseBatch), s.commitRaises)
@@ -161,7 +175,8 @@ func Open(dir string, opts Options) (*Store, error) {
 }
 
 // holdsNoRecord reports whether db has no key at all (Badger's own are
-// hidden from iterators) but pool records: no maximum, no lease record.
+// hidden from iterators) but pool records and the store's own (meta/): no
+// maximum, no lease record.
 func holdsNoRecord(db *badgerdb.DB) (empty bool, err error) {
 	err = db.View(func(txn *badgerdb.Txn) error {
 		opts := badgerdb.DefaultIteratorOptions
@@ -169,7 +184,7 @@ func holdsNoRecord(db *badgerdb.DB) (empty bool, err error) {
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		it.Rewind()
-		for it.Valid() && bytes.HasPrefix(it.Item().Key(), []byte(poolPrefix)) {
+		for it.Valid() && (bytes.HasPrefix(it.Item().Key(), []byte(poolPrefix)) || bytes.HasPrefix(it.Item().Key(), []byte(metaPrefix))) {
 			it.Next()
 		}
 		empty = !it.Valid()

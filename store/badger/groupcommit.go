@@ -33,7 +33,7 @@ func (s *Store) commitRaises(batch []*groupcommit.Request) {
 					}
 					stored[res] = max(m, t)
 					if m < t {
-						if err := txn.Set(key(res), encode(t)); err != nil {
+						if err := setMax(txn, res, t); err != nil {
 							return err
 						}
 					}

@@ -24,7 +24,7 @@ const leasePrefix = "lease/"
 // Options.MinFreeSpace (checked before fn runs: every lease change writes);
 // Badger errors.
 func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64) (next []byte, raise uint64, err error)) error {
-	fk, lk := key(name), []byte(leasePrefix+name)
+	lk := []byte(leasePrefix + name)
 	var seen, raised uint64
 	err := s.update(func(txn *badgerdb.Txn) error {
 		seen, raised = 0, 0
@@ -51,7 +51,7 @@ func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64)
 		}
 		if raise > stored {
 			raised = raise
-			return txn.Set(fk, encode(raise))
+			return setMax(txn, name, raise)
 		}
 		return nil
 	})

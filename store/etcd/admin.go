@@ -71,10 +71,14 @@ func (s *Store) Reset(resource string) (uint64, error) {
 			cmps = append(cmps, g.cmp())
 			orElse = append(orElse, clientv3.OpGet(g.key))
 		}
-		resp, err := s.kv.Txn(ctx).If(cmps...).Then(
+		then := []clientv3.Op{
 			clientv3.OpDelete(fk, clientv3.WithPrevKV()),
 			clientv3.OpDelete(s.leaseKey(resource)),
-		).Else(orElse...).Commit()
+		}
+		if ik := s.prefixKey(resource); ik != "" {
+			then = append(then, clientv3.OpDelete(ik))
+		}
+		resp, err := s.kv.Txn(ctx).If(cmps...).Then(then...).Else(orElse...).Commit()
 		if err != nil {
 			return err
 		}

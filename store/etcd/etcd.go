@@ -23,6 +23,8 @@
 //	                                                     upload record: token (8 bytes BE), expiry (Unix seconds, 8 bytes BE)
 //	Prefix + "m/clean-stop"                              the clean-stop mark
 //	Prefix + "p/" + pool                                 shard-pool record: the record's bytes as given
+//	Prefix + "x/" + resource                             index of prefix fences: the fence's maximum, 8 bytes, big-endian
+//	Prefix + "m/prefix-index"                            the index's marker: keys.PrefixIndexVersion
 //
 // The kind comes before any byte of a name, so each kind is a range of its
 // own whatever a resource key holds ("/"-heavy, empty, "f/...", non-ASCII):
@@ -35,6 +37,16 @@
 // Tokens are fixed-width (8 bytes, big-endian), so byte order is numeric
 // order and etcd compares them itself: a raise is one Txn, "if Value(key) < t
 // then Put(key, t)", in one round trip.
+//
+// A prefix fence (a resource whose name ends in "/") with a maximum above 0
+// also has an entry in the index (kind "x/"), written in the same Txn as
+// every raise of it and deleted in Reset's, so that Prefixes reads the index
+// alone. A prefix written before the index has no marker: Open then builds
+// the index once, from a scan of every fence record, and writes the marker
+// (see buildPrefixIndex). A replica of an earlier version raises without
+// the index, so every replica on a prefix must run this one before prefix
+// fences are used; after an earlier version ran, delete the marker and the
+// next Open builds the index again.
 //
 // # Transactions
 //
@@ -49,8 +61,8 @@
 //     runs, and the next record and the raise are committed in one Txn
 //     guarded by both keys' ModRevision; on a conflict it reads and runs fn
 //     again (fn may run more than once, as the contract allows).
-//   - Reset: one Txn, "if Value(fence) > 0 then delete fence (returning it)
-//     and lease".
+//   - Reset: one Txn, "if Value(fence) > 0 then delete fence (returning it),
+//     lease and index entry".
 //   - MarkWritten: one Txn, "if the fence key does not exist, Put 0".
 //
 // etcd answers a write only once a quorum of members has it in its fsynced
@@ -100,6 +112,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/store"
 	"github.com/fenceproxy/fenceproxy/store/internal/groupcommit"
+	"github.com/fenceproxy/fenceproxy/store/internal/keys"
 )
 
 // The etcd store implements the whole storage contract.
@@ -136,11 +149,12 @@ const (
 	// DefaultRequestTimeout is Options.RequestTimeout when it is 0.
 	DefaultRequestTimeout = 5 * time.Second
 
-	kindFence  = "f/"
-	kindLease  = "l/"
-	kindUpload = "u/"
-	kindMeta   = "m/"
-	kindPool   = "p/"
+	kindFence    = "f/"
+	kindLease    = "l/"
+	kindUpload   = "u/"
+	kindMeta     = "m/"
+	kindPool     = "p/"
+	kindPrefixes = "x/"
 
 	// maxAttempts bounds UpdateLease's optimistic retries. Calls of one
 	// process on one name are serialised before they reach etcd, so only a
@@ -211,10 +225,11 @@ type Store struct {
 
 // Open connects to etcd with cfg (endpoints, TLS, user and password, dial
 // options) and opens the store under opts.Prefix: it reads, in one Txn,
-// whether the prefix holds any fence or lease record, and remembers that
-// revision as the view at open. The Store owns the client and closes it.
-// Errors: a bad option; the client's, wrapped (etcd unreachable within
-// RequestTimeout, authentication).
+// whether the prefix holds any fence or lease record and the index's
+// marker, and remembers that revision as the view at open; without the
+// marker it builds the index of prefix fences first (buildPrefixIndex). The
+// Store owns the client and closes it. Errors: a bad option; the client's,
+// wrapped (etcd unreachable within RequestTimeout, authentication).
 func Open(cfg clientv3.Config, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
@@ -245,6 +260,7 @@ func Open(cfg clientv3.Config, opts Options) (*Store, error) {
 	resp, err := s.kv.Txn(rctx).Then(
 		clientv3.OpGet(fences, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(leases, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.prefixIndexKey()),
 	).Commit()
 	if err != nil {
 		cancel()
@@ -253,6 +269,14 @@ func Open(cfg clientv3.Config, opts Options) (*Store, error) {
 	}
 	s.openRev = resp.Header.Revision
 	s.empty = resp.Responses[0].GetResponseRange().Count == 0 && resp.Responses[1].GetResponseRange().Count == 0
+	mark := resp.Responses[2].GetResponseRange().GetKvs()
+	if len(mark) != 1 || string(mark[0].Value) != keys.PrefixIndexVersion {
+		if err := s.buildPrefixIndex(); err != nil {
+			cancel()
+			_ = cli.Close()
+			return nil, fmt.Errorf("store/etcd: index the prefix fences of %q on %v: %w", s.prefix, cfg.Endpoints, err)
+		}
+	}
 	return s, nil
 }
 

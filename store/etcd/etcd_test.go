@@ -208,8 +208,13 @@ func TestKeys(t *testing.T) {
 		k := strings.TrimPrefix(string(kv.Key), "/p/")
 		kinds[k[:2]]++
 	}
-	if kinds["f/"] != len(names) || kinds["l/"] != len(names) || kinds["u/"] != len(names) || kinds["m/"] != 1 || len(resp.Kvs) != 3*len(names)+1 {
-		t.Fatalf("keys by kind %v (%d keys), want %d fences, leases and uploads, and the mark", kinds, len(resp.Kvs), len(names))
+	// "/" is the one prefix fence: an index entry; m/ holds the clean-stop
+	// mark and the index's marker.
+	if kinds["f/"] != len(names) || kinds["l/"] != len(names) || kinds["u/"] != len(names) || kinds["x/"] != 1 || kinds["m/"] != 2 || len(resp.Kvs) != 3*len(names)+3 {
+		t.Fatalf("keys by kind %v (%d keys), want %d fences, leases and uploads, one index entry, the mark and the marker", kinds, len(resp.Kvs), len(names))
+	}
+	if got, err := s.Prefixes("", 100); err != nil || len(got) != 1 || got[0].Resource != "/" {
+		t.Errorf("Prefixes = %v, %v; want \"/\" alone", got, err)
 	}
 	for i, n := range names {
 		if m, err := s.Max(n); err != nil || m != uint64(i+1) {
@@ -304,7 +309,11 @@ func TestRaiseBatchWithinRequestBytes(t *testing.T) {
 	for i := range raisers {
 		wg.Go(func() {
 			<-start
-			if _, err := s.Raise(fmt.Sprintf("%s/%d", long, i), 2); err != nil {
+			res := fmt.Sprintf("%s/%d", long, i)
+			if i%2 == 0 {
+				res += "/" // a prefix fence: its index entry too
+			}
+			if _, err := s.Raise(res, 2); err != nil {
 				t.Errorf("Raise of a 6 KiB name: %v", err)
 			}
 		})

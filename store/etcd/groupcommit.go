@@ -37,25 +37,35 @@ func (s *Store) takeRaises(queue []*groupcommit.Request) int {
 const maxTxnBytes = 1 << 20
 
 // raiseOpBytes is about what raiseOp(key of resource) takes in a request:
-// the key five times, two values and the framing.
+// the key five times, two values and the framing, and a prefix fence's index
+// key twice with two more values.
 func (s *Store) raiseOpBytes(resource string) int {
-	return 5*(len(s.prefix)+len(kindFence)+len(resource)) + 2*8 + 64
+	n := 5*(len(s.prefix)+len(kindFence)+len(resource)) + 2*8 + 64
+	if ik := s.prefixKey(resource); ik != "" {
+		n += 2*len(ik) + 2*8
+	}
+	return n
 }
 
 // raiseOp is the nested Txn that raises one fence key to t: if its value is
 // below t (byte order of 8-byte big-endian tokens is numeric order), Put t;
 // else, if the key does not exist (a value compare on a missing key fails),
-// Put t; else Get it.
-func raiseOp(key string, t uint64) clientv3.Op {
+// Put t; else Get it. A Put of a prefix fence puts its index key (ik, ""
+// for none) too.
+func raiseOp(key, ik string, t uint64) clientv3.Op {
 	v := encode(t)
+	put := []clientv3.Op{clientv3.OpPut(key, v)}
+	if ik != "" {
+		put = append(put, clientv3.OpPut(ik, v))
+	}
 	create := clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		[]clientv3.Op{clientv3.OpPut(key, v)},
+		put,
 		[]clientv3.Op{clientv3.OpGet(key)},
 	)
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "<", v)},
-		[]clientv3.Op{clientv3.OpPut(key, v)},
+		put,
 		[]clientv3.Op{create},
 	)
 }
@@ -74,7 +84,7 @@ func (s *Store) commitRaises(batch []*groupcommit.Request) {
 	}
 	ops := make([]clientv3.Op, len(order))
 	for i, res := range order {
-		ops[i] = raiseOp(s.fenceKey(res), want[res])
+		ops[i] = raiseOp(s.fenceKey(res), s.prefixKey(res), want[res])
 	}
 	// Cluster mode: the batch commits only while this replica owns the
 	// shard of each of its resources (one compare per shard: at most one

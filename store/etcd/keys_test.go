@@ -11,6 +11,9 @@ func TestKeyBytes(t *testing.T) {
 		{s.poolKey("nightly"), "/fenceproxy/p/nightly"},
 		{s.cleanStopKey(), "/fenceproxy/m/clean-stop"},
 		{s.uploadKey("bkt/obj", "2~abc"), "/fenceproxy/u/\x07bkt/obj2~abc"},
+		{s.prefixKey("out/part-7/"), "/fenceproxy/x/out/part-7/"},
+		{s.prefixKey("out/part-7"), ""}, // no prefix fence, no entry
+		{s.prefixIndexKey(), "/fenceproxy/m/prefix-index"},
 	} {
 		if c.got != c.want {
 			t.Errorf("key %q, want %q", c.got, c.want)

@@ -69,6 +69,9 @@ func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64)
 			}
 			if raise > stored {
 				ops = append(ops, clientv3.OpPut(fk, encode(raise)))
+				if ik := s.prefixKey(name); ik != "" {
+					ops = append(ops, clientv3.OpPut(ik, encode(raise)))
+				}
 				result = cacheEntry{max: raise, rec: true}
 			}
 			if len(ops) == 0 {

@@ -371,6 +371,30 @@ func (s *Store) List(prefix, after string, limit int) ([]fence.Record, error) {
 	return out, nil
 }
 
+// Prefixes returns up to limit prefix fences (names ending in "/") with a
+// maximum above 0 that sort after after ("" = from the start), in resource
+// order; limit <= 0 returns none. It filters every record: the memory
+// store keeps no index. Errors: ErrClosed after Close.
+func (s *Store) Prefixes(after string, limit int) ([]fence.Record, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	var names []string
+	for r, m := range s.d.fences {
+		if strings.HasSuffix(r, "/") && m > 0 && r > after {
+			names = append(names, r)
+		}
+	}
+	slices.Sort(names)
+	var out []fence.Record
+	for _, r := range names[:min(len(names), max(limit, 0))] {
+		out = append(out, fence.Record{Resource: r, Token: s.d.fences[r]})
+	}
+	return out, nil
+}
+
 // Reset deletes resource's fence record and lease record and returns the
 // maximum removed; with a maximum of 0 (no record, or MarkWritten's) it
 // returns 0 and writes nothing. Errors: ErrClosed after Close.

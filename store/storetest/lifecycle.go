@@ -230,6 +230,8 @@ func testAfterClose(r *rig) {
 	fails("EachLease", s.EachLease(func(string, []byte) error { return nil }))
 	_, err = s.List("", "", 10)
 	fails("List", err)
+	_, err = s.Prefixes("", 10)
+	fails("Prefixes", err)
 	_, err = s.TakeCleanStop()
 	fails("TakeCleanStop", err)
 	fails("MarkCleanStop", s.MarkCleanStop())

@@ -31,6 +31,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) Opener) {
 		{"Raise", raiseTests},
 		{"Lease", leaseTests},
 		{"List", listTests},
+		{"Prefixes", prefixesTests},
 		{"Reset", resetTests},
 		{"Upload", uploadTests},
 		{"Pool", poolTests},
@@ -151,6 +152,15 @@ func (r *rig) list(prefix, after string, limit int) []fence.Record {
 	page, err := r.s.List(prefix, after, limit)
 	if err != nil {
 		r.t.Fatalf("List(%q, %q, %d): %v", prefix, after, limit, err)
+	}
+	return page
+}
+
+func (r *rig) prefixes(after string, limit int) []fence.Record {
+	r.t.Helper()
+	page, err := r.s.Prefixes(after, limit)
+	if err != nil {
+		r.t.Fatalf("Prefixes(%q, %d): %v", after, limit, err)
 	}
 	return page
 }

@@ -37,3 +37,24 @@ func TestUploadUnique(t *testing.T) {
 		seen[k] = p
 	}
 }
+
+// The exact bytes of prefix-index keys, and which names are prefix fences.
+func TestPrefixIndexBytes(t *testing.T) {
+	for _, c := range []struct{ kind, resource, want string }{
+		{"prefixes/", "out/part-7/", "prefixes/out/part-7/"},
+		{"prefixes/", "/", "prefixes//"},
+		{"/fenceproxy/x/", "bkt/a b/ü/", "/fenceproxy/x/bkt/a b/ü/"},
+	} {
+		if got := string(PrefixIndex(c.kind, c.resource)); got != c.want {
+			t.Errorf("PrefixIndex(%q, %q) = %q, want %q", c.kind, c.resource, got, c.want)
+		}
+	}
+	if PrefixIndexVersion != "1" {
+		t.Errorf("PrefixIndexVersion = %q, want \"1\"", PrefixIndexVersion)
+	}
+	for name, want := range map[string]bool{"a/": true, "/": true, "//": true, "%/": true, "ü/": true, "": false, "a": false, "a/b": false, "a/ ": false} {
+		if IsPrefix(name) != want {
+			t.Errorf("IsPrefix(%q) = %v, want %v", name, !want, want)
+		}
+	}
+}
