@@ -14,13 +14,6 @@ import (
 // past Options.PrefixBytes (507); nothing was raised.
 var ErrPrefixLimit = errors.New("too many prefix fences")
 
-// PrefixLister is implemented by stores that list the prefix fences (names
-// ending in "/") with a maximum above 0, in byte order, a page of up to
-// limit after after: the barrier loads them at New.
-type PrefixLister interface {
-	Prefixes(after string, limit int) ([]Record, error)
-}
-
 // IsPrefix reports whether name is a prefix fence's: it ends in "/".
 func IsPrefix(name string) bool { return name != "" && name[len(name)-1] == '/' }
 
