@@ -398,6 +398,11 @@ func TestErrorTable(t *testing.T) {
 					t.Errorf("after the raise: %s", got)
 				}
 			}},
+		{name: "raise of a new prefix fence past the limit", method: "PUT", target: "/v1/fences/bkt/p/", body: `{"token":"8"}`, bearer: "adm",
+			fakes: func(rig *problemRig) {
+				rig.admin.raiseErr = &fence.ResourceError{Resource: "bkt/p/", Err: fence.ErrPrefixLimit}
+			},
+			status: 507, reason: "prefix_limit", title: "Too many prefix fences", level: slog.LevelError},
 		{name: "raise drain timeout, nothing raised", method: "PUT", target: "/v1/fences/bkt/a", body: `{"token":"8"}`, bearer: "adm",
 			fakes:  func(rig *problemRig) { rig.admin.raiseErr = fence.ErrDrainTimeout },
 			status: 503, reason: "drain_timeout", title: "Smaller-token writes still in flight", retry: true, level: slog.LevelWarn,

@@ -304,3 +304,25 @@ func TestPrefixRaiseRace(t *testing.T) {
 		t.Fatalf("%d token-1 writes reached the backend whole after the prefix raise to 2 returned", violations)
 	}
 }
+
+// The barrier loads the prefix fences from the store at New: a restart
+// keeps refusing below them.
+func TestPrefixFencesLoadedAtNew(t *testing.T) {
+	s := open(t, mem.Options{})
+	for i := range 2500 { // more than a page of the load
+		if _, err := s.Raise(fmt.Sprintf("p%04d/", i), 7); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Raise("plain", 9); err != nil {
+		t.Fatal(err)
+	}
+	b := newBarrier(t, s, fence.Options{})
+	if n, _ := b.PrefixFences(); n != 2500 {
+		t.Fatalf("%d prefix fences loaded, want 2500", n)
+	}
+	if _, err := b.Admit(context.Background(), []string{"p2499/new"}, 6, nil); fence.ResourceOf(err) != "p2499/" {
+		t.Fatalf("token 6 below p2499/ (7) after New: %v", err)
+	}
+	mustAdmit(t, b, "plain/x", 1, nil)()
+}

@@ -189,6 +189,13 @@ func TestClusterForwardsToOwner(t *testing.T) {
 	if status, body := put(t, client, reps[1].ProxyURL(), "/bkt/obj-5", leaseTok); status >= 300 {
 		t.Fatalf("PUT with the lease token: %d %s", status, body)
 	}
+
+	// A prefix fence is refused in cluster mode, with the reason: the keys
+	// below it may be owned by other replicas.
+	status, out := servertest.Call(t, http.MethodPost, reps[0].ControlURL()+"/v1/leases/bkt/part-7/", `{"holder":"w1","ttl":"30s"}`, "")
+	if status != http.StatusBadRequest || !strings.Contains(fmt.Sprint(out["detail"]), "cluster mode") {
+		t.Fatalf("a lease on a prefix in cluster mode: %d %v, want 400 saying cluster mode", status, out)
+	}
 }
 
 // The peer listener serves only replicas: without the secret, 403 and
