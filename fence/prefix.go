@@ -201,6 +201,34 @@ func (b *Barrier) Fence(resource string) (name string, m uint64, err error) {
 	return name, m, nil
 }
 
+// IsPrefix reports whether name is a prefix fence here: it ends in "/",
+// and prefix fences are on (Options.NoPrefixFences is false).
+func (b *Barrier) IsPrefix(name string) bool { return b.isPrefix(name) }
+
+// RaiseAhead raises prefix fence prefix to token t before a write below it
+// with t is admitted (an outside coordinator's token for a partition, see
+// wire.HeaderPrefix), as Raise does, so smaller-token writes below it are
+// cut and drained first; nothing when its maximum is t or more already
+// (read from memory). A write with t below the maximum is then refused by
+// Admit. Errors: ErrBadResource when prefix is no prefix fence here;
+// Raise's otherwise.
+func (b *Barrier) RaiseAhead(ctx context.Context, prefix string, t uint64) error {
+	if !b.isPrefix(prefix) {
+		return onResource(prefix, fmt.Errorf("%w: %q is no prefix fence", ErrBadResource, prefix))
+	}
+	b.prefixes.mu.RLock()
+	var m uint64
+	if f := b.prefixes.byKey[prefix]; f != nil {
+		m = f.max
+	}
+	b.prefixes.mu.RUnlock()
+	if t <= m {
+		return nil
+	}
+	_, err := b.Raise(ctx, prefix, t)
+	return err
+}
+
 // PrefixFences returns how many prefix fences the barrier holds in memory
 // and their bytes (a gauge).
 func (b *Barrier) PrefixFences() (n int, bytes int64) {

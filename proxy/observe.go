@@ -13,6 +13,9 @@ import (
 // counts what enforce mode would refuse, and forwards everything. err is
 // what resolve and authenticate found.
 func (p *Proxy) observeWrite(ex *exchange, err error) {
+	if err == nil && ex.prefix != "" {
+		err = p.barrier.Check(ex.prefix, ex.token)
+	}
 	if err == nil {
 		for _, res := range ex.resources {
 			if err = p.barrier.Check(res, ex.token); err != nil {

@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,6 +32,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/upstream"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // Proxy is an http.Handler that fences writes through a fence.Barrier and
@@ -160,6 +162,7 @@ type exchange struct {
 	tokenText string   // the token for logs and problem bodies; "" unless valid
 	path      string   // the target's path as received, still percent-encoded
 	resources []string // the resources a fenced write touches; [0] is its path's
+	prefix    string   // the prefix fence its token is for (wire.HeaderPrefix); "" when none
 	// s3 is the request as S3 mode reads it (s3.Addressing.Classify): the
 	// one decision of what it does, which every later step reads.
 	s3 s3.Request
@@ -427,7 +430,36 @@ func (p *Proxy) resolve(ex *exchange) error {
 			ex.resources = resources
 		}
 	}
+	if err == nil {
+		ex.prefix, err = p.tokenPrefix(ex)
+	}
 	return err
+}
+
+// tokenPrefix reads wire.HeaderPrefix: once at most, a prefix fence's
+// name with every resource of the write strictly below it.
+// fence.ErrBadResource otherwise.
+func (p *Proxy) tokenPrefix(ex *exchange) (string, error) {
+	values := ex.r.Header[wire.HeaderPrefix]
+	switch {
+	case len(values) == 0:
+		return "", nil
+	case len(values) > 1:
+		return "", fmt.Errorf("%w: %s given %d times", fence.ErrBadResource, wire.HeaderPrefix, len(values))
+	}
+	prefix, err := fence.Resolver{}.Name(values[0]) // a name as a lease URL spells it, never cut to RESOURCE_DEPTH
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", wire.HeaderPrefix, err)
+	}
+	if !p.barrier.IsPrefix(prefix) {
+		return "", fmt.Errorf("%w: %s %q is no prefix fence here (it must end in \"/\"; cluster mode has none)", fence.ErrBadResource, wire.HeaderPrefix, prefix)
+	}
+	for _, res := range ex.resources {
+		if len(res) <= len(prefix) || !strings.HasPrefix(res, prefix) {
+			return "", fmt.Errorf("%w: resource %q is not below the %s %q", fence.ErrBadResource, res, wire.HeaderPrefix, prefix)
+		}
+	}
+	return prefix, nil
 }
 
 // authenticate runs Options.Authenticate, if set.
@@ -435,7 +467,12 @@ func (p *Proxy) authenticate(ex *exchange) error {
 	if p.opts.Authenticate == nil {
 		return nil
 	}
-	err := p.opts.Authenticate(ex.r, ex.resources, ex.token)
+	resources := ex.resources
+	if ex.prefix != "" {
+		// The write raises the prefix fence: its token must be the prefix's.
+		resources = append(slices.Clip(resources), ex.prefix)
+	}
+	err := p.opts.Authenticate(ex.r, resources, ex.token)
 	if err != nil && !errors.Is(err, ErrSignature) {
 		err = fmt.Errorf("%w: %w", ErrForbidden, err)
 	}
@@ -454,6 +491,11 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 		ex.body.init(ex.w, r, &ex.in, &ex.up, p.opts.UploadIdleTimeout)
 		if ex.ownValid != nil || ex.caller != nil {
 			ex.body.valid = ex.valid
+		}
+	}
+	if ex.prefix != "" {
+		if err := p.barrier.RaiseAhead(r.Context(), ex.prefix, ex.token); err != nil {
+			return nil, err
 		}
 	}
 	return p.barrier.Admit(r.Context(), ex.resources, ex.token, &ex.up)

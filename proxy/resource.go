@@ -91,10 +91,10 @@ func (p *Proxy) checkHopByHop(r *http.Request) error {
 }
 
 // fencedField reports a header field the fence reads: the token, its
-// signature, Host, Destination and the method-override headers.
+// signature, the prefix it is for, Host, Destination and the method-override headers.
 func (p *Proxy) fencedField(name string) bool {
 	name = http.CanonicalHeaderKey(name)
-	return name == p.tokenHeader || name == wire.HeaderSignature || name == "Host" || name == "Destination" || isMethodOverride(name)
+	return name == p.tokenHeader || name == wire.HeaderSignature || name == wire.HeaderPrefix || name == "Host" || name == "Destination" || isMethodOverride(name)
 }
 
 func isMethodOverride(name string) bool {

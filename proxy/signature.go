@@ -30,8 +30,10 @@ var (
 // SignedTokens returns an Options.Authenticate for signed-token mode
 // (FENCEPROXY_TOKEN_KEY): a fenced write needs, for every resource it
 // touches, one X-Fencing-Token-Signature value that signs its token for that
-// resource (a MOVE carries one per resource, on separate header lines or
-// comma-separated; the base64url alphabet has no comma). Other requests pass.
+// resource or for a prefix fence above it (a name ending in "/" that the
+// resource starts with: a lease on a partition signs for every key below
+// it). A MOVE carries one per resource, on separate header lines or
+// comma-separated; the base64url alphabet has no comma. Other requests pass.
 // The error is a *fence.ResourceError naming the resource that lacks one,
 // wrapping ErrSignature.
 func SignedTokens(v TokenVerifier) func(r *http.Request, resources []string, token uint64) error {
@@ -57,18 +59,32 @@ func SignedTokens(v TokenVerifier) func(r *http.Request, resources []string, tok
 				Err: fmt.Errorf("%w: send the signature issued with the token in the %s header", ErrSignature, wire.HeaderSignature)}
 		}
 		for _, res := range resources {
-			ok := false
-			for _, s := range sigs {
-				if v.Verify(res, t, s) == nil {
-					ok = true
-					break
-				}
-			}
-			if !ok {
+			if !signedFor(v, res, t, sigs) {
 				return &fence.ResourceError{Resource: res,
 					Err: fmt.Errorf("%w: no %s value signs token %d for resource %q", ErrSignature, wire.HeaderSignature, t, res)}
 			}
 		}
 		return nil
 	}
+}
+
+// signedFor reports whether one of sigs signs t for resource or for a
+// prefix fence above it.
+func signedFor(v TokenVerifier, resource string, t uint64, sigs []string) bool {
+	for _, s := range sigs {
+		if v.Verify(resource, t, s) == nil {
+			return true
+		}
+	}
+	for i := len(resource) - 2; i >= 0; i-- {
+		if resource[i] != '/' {
+			continue
+		}
+		for _, s := range sigs {
+			if v.Verify(resource[:i+1], t, s) == nil {
+				return true
+			}
+		}
+	}
+	return false
 }

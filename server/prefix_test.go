@@ -286,3 +286,132 @@ func TestPrefixFenceAdminAndRestart(t *testing.T) {
 		t.Fatalf("token 1 below reports/daily/ after its reset: %d, want 200", s)
 	}
 }
+
+// sendPrefix is send with X-Fencing-Prefix values (none: absent) and an
+// optional signature.
+func sendPrefix(t *testing.T, in *servertest.Instance, path, token string, prefixes []string, sig string) (int, string, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, in.ProxyURL()+path, strings.NewReader("from "+token))
+	req.Header.Set("X-Fencing-Token", token)
+	if prefixes != nil {
+		req.Header["X-Fencing-Prefix"] = prefixes
+	}
+	if sig != "" {
+		req.Header.Set("X-Fencing-Token-Signature", sig)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Fencing-Current-Token"), string(answer)
+}
+
+// Tokens from an outside coordinator for a partition: X-Fencing-Prefix
+// raises the prefix fence with the write, so a stale holder's writes to new
+// keys below it are refused from the new holder's first write on; a bad
+// header changes nothing.
+func TestPrefixHeaderFromCoordinator(t *testing.T) {
+	backend := &lenientStore{objects: map[string]string{}}
+	srv := httptest.NewServer(backend)
+	t.Cleanup(srv.Close)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
+	p := []string{"out/part-7/"}
+	if s, _, a := sendPrefix(t, in, "/out/part-7/f1", "5", p, ""); s != http.StatusOK {
+		t.Fatalf("A (token 5) with the prefix header: %d %s", s, a)
+	}
+	if s, _, a := sendPrefix(t, in, "/out/part-7/f2", "6", p, ""); s != http.StatusOK {
+		t.Fatalf("B (token 6) with the prefix header: %d %s", s, a)
+	}
+	for _, prefixes := range [][]string{p, nil} {
+		if s, current, a := sendPrefix(t, in, "/out/part-7/f3", "5", prefixes, ""); s != http.StatusConflict || current != "6" {
+			t.Errorf("A's write of a new key after B's (header %v): %d, current %q %s; want 409 at 6", prefixes, s, current, a)
+		}
+	}
+	if _, ok := backend.object("/out/part-7/f3"); ok {
+		t.Error("A's stale write of a new key was applied")
+	}
+	// Bad headers: 400 bad_resource, nothing forwarded, no maximum changed.
+	for _, bad := range []struct {
+		path     string
+		prefixes []string
+	}{
+		{"/out/part-7/g1", []string{"out/part-7"}},                 // no trailing "/"
+		{"/out/part-8/g1", []string{"out/part-7/"}},                // not below it
+		{"/out/part-7/g1", []string{"out/part-7/", "out/part-7/"}}, // given twice
+		{"/out/part-7/", []string{"out/part-7/"}},                  // the prefix itself is not below it
+		{"/out/part-7/g1", []string{"out/../part-7/"}},             // dot segment
+	} {
+		s, _, a := sendPrefix(t, in, bad.path, "9", bad.prefixes, "")
+		if s != http.StatusBadRequest || !strings.Contains(a, "bad_resource") {
+			t.Errorf("PUT %s with %s %q: %d %s, want 400 bad_resource", bad.path, "X-Fencing-Prefix", bad.prefixes, s, a)
+		}
+		if _, ok := backend.object(bad.path); ok {
+			t.Errorf("PUT %s with a bad prefix header was forwarded", bad.path)
+		}
+	}
+	status, out := servertest.Call(t, http.MethodGet, in.ControlURL()+"/v1/fences/out/part-7/", "", "")
+	if status != http.StatusOK || out["token"] != "6" {
+		t.Errorf("the prefix fence after the bad headers: %d %v, want 6", status, out)
+	}
+}
+
+// A write with X-Fencing-Prefix whose token is above the prefix fence cuts
+// a smaller-token upload still sending to another key below it.
+func TestPrefixHeaderCutsUpload(t *testing.T) {
+	backend := &lenientStore{objects: map[string]string{}}
+	srv := httptest.NewServer(backend)
+	t.Cleanup(srv.Close)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
+	conn, err := net.Dial("tcp", in.Proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "PUT /jobs/7/a HTTP/1.1\r\nHost: store.example\r\nX-Fencing-Token: 5\r\nX-Fencing-Prefix: jobs/7/\r\nContent-Length: 327680\r\n\r\n%s",
+		strings.Repeat("A", 160<<10))
+	servertest.Eventually(t, 10*time.Second, "A's upload is admitted", func() bool {
+		return scrape(t, in, "fenceproxy_inflight_requests") == 1
+	})
+	if s, _, a := sendPrefix(t, in, "/jobs/7/b", "6", []string{"jobs/7/"}, ""); s != http.StatusOK {
+		t.Fatalf("B's write with token 6: %d %s", s, a)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("A got no answer after B's write: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || resp.Header.Get("Fencing-Current-Token") != "6" {
+		t.Errorf("A's upload: %d, current %q; want 409 at 6", resp.StatusCode, resp.Header.Get("Fencing-Current-Token"))
+	}
+	conn.Close()
+	backend.settled(t)
+	if got, ok := backend.object("/jobs/7/a"); ok {
+		t.Errorf("A's cut upload was applied (%d bytes)", len(got))
+	}
+}
+
+// Signed-token mode: the signature a lease on a prefix gets signs every key
+// below it; a signature for one key does not let X-Fencing-Prefix raise the
+// prefix.
+func TestPrefixSignedTokens(t *testing.T) {
+	backend := servertest.NewRecordingBackend(t)
+	keyText, _ := sgKey(t)
+	in := sgStart(t, backend, t.TempDir(), map[string]string{"FENCEPROXY_TOKEN_KEY": keyText})
+	l := sgAcquire(t, in, "out/part-7/", "A")
+	if a := sgPut(t, in, "/out/part-7/f1", one(l.token), one(l.sig), "below"); a.status != http.StatusOK {
+		t.Fatalf("a write below the prefix with its lease's signature: %+v", a)
+	}
+	if a := sgPut(t, in, "/out/part-70/f1", one(l.token), one(l.sig), "beside"); a.status != http.StatusForbidden {
+		t.Fatalf("a write beside the prefix with its signature: %+v, want 403", a)
+	}
+	k := sgAcquire(t, in, "solo/key", "A")
+	if s, _, a := sendPrefix(t, in, "/solo/key", k.token, []string{"solo/"}, k.sig); s != http.StatusForbidden {
+		t.Fatalf("a key's signature raising the prefix solo/: %d %s, want 403", s, a)
+	}
+	if s, _, a := sendPrefix(t, in, "/out/part-7/f2", l.token, []string{"out/part-7/"}, l.sig); s != http.StatusOK {
+		t.Fatalf("the prefix's signature with the header: %d %s", s, a)
+	}
+}

@@ -24,6 +24,13 @@ const (
 	// (FENCEPROXY_TOKEN_KEY): an HMAC-SHA256 over the resource key and the
 	// token, issued by the lease API beside the token.
 	HeaderSignature = "X-Fencing-Token-Signature"
+	// HeaderPrefix names the prefix fence (a name ending in "/", spelt as
+	// in a lease URL) that a write's token is for: a token from an outside
+	// coordinator for a partition. The write raises that prefix fence to its
+	// token first, through the barrier, and every resource it changes must
+	// be below it. In signed-token mode the signature must be the prefix's
+	// (or an ancestor's).
+	HeaderPrefix = "X-Fencing-Prefix"
 	// HeaderRefused is on every refusal made by the proxy itself: the
 	// reason, so a client can tell it from the backend's own answers.
 	HeaderRefused = "Fencing-Refused"
