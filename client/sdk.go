@@ -32,7 +32,8 @@ func S3Fencing(token func(context.Context) (uint64, error)) func(*s3.Options) {
 //   - in the Build step, one that sets header ("" = DefaultHeader) to the
 //     token returned by token(ctx) (nil = ContextToken), and
 //     X-Fencing-Token-Signature to its signature when ctx carries one for
-//     that token (WithSignedToken, WithLease). Build runs before Finalize,
+//     that token (WithSignedToken, WithLease), and X-Fencing-Prefix to the
+//     prefix of WithPrefix. Build runs before Finalize,
 //     where the SDK signs, so SigV4 covers both. ErrNoToken sends the call
 //     without them; another error fails the call unsent.
 //   - innermost in the Deserialize step, one that reads the problem body of a
@@ -70,6 +71,9 @@ func StackFencing(header string, token func(context.Context) (uint64, error)) fu
 			req.Header.Set(header, s)
 			if sig, ok := SignatureFromContext(ctx, tok); ok {
 				req.Header.Set(HeaderSignature, sig)
+			}
+			if p := PrefixFromContext(ctx); p != "" {
+				req.Header.Set(HeaderPrefix, p)
 			}
 			return next.HandleBuild(ctx, in)
 		})

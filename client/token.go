@@ -20,6 +20,10 @@ const DefaultHeader = wire.DefaultTokenHeader
 // the token (Lease.TokenSignature).
 const HeaderSignature = wire.HeaderSignature
 
+// HeaderPrefix names the prefix fence a write's token is for (a token from
+// an outside coordinator for a partition): see WithPrefix.
+const HeaderPrefix = wire.HeaderPrefix
+
 // MaxToken is the largest token the proxy accepts (2^63-1).
 const MaxToken = fence.MaxToken
 
@@ -50,6 +54,25 @@ func WithLease(ctx context.Context, l Lease) context.Context {
 }
 
 type signatureKey struct{}
+
+type prefixKey struct{}
+
+// WithPrefix returns a context whose fenced requests (those that carry a
+// token) also name prefix, a prefix fence's name ending in "/" (spelt as in
+// a lease URL; in S3 mode starting with the bucket), in X-Fencing-Prefix:
+// the proxy raises that prefix fence to the token with the write, so a
+// token from an outside coordinator for a partition fences every key
+// below it from the new holder's first write on. Every key written must be
+// below prefix.
+func WithPrefix(ctx context.Context, prefix string) context.Context {
+	return context.WithValue(ctx, prefixKey{}, prefix)
+}
+
+// PrefixFromContext returns the prefix set by WithPrefix, "" for none.
+func PrefixFromContext(ctx context.Context) string {
+	p, _ := ctx.Value(prefixKey{}).(string)
+	return p
+}
 
 type signedToken struct {
 	token     uint64
@@ -95,8 +118,9 @@ func formatToken(t uint64) (string, error) {
 }
 
 // Transport is an http.RoundTripper that sets the fencing token header on
-// every request for which Token returns a token, and X-Fencing-Token-Signature
-// when it has a signature for that token (signed-token mode). It clones the
+// every request for which Token returns a token, X-Fencing-Token-Signature
+// when it has a signature for that token (signed-token mode), and
+// X-Fencing-Prefix when the context names one (WithPrefix). It clones the
 // request first: the caller's request is never modified.
 type Transport struct {
 	// Base sends the requests; nil means http.DefaultTransport.
@@ -146,6 +170,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			r2.Header.Set(header, s)
 			if sig := t.signature(req, tok); sig != "" {
 				r2.Header.Set(HeaderSignature, sig)
+			}
+			if p := PrefixFromContext(req.Context()); p != "" {
+				r2.Header.Set(HeaderPrefix, p)
 			}
 			return base.RoundTrip(r2)
 		}

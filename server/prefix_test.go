@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/client"
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
@@ -413,5 +415,27 @@ func TestPrefixSignedTokens(t *testing.T) {
 	}
 	if s, _, a := sendPrefix(t, in, "/out/part-7/f2", l.token, []string{"out/part-7/"}, l.sig); s != http.StatusOK {
 		t.Fatalf("the prefix's signature with the header: %d %s", s, a)
+	}
+}
+
+// The Go client's WithPrefix sends X-Fencing-Prefix with the token.
+func TestPrefixClientTransport(t *testing.T) {
+	backend := &lenientStore{objects: map[string]string{}}
+	srv := httptest.NewServer(backend)
+	t.Cleanup(srv.Close)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
+	hc := &http.Client{Transport: &client.Transport{}}
+	ctx := client.WithPrefix(client.WithToken(context.Background(), 6), "out/part-7/")
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, in.ProxyURL()+"/out/part-7/x", strings.NewReader("x"))
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT through client.Transport with WithPrefix: %d", resp.StatusCode)
+	}
+	if status, out := servertest.Call(t, http.MethodGet, in.ControlURL()+"/v1/fences/out/part-7/", "", ""); status != http.StatusOK || out["token"] != "6" {
+		t.Fatalf("the prefix fence after the write: %d %v, want 6", status, out)
 	}
 }
