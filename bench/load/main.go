@@ -46,7 +46,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: load upload|fill|first|sign|etcdput [flags]")
+		fmt.Fprintln(os.Stderr, "usage: load upload|fill|first|sign|prefixes|etcdput [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -87,6 +87,11 @@ func main() {
 		timeout := fs.Duration("timeout", time.Minute, "give up after this long")
 		_ = fs.Parse(os.Args[2:])
 		err = first(*method, *url+*path, *token, time.Unix(0, *since), *timeout)
+	case "prefixes":
+		dir := fs.String("dir", "prefixes", "Badger data directory to create")
+		n := fs.Int("n", 10000, "prefix fences bkt/p0/ .. bkt/p<n-1>/")
+		_ = fs.Parse(os.Args[2:])
+		err = seedPrefixes(*dir, *n, *token)
 	case "etcdput":
 		endpoints := fs.String("endpoints", "http://127.0.0.1:2379", "etcd client URLs, comma-separated")
 		c := fs.Int("c", 64, "concurrent Puts")

@@ -39,10 +39,12 @@ type run struct {
 var (
 	workloads = []string{"a", "b", "c", "d-fill", "d-first-get", "d-first-new", "d-first-old", "d-restart", "e", "e-raise"}
 	proxies   = []string{"direct", "reverseproxy", "nginx", "haproxy", "fenceproxy-off", "fenceproxy", "fenceproxy-s3", "fenceproxy-s3-signed", "fenceproxy-resign",
+		"fenceproxy-deep", "fenceproxy-prefixes",
 		"fenceproxy-etcd", "fenceproxy-etcd-owner", "fenceproxy-etcd-forwarded", "etcd"}
 	colors = map[string]string{
 		"direct": "#9e9e9e", "reverseproxy": "#1f77b4", "nginx": "#2ca02c", "haproxy": "#9467bd",
 		"fenceproxy-off": "#ffbb78", "fenceproxy": "#ff7f0e", "fenceproxy-s3": "#d62728", "fenceproxy-s3-signed": "#e377c2", "fenceproxy-resign": "#9467bd",
+		"fenceproxy-deep": "#aec7e8", "fenceproxy-prefixes": "#98df8a",
 		"fenceproxy-etcd": "#8c564b", "fenceproxy-etcd-owner": "#c49c94", "fenceproxy-etcd-forwarded": "#bcbd22", "etcd": "#17becf",
 	}
 )
@@ -274,6 +276,8 @@ func computeRatios(runs []run, rows []row) []ratio {
 			subject = "fenceproxy-s3" // S3 pass mode against off mode
 		case "a/fenceproxy-s3-signed":
 			subject = "fenceproxy-resign" // S3 gateway mode against pass mode, the same signed PUTs
+		case "a/fenceproxy-deep":
+			subject = "fenceproxy-prefixes" // 10,000 prefix fences stored against none, keys six segments deep
 		case "e/fenceproxy", "e-raise/etcd":
 			subject = "fenceproxy-etcd" // cluster mode against the embedded store; its raises against etcd's Puts
 		case "e/fenceproxy-etcd-owner":
@@ -296,6 +300,7 @@ func computeRatios(runs []run, rows []row) []ratio {
 		pr("(a) req/s fenceproxy / fenceproxy-off (cost of fencing)", "a/fenceproxy-off", rps, 0.95, false, nan),
 		pr("(a) req/s fenceproxy S3 pass / S3 off (cost of S3 mode)", "a/fenceproxy", rps, 0.95, false, nan),
 		pr("(a) req/s fenceproxy S3 gateway / S3 pass, signed PUTs (cost of verifying and re-signing)", "a/fenceproxy-s3-signed", rps, 0.8, false, nan),
+		pr("(a) req/s fenceproxy with 10,000 prefix fences / without, keys six segments deep", "a/fenceproxy-deep", rps, 0.95, false, nan),
 		pr("(a) req/s fenceproxy / stock ReverseProxy", "a/reverseproxy", rps, 2.0, false, nan),
 		pr("(a) req/s fenceproxy / nginx", "a/nginx", rps, 0.6, false, 0.8),
 		pr("(a) req/s fenceproxy / HAProxy", "a/haproxy", rps, nan, false, nan),

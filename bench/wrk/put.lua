@@ -1,6 +1,9 @@
 -- wrk script: 1 KiB PUTs with an X-Fencing-Token over /bkt/obj-1 .. /bkt/obj-N.
 --
---   wrk ... -s put.lua URL -- MODE BASE THREADS [RESOURCES]
+--   wrk ... -s put.lua URL -- MODE BASE THREADS [RESOURCES [DEPTH]]
+--
+-- DEPTH (default 2) is the number of path segments: 2 is /bkt/obj-i; 3 or
+-- more is /bkt/p<i>/d/.../obj-i, which the prefix fence bkt/p<i>/ covers.
 --
 -- MODE same:   every request carries token BASE (the holder writing again).
 -- MODE rising: every request carries a token above every earlier one on its
@@ -24,10 +27,14 @@ function init(args)
   base = tonumber(args[2] or "1")
   nthreads = tonumber(args[3] or "1")
   nres = tonumber(args[4] or "1000")
+  depth = tonumber(args[5] or "2")
   local host = wrk.headers["Host"]
   heads, tails, reqs = {}, {}, {}
   for i = id, nres - 1, nthreads do
     local path = "/bkt/obj-" .. i
+    if depth >= 3 then
+      path = "/bkt/p" .. i .. "/" .. string.rep("d/", depth - 3) .. "obj-" .. i
+    end
     local head = "PUT " .. path .. " HTTP/1.1\r\nHost: " .. host .. "\r\nContent-Length: 1024\r\nX-Fencing-Token: "
     local tail = "\r\n\r\n" .. body
     heads[#heads + 1] = head
