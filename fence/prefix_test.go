@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -325,4 +326,39 @@ func TestPrefixFencesLoadedAtNew(t *testing.T) {
 		t.Fatalf("token 6 below p2499/ (7) after New: %v", err)
 	}
 	mustAdmit(t, b, "plain/x", 1, nil)()
+}
+
+// 100,000 prefix fences fit the default PrefixBytes, and what the barrier
+// counts for each is not below what its index really takes on the heap.
+func TestPrefixFencesMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 raises; skipped with -short")
+	}
+	const n = 100_000
+	s := open(t, mem.Options{})
+	for i := range n {
+		if _, err := s.Raise(fmt.Sprintf("jobs/daily/part-%06d/", i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b := newBarrier(t, s, fence.Options{})
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	count, counted := b.PrefixFences()
+	if count != n {
+		t.Fatalf("%d prefix fences loaded, want %d", count, n)
+	}
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d prefix fences: %d bytes counted (%.1f MiB of the default %d MiB), %d bytes on the heap (%.0f per fence)",
+		n, counted, float64(counted)/(1<<20), fence.DefaultPrefixBytes>>20, heap, float64(heap)/n)
+	if counted > fence.DefaultPrefixBytes {
+		t.Errorf("100,000 prefix fences count %d bytes, over the default %d", counted, fence.DefaultPrefixBytes)
+	}
+	if heap > counted {
+		t.Errorf("the index takes %d bytes on the heap, more than the %d counted: the limit would not bound memory", heap, counted)
+	}
+	runtime.KeepAlive(b)
 }
