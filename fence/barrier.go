@@ -42,6 +42,11 @@ type Options struct {
 	// counted as its name's length plus 96 bytes; a raise that would create
 	// one more past it is refused (ErrPrefixLimit). 0: DefaultPrefixBytes.
 	PrefixBytes int64
+	// PrefixOwnName: a prefix fence P/ also covers the resource P, its own
+	// name without the "/" (S3 mode, where P is the alias class of the
+	// object P/, a directory marker below the prefix, and a posix store
+	// opens P and P/ as one object). False: P is beside the prefix.
+	PrefixOwnName bool
 }
 
 // Barrier is the per-resource admission rule and fence barrier (the brief's
@@ -104,6 +109,7 @@ func New(store Store, opts Options) (*Barrier, error) {
 		b.shards[i].resources = make(map[string]*resourceState)
 	}
 	b.prefixes.byKey = make(map[string]*prefixFence)
+	b.prefixes.ownName = opts.PrefixOwnName
 	b.prefixes.limit = opts.PrefixBytes
 	if b.prefixes.limit <= 0 {
 		b.prefixes.limit = DefaultPrefixBytes

@@ -39,6 +39,9 @@ type prefixes struct {
 	byKey map[string]*prefixFence
 	bytes int64
 	limit int64
+	// ownName: a prefix fence P/ also covers the resource P
+	// (Options.PrefixOwnName).
+	ownName bool
 }
 
 type prefixFence struct {
@@ -117,33 +120,53 @@ func (p *prefixes) set(prefix string, m uint64) error {
 }
 
 // above returns the prefix fence above resource (strictly: resource itself
-// is not its own prefix) that refuses token t, or one being raised (wait is
-// then its channel): name "" when none. It reads no store.
+// is not its own prefix; with ownName, resource + "/" is above resource)
+// that refuses token t, or one being raised (wait is then its channel):
+// name "" when none. It reads no store.
 func (p *prefixes) above(resource string, t uint64) (name string, m uint64, wait <-chan struct{}) {
 	if p.n.Load() == 0 || !protected("prefix-admission") {
 		return "", 0, nil
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	for i := 0; i < len(resource)-1; i++ {
-		if resource[i] != '/' {
-			continue
-		}
-		f := p.byKey[resource[:i+1]]
+	for _, prefix := range p.ancestors(resource) {
+		f := p.byKey[prefix]
 		if f == nil {
 			continue
 		}
 		if f.raising > 0 {
-			return resource[:i+1], f.max, f.done
+			return prefix, f.max, f.done
 		}
 		if t < f.max {
-			return resource[:i+1], f.max, nil
+			return prefix, f.max, nil
 		}
 	}
 	return "", 0, nil
 }
 
-// highest returns the prefix fence above resource with the largest maximum,
+// ancestors returns the names of the prefix fences that would cover
+// resource, shortest first: every prefix of it that ends in "/" (not
+// resource itself), and with ownName resource + "/" last.
+func (p *prefixes) ancestors(resource string) []string {
+	var out []string
+	for i := 0; i < len(resource)-1; i++ {
+		if resource[i] == '/' {
+			out = append(out, resource[:i+1])
+		}
+	}
+	if p.ownName && !IsPrefix(resource) && resource != "" {
+		out = append(out, resource+"/")
+	}
+	return out
+}
+
+// covers reports whether the prefix fence prefix covers resource.
+func (p *prefixes) covers(prefix, resource string) bool {
+	return len(resource) > len(prefix) && strings.HasPrefix(resource, prefix) ||
+		p.ownName && resource == prefix[:len(prefix)-1]
+}
+
+// highest returns the prefix fence above resource (as above) with the largest maximum,
 // "" when none.
 func (p *prefixes) highest(resource string) (name string, m uint64) {
 	if p.n.Load() == 0 {
@@ -151,11 +174,9 @@ func (p *prefixes) highest(resource string) (name string, m uint64) {
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	for i := 0; i < len(resource)-1; i++ {
-		if resource[i] == '/' {
-			if f := p.byKey[resource[:i+1]]; f != nil && f.max > m {
-				name, m = resource[:i+1], f.max
-			}
+	for _, prefix := range p.ancestors(resource) {
+		if f := p.byKey[prefix]; f != nil && f.max > m {
+			name, m = prefix, f.max
 		}
 	}
 	return name, m
@@ -284,7 +305,7 @@ func (b *Barrier) busyBelow(prefix string, busy func(*resourceState) bool) <-cha
 		sh := &b.shards[i]
 		sh.mu.Lock()
 		for resource, st := range sh.resources {
-			if len(resource) <= len(prefix) || !strings.HasPrefix(resource, prefix) {
+			if !b.prefixes.covers(prefix, resource) {
 				continue
 			}
 			st.mu.Lock()

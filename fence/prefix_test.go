@@ -240,6 +240,54 @@ func TestPrefixLimit(t *testing.T) {
 	}
 }
 
+// With PrefixOwnName (S3 mode) the prefix fence out/part-7/ also covers the
+// resource out/part-7, the alias class of the directory marker out/part-7/:
+// a smaller token is refused naming the prefix, Fence names it, and a raise
+// cuts an upload still sending to it and waits for it. out/part-70 and
+// out/part- stay beside it.
+func TestPrefixOwnName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBarrier(t, open(t, mem.Options{}), fence.Options{PrefixOwnName: true})
+		ctx := context.Background()
+		sending := &fence.Upload{}
+		rel := mustAdmit(t, b, "out/part-7", 1, sending)
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.Raise(ctx, "out/part-7/", 2)
+			done <- err
+		}()
+		synctest.Wait()
+		if sending.State() != fence.Cut {
+			t.Fatalf("an upload to out/part-7 during the raise of out/part-7/: %v, want cut", sending.State())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Raise returned (%v) while a write to out/part-7 is in flight", err)
+		default:
+		}
+		rel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Admit(ctx, []string{"out/part-7"}, 1, nil); fence.ResourceOf(err) != "out/part-7/" || !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("token 1 on out/part-7 after the raise of out/part-7/ to 2: %v, want stale naming out/part-7/", err)
+		}
+		if _, err := b.Admit(ctx, []string{"elsewhere", "out/part-7"}, 1, nil); fence.ResourceOf(err) != "out/part-7/" {
+			t.Fatalf("a batch with out/part-7 and token 1: %v, want stale naming out/part-7/", err)
+		}
+		if err := b.Check("out/part-7", 1); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("Check(out/part-7, 1): %v", err)
+		}
+		if name, m, err := b.Fence("out/part-7"); name != "out/part-7/" || m != 2 || err != nil {
+			t.Fatalf("Fence(out/part-7) = %q, %d, %v", name, m, err)
+		}
+		for _, key := range []string{"out/part-70", "out/part-", "out"} {
+			mustAdmit(t, b, key, 1, nil)()
+		}
+		mustAdmit(t, b, "out/part-7", 2, nil)()
+	})
+}
+
 // With NoPrefixFences (cluster mode) a name ending in "/" fences only itself.
 func TestNoPrefixFences(t *testing.T) {
 	b := newBarrier(t, open(t, mem.Options{}), fence.Options{NoPrefixFences: true})

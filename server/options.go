@@ -25,6 +25,9 @@ func fenceOptionsFrom(cfg config.Config) fence.Options {
 		PrefixBytes:  int64(cfg.PrefixFencesSize),
 		// In cluster mode the keys below a prefix may have other owners.
 		NoPrefixFences: cfg.Store == "etcd",
+		// In S3 mode the resource P is also the object P/ (a directory
+		// marker), which lies below the prefix fence P/.
+		PrefixOwnName: cfg.S3 != "off",
 	}
 }
 
