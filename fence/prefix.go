@@ -129,7 +129,16 @@ func (p *prefixes) above(resource string, t uint64) (name string, m uint64, wait
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	for _, prefix := range p.ancestors(resource) {
+	for i := 0; i < len(resource); i++ {
+		var prefix string
+		switch {
+		case resource[i] == '/' && i < len(resource)-1:
+			prefix = resource[:i+1]
+		case i == len(resource)-1 && p.ownName && resource[i] != '/':
+			prefix = resource + "/" // allocates only in S3 mode with prefix fences held
+		default:
+			continue
+		}
 		f := p.byKey[prefix]
 		if f == nil {
 			continue
@@ -142,22 +151,6 @@ func (p *prefixes) above(resource string, t uint64) (name string, m uint64, wait
 		}
 	}
 	return "", 0, nil
-}
-
-// ancestors returns the names of the prefix fences that would cover
-// resource, shortest first: every prefix of it that ends in "/" (not
-// resource itself), and with ownName resource + "/" last.
-func (p *prefixes) ancestors(resource string) []string {
-	var out []string
-	for i := 0; i < len(resource)-1; i++ {
-		if resource[i] == '/' {
-			out = append(out, resource[:i+1])
-		}
-	}
-	if p.ownName && !IsPrefix(resource) && resource != "" {
-		out = append(out, resource+"/")
-	}
-	return out
 }
 
 // covers reports whether the prefix fence prefix covers resource.
@@ -174,7 +167,16 @@ func (p *prefixes) highest(resource string) (name string, m uint64) {
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	for _, prefix := range p.ancestors(resource) {
+	for i := 0; i < len(resource); i++ {
+		var prefix string
+		switch {
+		case resource[i] == '/' && i < len(resource)-1:
+			prefix = resource[:i+1]
+		case i == len(resource)-1 && p.ownName && resource[i] != '/':
+			prefix = resource + "/"
+		default:
+			continue
+		}
 		if f := p.byKey[prefix]; f != nil && f.max > m {
 			name, m = prefix, f.max
 		}
