@@ -530,6 +530,10 @@ func (p *Pools) poolOfPrefixed(name string) (pool, shard string, err error) {
 	loaded := p.prefixed != nil
 	p.mu.Unlock()
 	if !loaded {
+		// Under defining: a definition running now is either in the store
+		// read here or updates the index after it is set.
+		p.defining.Lock()
+		defer p.defining.Unlock()
 		idx := map[string]string{}
 		err := p.store.EachPool(func(pool string, raw []byte) error {
 			var rec record
