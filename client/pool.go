@@ -38,8 +38,10 @@ func (e *NoShardError) Error() string { return "fenceproxy: no shard to claim no
 // Is makes errors.Is(err, ErrNoShard) hold.
 func (e *NoShardError) Is(target error) bool { return target == ErrNoShard }
 
-// Shard is a claimed shard of a pool: its lease (Lease.Name is the
-// resource key "{pool}/{shard}" to write to, Lease.Token its fencing token).
+// Shard is a claimed shard of a pool: its lease (Lease.Token its fencing
+// token; Lease.Name the fence it raised: the resource key "{pool}/{shard}"
+// to write to, or, for a pool defined with a prefix, the shard's prefix
+// such as "reports/daily/3/", ending in "/": write the keys below it).
 type Shard struct {
 	Pool  string
 	Shard string
@@ -167,6 +169,18 @@ func (p *Pool) Done(ctx context.Context, s Shard) error {
 		}
 	}
 	return err
+}
+
+// Define creates the pool or changes its shards (PUT /v1/pools/{pool}) and
+// returns its state. spec.Prefix, when set, is the template of the shards'
+// lease names ("reports/daily/{shard}/"): each claim's token then fences
+// every key below the shard's prefix. Errors: an *APIError (400 bad
+// definition or prefix, or a prefix in cluster mode; 409 pool_busy: shards
+// to remove, or every shard on a prefix change, are held).
+func (p *Pool) Define(ctx context.Context, spec wire.PoolSpec) (wire.Pool, error) {
+	var out wire.Pool
+	_, err := send(ctx, p.Leases.HTTP, http.MethodPut, strings.TrimRight(p.Leases.BaseURL, "/")+"/v1/pools/"+p.Name, p.Leases.Bearer, &spec, &out)
+	return out, err
 }
 
 // Get returns the pool's state (GET /v1/pools/{pool}).

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -143,12 +142,11 @@ func (s *server) renew(_ context.Context, req request[wire.LeaseRequest]) (wire.
 		// does not fail the renew, which took effect: the next one tells.
 		// Only the renew of a shard of a defined pool carries pool and
 		// shard: not any two-segment name.
-		hb, isShard, err := s.opts.Pools.HandBack(req.Name, req.Body.Holder)
+		p, sh, hb, err := s.opts.Pools.HandBack(req.Name, req.Body.Holder)
 		if err != nil {
 			s.log.Warn("pool hand-back not computed", "lease", req.Name, "error", err.Error())
-		} else if isShard {
-			out.Pool, out.Shard, _ = cutPool(req.Name)
-			out.HandBack = hb
+		} else if p != "" {
+			out.Pool, out.Shard, out.HandBack = p, sh, hb
 		}
 	}
 	return out, nil
@@ -220,13 +218,4 @@ func stateOf(l lease.Lease) lease.State {
 func leaseOf(l lease.Lease, st lease.State) wire.Lease {
 	return wire.Lease{Name: l.Name, Holder: l.Holder, Token: wire.Token(l.Token), State: string(st), TTL: l.TTL.String(),
 		AcquiredAt: l.AcquiredAt, RenewedAt: l.RenewedAt, ExpiresAt: l.ExpiresAt}
-}
-
-// cutPool splits a pool shard's lease name "{pool}/{shard}".
-func cutPool(name string) (p, shard string, ok bool) {
-	i := strings.LastIndexByte(name, '/')
-	if i < 0 {
-		return "", "", false
-	}
-	return name[:i], name[i+1:], true
 }

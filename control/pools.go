@@ -31,19 +31,23 @@ type Pools interface {
 	Claim(ctx context.Context, pool, holder string, ttl time.Duration, standby bool) (pool.Claim, error)
 	// Status returns pool's shards and live holders.
 	Status(pool string) (pool.Status, error)
-	// Done marks shard complete with holder's token.
-	Done(pool, shard, holder string, token uint64) error
-	// HandBack returns the shards the holder of lease name must hand back,
-	// and whether name is a shard of a defined pool (false: nil shards).
-	HandBack(name, holder string) (shards []string, isShard bool, err error)
+	// Done marks shard complete with holder's token; it returns the
+	// shard's lease name.
+	Done(pool, shard, holder string, token uint64) (string, error)
+	// HandBack returns the pool and shard whose lease name is name (pool
+	// "": no shard of a defined pool, nil shards) and the shards the
+	// holder must hand back.
+	HandBack(name, holder string) (pool, shard string, shards []string, err error)
 }
 
 // poolRoutes registers /v1/pools/{pool}, .../claim and
 // .../shards/{shard}/done, with the lease calls' bearer. Pool and shard
 // names are single path segments of [A-Za-z0-9._-]; the lease of a shard
-// is "{pool}/{shard}", which must be a lease name (with
-// FENCEPROXY_RESOURCE_DEPTH set, 2). In cluster mode a call runs on the
-// owner of the pool's name.
+// is pool.ShardName's, "{pool}/{shard}" or the pool's prefix with the
+// shard, which must be a lease name (with FENCEPROXY_RESOURCE_DEPTH N:
+// "{pool}/{shard}" needs N 2; a prefix N-1 segments before its final "/").
+// In cluster mode a call runs on the owner of the pool's name, and a
+// prefix is refused (NoPrefixFences).
 func (s *server) poolRoutes(r chi.Router) {
 	pr := func(op, suffix string, status int) route {
 		return route{
@@ -67,7 +71,8 @@ func poolOf(name string) string {
 }
 
 // poolName returns the route's name reader: the pool ("p"), or for the
-// done route the shard's lease name ("p/s", from "p/shards/s/done").
+// done route "p/s" (from "p/shards/s/done"; the pool is what routes it,
+// the shard's lease name is the pool's to say).
 func (s *server) poolName(suffix string) func(raw string) (string, error) {
 	return func(raw string) (string, error) {
 		rest, ok := strings.CutSuffix(raw, suffix)
@@ -83,7 +88,7 @@ func (s *server) poolName(suffix string) func(raw string) (string, error) {
 			if err := pool.CheckName("shard", sh); err != nil {
 				return "", err
 			}
-			rest, name = p, pool.ShardName(p, sh)
+			rest, name = p, p+"/"+sh
 		}
 		if err := pool.CheckName("pool", rest); err != nil {
 			return "", err
@@ -92,16 +97,33 @@ func (s *server) poolName(suffix string) func(raw string) (string, error) {
 	}
 }
 
-// definePool: PUT /v1/pools/{pool} {"shards": N} or {"names": [...]}.
+// definePool: PUT /v1/pools/{pool} {"shards": N} or {"names": [...]},
+// optionally with "prefix". Each shard's lease name (pool.ShardName) must
+// be a name the lease API takes: the resolver's rules, and with
+// FENCEPROXY_RESOURCE_DEPTH N exactly N segments ("{pool}/{shard}": N 2; a
+// prefix: N-1 segments and the final "/", "a/{shard}/" for N 3; N 1 takes
+// no prefix). In cluster mode a prefix is refused (400).
 func (s *server) definePool(_ context.Context, req request[wire.PoolSpec]) (wire.Pool, error) {
-	spec := pool.Spec{Shards: req.Body.Shards, Names: req.Body.Names}
+	spec := pool.Spec{Shards: req.Body.Shards, Names: req.Body.Names, Prefix: req.Body.Prefix}
 	names, err := spec.Check()
 	if err != nil {
 		return wire.Pool{}, err
 	}
+	if spec.Prefix != "" && s.opts.NoPrefixFences {
+		return wire.Pool{}, detailed(pool.ErrInvalid, fmt.Sprintf("prefix %q: a shard's prefix is a prefix fence, which cluster mode does not support "+
+			"(the keys below it may be owned by other replicas); define the pool without a prefix", spec.Prefix))
+	}
 	for _, n := range names {
-		if _, err := (fence.Resolver{Depth: s.opts.ResourceDepth}).LeaseName(pool.ShardName(req.Name, n)); err != nil {
-			return wire.Pool{}, fmt.Errorf("%w: shard %q: %w", pool.ErrInvalid, n, err)
+		name := pool.ShardName(req.Name, spec.Prefix, n)
+		if _, err := (fence.Resolver{Depth: s.opts.ResourceDepth}).LeaseName(name); err != nil {
+			if d := s.opts.ResourceDepth; spec.Prefix != "" && d > 0 {
+				fits := "no prefix fits: define the pool without one"
+				if d > 1 {
+					fits = fmt.Sprintf("a prefix needs %d segment(s) before its final \"/\", such as %q", d-1, strings.Repeat("seg/", d-2)+pool.ShardPlaceholder+"/")
+				}
+				return wire.Pool{}, fmt.Errorf("%w: shard %q's lease %q: %w; with FENCEPROXY_RESOURCE_DEPTH %d %s", pool.ErrInvalid, n, name, err, d, fits)
+			}
+			return wire.Pool{}, fmt.Errorf("%w: shard %q's lease %q: %w", pool.ErrInvalid, n, name, err)
 		}
 	}
 	if _, err := s.opts.Pools.Define(req.Name, spec); err != nil {
@@ -120,7 +142,7 @@ func (s *server) poolState(name string) (wire.Pool, error) {
 	if err != nil {
 		return wire.Pool{}, err
 	}
-	out := wire.Pool{Pool: st.Pool, Share: st.Share, Open: st.Open, Done: st.Done, Shards: []wire.PoolShard{}, Holders: []wire.PoolHolder{}}
+	out := wire.Pool{Pool: st.Pool, Prefix: st.Prefix, Share: st.Share, Open: st.Open, Done: st.Done, Shards: []wire.PoolShard{}, Holders: []wire.PoolHolder{}}
 	for _, sh := range st.Shards {
 		ps := wire.PoolShard{Shard: sh.Shard, Name: sh.Name, State: sh.State, Holder: sh.Holder, Token: wire.Token(sh.Token), Standby: sh.Standby}
 		if !sh.ExpiresAt.IsZero() && sh.State != pool.StateDone {
@@ -161,8 +183,9 @@ func (s *server) done(_ context.Context, req request[wire.LeaseRequest]) (wire.P
 		return wire.PoolShard{}, err
 	}
 	p, sh, _ := strings.Cut(req.Name, "/")
-	if err := s.opts.Pools.Done(p, sh, req.Body.Holder, uint64(*req.Body.Token)); err != nil {
+	name, err := s.opts.Pools.Done(p, sh, req.Body.Holder, uint64(*req.Body.Token))
+	if err != nil {
 		return wire.PoolShard{}, err
 	}
-	return wire.PoolShard{Shard: sh, Name: req.Name, State: pool.StateDone, Holder: req.Body.Holder, Token: *req.Body.Token}, nil
+	return wire.PoolShard{Shard: sh, Name: name, State: pool.StateDone, Holder: req.Body.Holder, Token: *req.Body.Token}, nil
 }

@@ -463,6 +463,32 @@ func TestErrorTable(t *testing.T) {
 		{name: "bad pool definition", leases: &memLeases{leases: map[string]lease.Lease{}}, opts: withPools(errPools{nil}),
 			method: "PUT", target: "/v1/pools/jobs", body: `{"shards":2,"names":["a"]}`,
 			status: 400, reason: "bad_request", title: "Bad pool request", level: slog.LevelDebug},
+		{name: "bad pool prefix template", leases: &memLeases{leases: map[string]lease.Lease{}}, opts: withPools(errPools{nil}),
+			method: "PUT", target: "/v1/pools/jobs", body: `{"shards":2,"prefix":"out/{shard}"}`,
+			status: 400, reason: "bad_request", title: "Bad pool request", level: slog.LevelDebug,
+			check: func(t *testing.T, _ *problemRig, p wire.Problem, _ answer) {
+				if !strings.Contains(p.Detail, `ends in "/"`) {
+					t.Errorf("detail %q does not say a prefix ends in /", p.Detail)
+				}
+			}},
+		{name: "pool prefix in cluster mode", leases: &memLeases{leases: map[string]lease.Lease{}},
+			opts:   func(o *Options) { o.Pools, o.NoPrefixFences = errPools{nil}, true },
+			method: "PUT", target: "/v1/pools/jobs", body: `{"shards":2,"prefix":"out/{shard}/"}`,
+			status: 400, reason: "bad_request", title: "Bad pool request", level: slog.LevelDebug,
+			check: func(t *testing.T, _ *problemRig, p wire.Problem, _ answer) {
+				if !strings.Contains(p.Detail, "cluster mode") {
+					t.Errorf("detail %q does not say cluster mode", p.Detail)
+				}
+			}},
+		{name: "pool prefix beyond the resource depth", leases: &memLeases{leases: map[string]lease.Lease{}},
+			opts:   func(o *Options) { o.Pools, o.ResourceDepth = errPools{nil}, 2 },
+			method: "PUT", target: "/v1/pools/jobs", body: `{"shards":2,"prefix":"out/{shard}/"}`,
+			status: 400, reason: "bad_request", title: "Bad pool request", level: slog.LevelDebug,
+			check: func(t *testing.T, _ *problemRig, p wire.Problem, _ answer) {
+				if !strings.Contains(p.Detail, "FENCEPROXY_RESOURCE_DEPTH 2") || !strings.Contains(p.Detail, `such as "{shard}/"`) {
+					t.Errorf("detail %q does not say what fits depth 2", p.Detail)
+				}
+			}},
 		{name: "unknown pool", leases: &memLeases{leases: map[string]lease.Lease{}},
 			opts:   withPools(errPools{pool.ErrNotFound}),
 			method: "GET", target: "/v1/pools/nope",
@@ -698,10 +724,12 @@ func (p errPools) Define(string, pool.Spec) ([]string, error) { return nil, p.er
 func (p errPools) Claim(context.Context, string, string, time.Duration, bool) (pool.Claim, error) {
 	return pool.Claim{}, p.err
 }
-func (p errPools) Status(string) (pool.Status, error)              { return pool.Status{}, p.err }
-func (p errPools) Done(string, string, string, uint64) error       { return p.err }
-func (p errPools) HandBack(string, string) ([]string, bool, error) { return nil, false, p.err }
-func withPools(p Pools) func(*Options)                             { return func(o *Options) { o.Pools = p } }
+func (p errPools) Status(string) (pool.Status, error)                  { return pool.Status{}, p.err }
+func (p errPools) Done(string, string, string, uint64) (string, error) { return "", p.err }
+func (p errPools) HandBack(string, string) (string, string, []string, error) {
+	return "", "", nil, p.err
+}
+func withPools(p Pools) func(*Options) { return func(o *Options) { o.Pools = p } }
 
 // A claim on a pool with every shard done answers no_shard with all_done,
 // share and held 0, and a detail that says so.

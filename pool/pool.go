@@ -2,8 +2,10 @@
 // work (issue 16): a pool is a durable set of shard names; a holder claims
 // one shard at a time and gets a lease on it, with the lease's fencing token,
 // fence-ahead and barrier (a claim is lease.Manager.Acquire on the shard's
-// name, "{pool}/{shard}"). Renew, release and force-release are the lease
-// calls on that name.
+// lease name, ShardName: "{pool}/{shard}", or with the pool's prefix
+// template the template with {shard} replaced, a prefix fence such as
+// "reports/daily/3/" whose token fences every key below it). Renew, release
+// and force-release are the lease calls on that name.
 //
 // Assignment is sticky (a claim gets first the free shard whose lease its
 // holder held last, then the free shard that ranks highest for it by
@@ -51,6 +53,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,8 +89,9 @@ var (
 	ErrNotFound = errors.New("no such pool or shard")
 	// ErrInvalid: a bad definition or request (400).
 	ErrInvalid = errors.New("invalid pool request")
-	// ErrBusy: a shrink would remove shards that are not free (409).
-	ErrBusy = errors.New("pool shards to remove are not free")
+	// ErrBusy: a shrink would remove shards that are not free, or a
+	// prefix change would rename shards that are not free (409).
+	ErrBusy = errors.New("pool shards to remove or rename are not free")
 	// ErrDone: the shard was marked done with another token (409).
 	ErrDone = errors.New("shard is already done")
 )
@@ -123,18 +127,34 @@ func (e *NoShardError) Error() string {
 // Is makes errors.Is(err, ErrNoShard) hold.
 func (e *NoShardError) Is(target error) bool { return target == ErrNoShard }
 
-// Spec defines a pool: Shards (shards "0".."Shards-1") or Names, not both.
+// Spec defines a pool: Shards (shards "0".."Shards-1") or Names, not both;
+// optionally Prefix, the template of its shards' lease names.
 type Spec struct {
 	Shards int      `json:"shards,omitempty"`
 	Names  []string `json:"names,omitempty"`
+	// Prefix, when set, is a template holding ShardPlaceholder once and
+	// ending in "/" ("reports/daily/{shard}/"): each shard's lease name is
+	// the template with the shard's name in place of the placeholder, a
+	// prefix fence, so a claim's token fences every key below the shard's
+	// prefix. "": the lease name is "{pool}/{shard}" (CheckPrefix).
+	Prefix string `json:"prefix,omitempty"`
 }
+
+// ShardPlaceholder is what a prefix template's shard name replaces.
+const ShardPlaceholder = "{shard}"
+
+// MaxPrefix bounds a prefix template's length in bytes (S3 keys are at most
+// 1,024 bytes: the objects below a shard's prefix need room of their own).
+const MaxPrefix = 512
 
 // MaxShards bounds a pool's shard count.
 const MaxShards = 4096
 
-// record is a pool's durable record.
+// record is a pool's durable record. Records written before prefixes have
+// none: their shards' lease names are "{pool}/{shard}" as before.
 type record struct {
 	Shards  []string             `json:"shards"`
+	Prefix  string               `json:"prefix,omitempty"`  // the shards' lease name template ("": "{pool}/{shard}")
 	Done    map[string]uint64    `json:"done,omitempty"`    // shard -> token that marked it done; kept forever, also for shards a shrink removed
 	DoneBy  map[string]string    `json:"done_by,omitempty"` // shard -> holder that marked it done
 	Waiting map[string]time.Time `json:"waiting,omitempty"` // holder with no shard -> live until
@@ -146,8 +166,64 @@ type standby struct {
 	Until  time.Time `json:"until"` // the reservation lapses then (grace end + the claim's TTL)
 }
 
-// ShardName returns the lease name (and resource key) of shard in pool.
-func ShardName(pool, shard string) string { return pool + "/" + shard }
+// ShardName returns the lease name (and the fence it raises) of shard in
+// pool with prefix template prefix: "{pool}/{shard}" when prefix is "",
+// else prefix with shard in place of ShardPlaceholder (a name ending in
+// "/", a prefix fence). Every mapping of a shard to its lease goes through
+// it.
+func ShardName(pool, prefix, shard string) string {
+	if prefix == "" {
+		return pool + "/" + shard
+	}
+	return strings.Replace(prefix, ShardPlaceholder, shard, 1)
+}
+
+// shardOf is ShardName's inverse for one pool: the shard whose lease name
+// name is, ok false when name is none of the pool's form (the shard is then
+// still to be looked up among the pool's shards).
+func shardOf(pool, prefix, name string) (shard string, ok bool) {
+	before, after := pool+"/", ""
+	if prefix != "" {
+		before, after, _ = strings.Cut(prefix, ShardPlaceholder)
+	}
+	rest, ok := strings.CutPrefix(name, before)
+	if !ok {
+		return "", false
+	}
+	shard, ok = strings.CutSuffix(rest, after)
+	if !ok || CheckName("shard", shard) != nil {
+		return "", false
+	}
+	return shard, true
+}
+
+// CheckPrefix checks a prefix template ("" passes: no prefix): it holds
+// ShardPlaceholder exactly once, ends in "/", does not start with "/" (a
+// resource key has no leading slash), has no "//" and is at most MaxPrefix
+// bytes. ErrInvalid otherwise. Whether each shard's name is a resource key
+// a lease may have (the resolver's rules and FENCEPROXY_RESOURCE_DEPTH) is
+// the caller's check (the control API's).
+func CheckPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("%w: prefix %q: %s (e.g. \"reports/daily/{shard}/\")", ErrInvalid, prefix, why)
+	}
+	switch n := strings.Count(prefix, ShardPlaceholder); {
+	case len(prefix) > MaxPrefix:
+		return bad(fmt.Sprintf("at most %d bytes", MaxPrefix))
+	case n != 1:
+		return bad(fmt.Sprintf("want %s exactly once, found %d", ShardPlaceholder, n))
+	case !strings.HasSuffix(prefix, "/"):
+		return bad("a prefix ends in \"/\"")
+	case strings.HasPrefix(prefix, "/"):
+		return bad("a resource key has no leading \"/\"")
+	case strings.Contains(prefix, "//"):
+		return bad("an empty segment (\"//\")")
+	}
+	return nil
+}
 
 // CheckName checks a pool or shard name: 1 to 128 bytes of ASCII letters,
 // digits, '.', '_' and '-', not "." or "..". ErrInvalid otherwise.
@@ -166,8 +242,11 @@ func CheckName(what, s string) error {
 
 // Check returns the shard names spec defines, checked. ErrInvalid for both
 // or neither of Shards and Names, a count outside [1, MaxShards], a bad or
-// repeated name.
+// repeated name, a bad Prefix (CheckPrefix).
 func (spec Spec) Check() ([]string, error) {
+	if err := CheckPrefix(spec.Prefix); err != nil {
+		return nil, err
+	}
 	switch {
 	case (spec.Shards > 0) == (len(spec.Names) > 0):
 		return nil, fmt.Errorf("%w: give shards (a count) or names, one of them", ErrInvalid)
@@ -208,6 +287,14 @@ type Pools struct {
 	// view reads every lease of the pool); claims, dones and definitions
 	// of this process drop it.
 	views map[string]cachedView
+	// defining serialises definitions (rare), so that the check that no
+	// two pools' lease names overlap sees every other pool's last one.
+	defining sync.Mutex
+	// prefixed maps each pool with a prefix template to it, for HandBack
+	// to find the pool of a lease name ending in "/": read from the store
+	// at its first use, kept by Define (pools with a prefix exist in one
+	// process only: cluster mode refuses them). Under mu.
+	prefixed map[string]string
 }
 
 // poolLock serialises the calls on one pool; users counts the calls that
@@ -298,7 +385,12 @@ func (p *Pools) update(pool string, edit func(rec *record) (*record, error)) err
 // adds shards; shards removed must be free (no lease held, suspect or in
 // its grace), else ErrBusy naming them. Done marks are kept, also those of
 // the shards removed: a shard done stays done when a later definition
-// brings it back (done is forever). It returns the shard names. Errors: ErrInvalid, ErrBusy, store errors.
+// brings it back (done is forever). spec.Prefix names the shards' leases
+// (ShardName); changing it renames every shard's lease, so it needs every
+// shard free (ErrBusy otherwise). A definition whose lease names overlap
+// another pool's (the same name, or one a prefix fence above the other) is
+// ErrInvalid. It returns the shard names. Errors: ErrInvalid, ErrBusy,
+// store errors.
 func (p *Pools) Define(pool string, spec Spec) ([]string, error) {
 	if err := CheckName("pool", pool); err != nil {
 		return nil, err
@@ -307,6 +399,8 @@ func (p *Pools) Define(pool string, spec Spec) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.defining.Lock()
+	defer p.defining.Unlock()
 	defer p.lock(pool)()
 	cur, err := p.read(pool)
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -323,16 +417,25 @@ func (p *Pools) Define(pool string, spec Spec) ([]string, error) {
 		}
 		var busy []string
 		for _, s := range cur.Shards {
-			if !keep[s] && view.shards[s].live() {
+			// A prefix change renames every shard's lease: a holder of the
+			// old name would write on while a claim grants the new one.
+			if (!keep[s] || cur.Prefix != spec.Prefix) && view.shards[s].live() {
 				busy = append(busy, s)
 			}
 		}
-		if len(busy) > 0 {
+		switch {
+		case len(busy) > 0 && cur.Prefix != spec.Prefix:
+			return nil, fmt.Errorf("%w: the prefix changes from %q to %q, which renames every shard's lease, and shards %q are held; "+
+				"release them (or let their leases and grace end) first", ErrBusy, cur.Prefix, spec.Prefix, busy)
+		case len(busy) > 0:
 			return nil, fmt.Errorf("%w: %q are held; release them first", ErrBusy, busy)
 		}
 	}
+	if err := p.checkOverlap(pool, spec.Prefix, names); err != nil {
+		return nil, err
+	}
 	err = p.update(pool, func(rec *record) (*record, error) {
-		next := &record{Shards: names}
+		next := &record{Shards: names, Prefix: spec.Prefix}
 		if rec != nil {
 			// Every done mark stays, also of a shard this removes: grown
 			// back, it is still done (never dispatched again).
@@ -351,7 +454,114 @@ func (p *Pools) Define(pool string, spec Spec) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.mu.Lock()
+	if p.prefixed != nil {
+		if spec.Prefix != "" {
+			p.prefixed[pool] = spec.Prefix
+		} else {
+			delete(p.prefixed, pool)
+		}
+	}
+	p.mu.Unlock()
 	return names, nil
+}
+
+// checkOverlap refuses (ErrInvalid) a definition of pool whose shards'
+// lease names would overlap another pool's: the same name, or one a prefix
+// fence above the other (two pools would dispatch the same resources, and
+// one's tokens would fence the other's holders out). Only names ending in
+// "/" can be above others, and "{pool}/{shard}" names of two pools never
+// meet, so pools without a prefix are checked only against those with one.
+func (p *Pools) checkOverlap(pool, prefix string, names []string) error {
+	mine := make(map[string]string, len(names)) // lease name -> shard
+	for _, n := range names {
+		mine[ShardName(pool, prefix, n)] = n
+	}
+	return p.store.EachPool(func(other string, raw []byte) error {
+		if other == pool {
+			return nil
+		}
+		var rec record
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return fmt.Errorf("pool %q: corrupt record: %w", other, err)
+		}
+		if prefix == "" && rec.Prefix == "" {
+			return nil
+		}
+		theirs := make(map[string]bool, len(rec.Shards))
+		for _, s := range rec.Shards {
+			theirs[ShardName(other, rec.Prefix, s)] = true
+		}
+		clash := func(a string, in map[string]bool) string {
+			if in[a] {
+				return a
+			}
+			for i := 0; i < len(a)-1; i++ {
+				if a[i] == '/' && in[a[:i+1]] {
+					return a[:i+1]
+				}
+			}
+			return ""
+		}
+		for name, shard := range mine {
+			if c := clash(name, theirs); c != "" {
+				return fmt.Errorf("%w: shard %q's lease %q is %s pool %q's lease %q: two pools would dispatch the same resources",
+					ErrInvalid, shard, name, map[bool]string{true: "also", false: "below"}[c == name], other, c)
+			}
+		}
+		mineSet := make(map[string]bool, len(mine))
+		for name := range mine {
+			mineSet[name] = true
+		}
+		for name := range theirs {
+			if c := clash(name, mineSet); c != "" {
+				return fmt.Errorf("%w: shard %q's lease %q is above pool %q's lease %q: two pools would dispatch the same resources",
+					ErrInvalid, mine[c], c, other, name)
+			}
+		}
+		return nil
+	})
+}
+
+// poolOfPrefixed returns the pool with a prefix template whose shard name
+// is name (a name ending in "/"), "" when none.
+func (p *Pools) poolOfPrefixed(name string) (pool, shard string, err error) {
+	p.mu.Lock()
+	loaded := p.prefixed != nil
+	p.mu.Unlock()
+	if !loaded {
+		// Under defining: a definition running now is either in the store
+		// read here or updates the index after it is set.
+		p.defining.Lock()
+		defer p.defining.Unlock()
+		idx := map[string]string{}
+		err := p.store.EachPool(func(pool string, raw []byte) error {
+			var rec record
+			if err := json.Unmarshal(raw, &rec); err != nil {
+				return fmt.Errorf("pool %q: corrupt record: %w", pool, err)
+			}
+			if rec.Prefix != "" {
+				idx[pool] = rec.Prefix
+			}
+			return nil
+		})
+		if err != nil {
+			return "", "", err
+		}
+		p.mu.Lock()
+		if p.prefixed == nil {
+			p.prefixed = idx
+		}
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pl, prefix := range p.prefixed {
+		if s, ok := shardOf(pl, prefix, name); ok {
+			return pl, s, nil
+		}
+	}
+	return "", "", nil
 }
 
 // shardView is a shard's lease as a pool sees it.
@@ -369,6 +579,7 @@ func (s shardView) live() bool {
 
 // view is a pool's shards and holders at one moment.
 type view struct {
+	prefix  string // the record's prefix template
 	now     time.Time
 	order   []string
 	shards  map[string]shardView
@@ -378,7 +589,7 @@ type view struct {
 }
 
 func (p *Pools) view(pool string, rec *record) (*view, error) {
-	v := &view{now: p.leases.Now(), order: rec.Shards, shards: map[string]shardView{}, counts: map[string]int{}, waiting: map[string]time.Time{}}
+	v := &view{prefix: rec.Prefix, now: p.leases.Now(), order: rec.Shards, shards: map[string]shardView{}, counts: map[string]int{}, waiting: map[string]time.Time{}}
 	for _, s := range rec.Shards {
 		_, done := rec.Done[s]
 		v.shards[s] = shardView{name: s, done: done}
@@ -386,12 +597,21 @@ func (p *Pools) view(pool string, rec *record) (*view, error) {
 			v.open++
 		}
 	}
-	entries, err := p.leases.List(pool+"/", "", math.MaxInt)
+	// The shards' lease names all start with what comes before the
+	// shard's name: "{pool}/", or the prefix template's part before it.
+	before := pool + "/"
+	if rec.Prefix != "" {
+		before, _, _ = strings.Cut(rec.Prefix, ShardPlaceholder)
+	}
+	entries, err := p.leases.List(before, "", math.MaxInt)
 	if err != nil {
 		return nil, err
 	}
 	for _, e := range entries {
-		s := e.Name[len(pool)+1:]
+		s, ok := shardOf(pool, rec.Prefix, e.Name)
+		if !ok {
+			continue
+		}
 		sv, ok := v.shards[s]
 		if !ok {
 			continue
@@ -530,7 +750,7 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 		return cmp.Compare(b.score, a.score)
 	})
 	for _, c := range cands {
-		l, err := p.leases.Acquire(ctx, ShardName(pool, c.shard), holder, ttl)
+		l, err := p.leases.Acquire(ctx, ShardName(pool, rec.Prefix, c.shard), holder, ttl)
 		if errors.Is(err, lease.ErrHeld) {
 			continue // taken with a lease call meanwhile
 		}
@@ -555,7 +775,7 @@ func (p *Pools) Claim(ctx context.Context, pool, holder string, ttl time.Duratio
 				// does not know of (it would hold the shard to its expiry
 				// and grace). Best effort: a failed release leaves the
 				// lease to expire.
-				if _, rerr := p.leases.Release(ShardName(pool, c.shard), holder, l.Token); rerr != nil {
+				if _, rerr := p.leases.Release(ShardName(pool, rec.Prefix, c.shard), holder, l.Token); rerr != nil {
 					return Claim{}, fmt.Errorf("%w (and the lease granted with token %d was not released: %v)", err, l.Token, rerr)
 				}
 				return Claim{}, err
@@ -654,18 +874,27 @@ func boolFirst(a bool) int {
 	return 1
 }
 
-// HandBack returns the shards of name's pool that holder must hand back,
-// and whether name ("{pool}/{shard}") is a shard of a defined pool (the
-// pool exists and has that shard; false: no pool shard, nil shards): with
+// HandBack returns the pool and shard whose lease name is name (ShardName:
+// "{pool}/{shard}", or a pool's prefix template with the shard; pool "":
+// name is no shard of a defined pool, nil shards) and the shards of that
+// pool that holder must hand back: with
 // more than its share, the holder's shards it ranks lowest (by rendezvous
 // hashing), its count above the share; nil within its share. It reads the
 // store only (any process may answer it), through a view of the pool up to
 // 250 ms old (a claim, done or definition in this process drops it).
 // Errors: store errors.
-func (p *Pools) HandBack(name, holder string) (shards []string, isShard bool, err error) {
-	pool, shard, ok := cutLast(name)
-	if !ok || CheckName("pool", pool) != nil || CheckName("shard", shard) != nil {
-		return nil, false, nil
+func (p *Pools) HandBack(name, holder string) (pool, shard string, shards []string, err error) {
+	if strings.HasSuffix(name, "/") {
+		// Only a prefix template's names end in "/".
+		if pool, shard, err = p.poolOfPrefixed(name); err != nil || pool == "" {
+			return "", "", nil, err
+		}
+	} else {
+		var ok bool
+		pool, shard, ok = cutLast(name)
+		if !ok || CheckName("pool", pool) != nil || CheckName("shard", shard) != nil {
+			return "", "", nil, nil
+		}
 	}
 	now := p.leases.Now()
 	p.mu.Lock()
@@ -675,26 +904,28 @@ func (p *Pools) HandBack(name, holder string) (shards []string, isShard bool, er
 	if !ok || now.Sub(c.at) > viewCacheFor || now.Before(c.at) {
 		rec, err := p.read(pool)
 		if errors.Is(err, ErrNotFound) {
-			return nil, false, nil
+			return "", "", nil, nil
 		}
 		if err != nil {
-			return nil, false, err
+			return "", "", nil, err
 		}
 		if v, err = p.view(pool, rec); err != nil {
-			return nil, false, err
+			return "", "", nil, err
 		}
 		p.mu.Lock()
 		p.views[pool] = cachedView{at: now, v: v}
 		p.mu.Unlock()
 	}
-	if _, ok := v.shards[shard]; !ok {
-		return nil, false, nil
+	if _, ok := v.shards[shard]; !ok || ShardName(pool, v.prefix, shard) != name {
+		// Not this pool's name for the shard: "{pool}/{shard}" of a pool
+		// with a prefix is an ordinary lease.
+		return "", "", nil, nil
 	}
 	out := v.handBack(holder)
 	if len(out) > 0 && p.events.HandBack != nil {
 		p.events.HandBack(pool, len(out))
 	}
-	return out, true, nil
+	return pool, shard, out, nil
 }
 
 // floor returns the floor of open shards over live holders (with extra
@@ -804,28 +1035,30 @@ func cutLast(name string) (pool, shard string, ok bool) {
 // lease.ErrLost) and the shard is never dispatched again, also after a
 // shrink and a regrow. Marking it again with the same holder and token
 // succeeds (a retry); with another token or holder it is ErrDone.
+// It returns the shard's lease name (ShardName).
 // Errors: ErrNotFound; ErrDone; lease.ErrLost (a stale holder); store errors.
-func (p *Pools) Done(pool, shard, holder string, token uint64) error {
+func (p *Pools) Done(pool, shard, holder string, token uint64) (string, error) {
 	defer p.lock(pool)()
 	rec, err := p.read(pool)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !slices.Contains(rec.Shards, shard) {
-		return fmt.Errorf("%w: pool %q has no shard %q", ErrNotFound, pool, shard)
+		return "", fmt.Errorf("%w: pool %q has no shard %q", ErrNotFound, pool, shard)
 	}
+	name := ShardName(pool, rec.Prefix, shard)
 	if t, done := rec.Done[shard]; done {
 		by, known := rec.DoneBy[shard]
 		if t == token && (by == holder || !known) { // !known: a mark stored before holders were
-			return nil
+			return name, nil
 		}
-		return fmt.Errorf("%w: %q was marked done with token %d by another holder or token", ErrDone, ShardName(pool, shard), t)
+		return "", fmt.Errorf("%w: %q was marked done with token %d by another holder or token", ErrDone, name, t)
 	}
 	// Release first: it checks holder and token atomically. A crash before
 	// the mark leaves the shard free and not done: it runs again (at least
 	// once), and this token's done is refused from then on.
-	if _, err := p.leases.Release(ShardName(pool, shard), holder, token); err != nil {
-		return err
+	if _, err := p.leases.Release(name, holder, token); err != nil {
+		return "", err
 	}
 	err = p.update(pool, func(r *record) (*record, error) {
 		if r == nil {
@@ -842,8 +1075,11 @@ func (p *Pools) Done(pool, shard, holder string, token uint64) error {
 		delete(r.Standby, shard)
 		return r, nil
 	})
-	if err == nil && p.events.Done != nil {
+	if err != nil {
+		return "", err
+	}
+	if p.events.Done != nil {
 		p.events.Done(pool)
 	}
-	return err
+	return name, nil
 }

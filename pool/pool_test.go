@@ -211,7 +211,7 @@ func TestHandBackOnJoin(t *testing.T) {
 		t.Fatalf("w1 got %d", len(w1))
 	}
 	any1 := "p/0"
-	if hb, _, err := r.p.HandBack(any1, "w1"); err != nil || hb != nil {
+	if _, _, hb, err := r.p.HandBack(any1, "w1"); err != nil || hb != nil {
 		t.Fatalf("hand-back alone: %v, %v", hb, err)
 	}
 	_, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, false)
@@ -219,11 +219,11 @@ func TestHandBackOnJoin(t *testing.T) {
 	if !errors.As(err, &ns) || ns.AtShare || ns.RetryAt.IsZero() {
 		t.Fatalf("newcomer's first claim: %v, want none free with a retry time", err)
 	}
-	hb, _, err := r.p.HandBack(any1, "w1")
+	_, _, hb, err := r.p.HandBack(any1, "w1")
 	if err != nil || len(hb) != 4 {
 		t.Fatalf("hand-back after a join: %v, %v; want 4 shards", hb, err)
 	}
-	hb2, _, _ := r.p.HandBack("p/3", "w1")
+	_, _, hb2, _ := r.p.HandBack("p/3", "w1")
 	if fmt.Sprint(hb) != fmt.Sprint(hb2) {
 		t.Fatalf("hand-back lists differ between renews: %v vs %v", hb, hb2)
 	}
@@ -244,7 +244,7 @@ func TestHandBackOnJoin(t *testing.T) {
 			t.Errorf("shard %s: newcomer's token %d not above %d", s, got[s].Lease.Token, w1[s].Lease.Token)
 		}
 	}
-	if hb, _, _ := r.p.HandBack(any1, "w1"); hb != nil {
+	if _, _, hb, _ := r.p.HandBack(any1, "w1"); hb != nil {
 		t.Fatalf("hand-back after rebalancing: %v", hb)
 	}
 	st, _ := r.p.Status("p")
@@ -265,19 +265,19 @@ func TestDoneOneShot(t *testing.T) {
 	for c2.Shard != c1.Shard {
 		c2 = r.claim("p", "w2")
 	}
-	if err := r.p.Done("p", c1.Shard, "w1", c1.Lease.Token); !errors.Is(err, lease.ErrLost) {
+	if _, err := r.p.Done("p", c1.Shard, "w1", c1.Lease.Token); !errors.Is(err, lease.ErrLost) {
 		t.Fatalf("stale done: %v, want lease.ErrLost", err)
 	}
-	if err := r.p.Done("p", c2.Shard, "w2", c2.Lease.Token); err != nil {
+	if _, err := r.p.Done("p", c2.Shard, "w2", c2.Lease.Token); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.p.Done("p", c2.Shard, "w2", c2.Lease.Token); err != nil {
+	if _, err := r.p.Done("p", c2.Shard, "w2", c2.Lease.Token); err != nil {
 		t.Fatalf("retried done: %v", err)
 	}
-	if err := r.p.Done("p", c2.Shard, "w1", c1.Lease.Token); !errors.Is(err, ErrDone) {
+	if _, err := r.p.Done("p", c2.Shard, "w1", c1.Lease.Token); !errors.Is(err, ErrDone) {
 		t.Fatalf("done with another token after done: %v, want ErrDone", err)
 	}
-	if err := r.p.Done("p", "zz", "w2", 1); !errors.Is(err, ErrNotFound) {
+	if _, err := r.p.Done("p", "zz", "w2", 1); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("done of an unknown shard: %v", err)
 	}
 	r.c.advance(time.Minute)
@@ -378,7 +378,7 @@ func TestFairWithinOneAfterJoin(t *testing.T) {
 				held[h][s] = c
 			}
 			for _, c := range held[h] {
-				hb, _, err := r.p.HandBack("p/"+c.Shard, h)
+				_, _, hb, err := r.p.HandBack("p/"+c.Shard, h)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -484,7 +484,7 @@ func TestDoneSurvivesShrinkAndRegrow(t *testing.T) {
 			cb = c
 		}
 	}
-	if err := r.p.Done("p", "b", "w1", cb.Lease.Token); err != nil {
+	if _, err := r.p.Done("p", "b", "w1", cb.Lease.Token); err != nil {
 		t.Fatal(err)
 	}
 	r.define("p", Spec{Names: []string{"a"}})
@@ -506,13 +506,13 @@ func TestDoneRetryOnlyByItsHolder(t *testing.T) {
 	r := newRig(t)
 	r.define("p", Spec{Shards: 1})
 	c := r.claim("p", "w1")
-	if err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
+	if _, err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
+	if _, err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
 		t.Fatalf("retry by the holder that marked it: %v", err)
 	}
-	if err := r.p.Done("p", c.Shard, "w2", c.Lease.Token); !errors.Is(err, ErrDone) {
+	if _, err := r.p.Done("p", c.Shard, "w2", c.Lease.Token); !errors.Is(err, ErrDone) {
 		t.Fatalf("same token, another holder: %v, want ErrDone", err)
 	}
 }
@@ -522,8 +522,8 @@ func TestHandBackKnowsPoolShards(t *testing.T) {
 	r := newRig(t)
 	r.define("p", Spec{Shards: 2})
 	for name, want := range map[string]bool{"p/0": true, "p/1": true, "p/2": false, "other/report.txt": false, "p": false} {
-		if _, isShard, err := r.p.HandBack(name, "w1"); err != nil || isShard != want {
-			t.Errorf("HandBack(%q) = %v, %v; want isShard %v", name, isShard, err, want)
+		if pl, _, _, err := r.p.HandBack(name, "w1"); err != nil || (pl != "") != want {
+			t.Errorf("HandBack(%q) = pool %q, %v; want a shard: %v", name, pl, err, want)
 		}
 	}
 }
@@ -534,7 +534,7 @@ func TestAllDoneAnswer(t *testing.T) {
 	r := newRig(t)
 	r.define("p", Spec{Shards: 1})
 	c := r.claim("p", "w1")
-	if err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
+	if _, err := r.p.Done("p", c.Shard, "w1", c.Lease.Token); err != nil {
 		t.Fatal(err)
 	}
 	_, err := r.p.Claim(context.Background(), "p", "w2", 10*time.Second, false)
@@ -596,7 +596,7 @@ func TestLocksDoNotGrow(t *testing.T) {
 	for i := range 200 {
 		wg.Go(func() {
 			_, _ = r.p.Claim(context.Background(), fmt.Sprintf("nope-%d", i), "w1", 10*time.Second, false)
-			_ = r.p.Done(fmt.Sprintf("nope-%d", i), "0", "w1", 1)
+			_, _ = r.p.Done(fmt.Sprintf("nope-%d", i), "0", "w1", 1)
 			_, _ = r.p.Claim(context.Background(), "p", fmt.Sprintf("w%d", i%3), 10*time.Second, false)
 		})
 	}

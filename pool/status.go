@@ -19,7 +19,7 @@ const (
 // ShardStatus is one shard of a Status.
 type ShardStatus struct {
 	Shard     string
-	Name      string // the lease name and resource key, "{pool}/{shard}"
+	Name      string // the lease name and the fence it raises (ShardName): "{pool}/{shard}", or the pool's prefix with the shard
 	State     string // one of the State* constants
 	Holder    string // the lease's holder ("" if never leased); for a free shard, the last one
 	Token     uint64 // the lease's token; for a done shard, the token that marked it
@@ -39,6 +39,7 @@ type HolderStatus struct {
 // Status is a pool's state at one moment.
 type Status struct {
 	Pool    string
+	Prefix  string // the shards' lease name template ("": "{pool}/{shard}")
 	Shards  []ShardStatus
 	Holders []HolderStatus // live holders, by name
 	Share   int            // ceil(open shards / live holders)
@@ -57,11 +58,11 @@ func (p *Pools) Status(pool string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Pool: pool, Open: v.open, Done: len(v.order) - v.open}
+	st := Status{Pool: pool, Prefix: rec.Prefix, Open: v.open, Done: len(v.order) - v.open}
 	st.Share, _ = v.share("")
 	for _, s := range v.order {
 		sv := v.shards[s]
-		ss := ShardStatus{Shard: s, Name: ShardName(pool, s), State: StateFree}
+		ss := ShardStatus{Shard: s, Name: ShardName(pool, rec.Prefix, s), State: StateFree}
 		if sb, ok := rec.Standby[s]; ok && sb.Until.After(v.now) {
 			ss.Standby = sb.Holder
 		}

@@ -196,6 +196,12 @@ func TestClusterForwardsToOwner(t *testing.T) {
 	if status != http.StatusBadRequest || !strings.Contains(fmt.Sprint(out["detail"]), "cluster mode") {
 		t.Fatalf("a lease on a prefix in cluster mode: %d %v, want 400 saying cluster mode", status, out)
 	}
+	// So is a pool whose shards' leases would be prefix fences, at its
+	// definition.
+	status, out = servertest.Call(t, http.MethodPut, reps[1].ControlURL()+"/v1/pools/bkt", `{"shards":2,"prefix":"bkt/{shard}/"}`, "")
+	if status != http.StatusBadRequest || !strings.Contains(fmt.Sprint(out["detail"]), "cluster mode") {
+		t.Fatalf("a pool with a prefix in cluster mode: %d %v, want 400 saying cluster mode", status, out)
+	}
 }
 
 // The peer listener serves only replicas: without the secret, 403 and

@@ -68,6 +68,24 @@ func TestOpenAPIPools(t *testing.T) {
 	if err := json.Unmarshal(pb, &p); err != nil || p.Done != 1 || p.Open != 1 || len(p.Shards) != 2 {
 		t.Fatalf("pool %s: want 1 done, 1 open", pb)
 	}
+	// A pool with a prefix: its claim's lease is the shard's prefix; a
+	// prefix change while it is held is pool_busy; a bad template is 400.
+	oasRun(t, s, in, nil, []oasCase{
+		{name: "define with a prefix", listener: C, method: "PUT", target: "/v1/pools/daily", body: `{"shards":1,"prefix":"reports/daily/{shard}/"}`,
+			op: "definePool", status: 200, req: oasReqOK},
+		{name: "bad prefix template", listener: C, method: "PUT", target: "/v1/pools/daily2", body: `{"shards":1,"prefix":"reports/{shard}"}`,
+			op: "definePool", status: 400, req: oasReqBad},
+	})
+	_, pc := s.check(t, in, oasCase{listener: C, method: "POST", target: "/v1/pools/daily/claim", body: `{"holder":"A","ttl":"10s"}`,
+		op: "claimPoolShard", status: 201, req: oasReqOK})
+	if l := lease(pc); l.Name != "reports/daily/0/" || l.Pool != "daily" || l.Shard != "0" {
+		t.Fatalf("claim in a pool with a prefix: %s; want the lease reports/daily/0/", pc)
+	}
+	oasRun(t, s, in, nil, []oasCase{
+		{name: "prefix change while held", listener: C, method: "PUT", target: "/v1/pools/daily", body: `{"shards":1,"prefix":"reports/weekly/{shard}/"}`,
+			op: "definePool", status: 409, req: oasReqOK},
+		{name: "read a pool with a prefix", listener: C, method: "GET", target: "/v1/pools/daily", op: "getPool", status: 200, req: oasReqOK},
+	})
 	mresp, err := http.Get(in.ControlURL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)

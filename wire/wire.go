@@ -217,7 +217,9 @@ type Lease struct {
 	// acquire and renew answers only (the holder's proof, not for readers).
 	TokenSignature string `json:"token_signature,omitempty"`
 	// Pool and Shard name the pool shard of a claim's answer, and of a
-	// renew's when the lease is a pool shard's ("{pool}/{shard}").
+	// renew's when the lease is a pool shard's (Name is then the shard's
+	// lease name: "{pool}/{shard}", or the pool's prefix with the shard,
+	// such as "reports/daily/3/", below which the holder writes).
 	Pool  string `json:"pool,omitempty"`
 	Shard string `json:"shard,omitempty"`
 	// HandBack, on a pool shard's renew answer: the shards ("{shard}", of
@@ -228,10 +230,14 @@ type Lease struct {
 }
 
 // PoolSpec defines a pool: PUT /v1/pools/{pool}. Shards (shards "0" to
-// "Shards-1") or Names, one of them.
+// "Shards-1") or Names, one of them. Prefix, optional, is a template with
+// "{shard}" once, ending in "/" ("reports/daily/{shard}/"): each shard's
+// lease name is the template with the shard's name in it, a prefix fence
+// whose token fences every key below it. Omitted: "{pool}/{shard}".
 type PoolSpec struct {
 	Shards int      `json:"shards,omitempty"`
 	Names  []string `json:"names,omitempty"`
+	Prefix string   `json:"prefix,omitempty"`
 }
 
 // PoolClaim is a claim's body: POST /v1/pools/{pool}/claim. TTL is a Go
@@ -248,7 +254,7 @@ type PoolClaim struct {
 // lease's, or for a done shard the token that marked it.
 type PoolShard struct {
 	Shard     string     `json:"shard"`
-	Name      string     `json:"name"`
+	Name      string     `json:"name"` // the shard's lease name (and fence)
 	State     string     `json:"state"`
 	Holder    string     `json:"holder,omitempty"`
 	Token     Token      `json:"token,omitempty"`
@@ -269,6 +275,7 @@ type PoolHolder struct {
 // the ceiling of open shards over live holders.
 type Pool struct {
 	Pool    string       `json:"pool"`
+	Prefix  string       `json:"prefix,omitempty"` // the shards' lease name template; omitted: "{pool}/{shard}"
 	Share   int          `json:"share"`
 	Open    int          `json:"open"`
 	Done    int          `json:"done"`

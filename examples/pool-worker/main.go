@@ -11,9 +11,12 @@
 // lost or claim_failed ("error": a failed call; "work_error", on released:
 // what the shard's work returned, e.g. a failed write); every write refused
 // by the proxy as stale logs "fenced", every other failed write "write
-// failed" with its status or error. Writes are PUT {proxy}/{pool}/{shard} with the body
-// "holder=<holder> token=<token> seq=<n>" (one-shot: "... phase=start" and
-// "... phase=result").
+// failed" with its status or error. Writes are PUT {proxy}/{lease name}
+// with the body "holder=<holder> token=<token> seq=<n>" (one-shot:
+// "... phase=start" and "... phase=result"); the lease name is the shard's,
+// "{pool}/{shard}", or for a pool defined with a prefix the shard's prefix
+// ("reports/daily/3/"), below which each write is a new key:
+// {lease name}<n> (one-shot: {lease name}start and {lease name}result).
 //
 // Exit codes: 0 stopped by SIGINT/SIGTERM (shards released) or, one-shot,
 // every task done; 1 error.
@@ -105,9 +108,20 @@ func (w *worker) event(ev client.PoolEvent) {
 
 var errFenced = errors.New("fenced out: the proxy refused our token as stale")
 
-// write PUTs body to the shard's resource with its token (and signature).
-func (w *worker) write(ctx context.Context, s client.Shard, body string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, strings.TrimSuffix(w.proxy, "/")+"/"+s.Lease.Name, strings.NewReader(body))
+// key is the resource a write to shard s goes to: the shard's lease name,
+// or, when that is a prefix (a pool with a prefix: it ends in "/"), the key
+// below it named by part.
+func key(s client.Shard, part string) string {
+	if strings.HasSuffix(s.Lease.Name, "/") {
+		return s.Lease.Name + part
+	}
+	return s.Lease.Name
+}
+
+// write PUTs body to the shard's resource (key's, with part) with its
+// token (and signature).
+func (w *worker) write(ctx context.Context, s client.Shard, part, body string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, strings.TrimSuffix(w.proxy, "/")+"/"+key(s, part), strings.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -139,7 +153,7 @@ func (w *worker) write(ctx context.Context, s client.Shard, body string) error {
 // fences the token out.
 func (w *worker) continuous(ctx context.Context, s client.Shard) error {
 	for seq := 1; ; seq++ {
-		err := w.write(ctx, s, fmt.Sprintf("holder=%s token=%d seq=%d", w.holder, s.Lease.Token, seq))
+		err := w.write(ctx, s, strconv.Itoa(seq), fmt.Sprintf("holder=%s token=%d seq=%d", w.holder, s.Lease.Token, seq))
 		if errors.Is(err, errFenced) {
 			return err
 		}
@@ -154,7 +168,7 @@ func (w *worker) continuous(ctx context.Context, s client.Shard) error {
 // task is one one-shot task: a start write, the work, a result write.
 // Returning nil marks it done.
 func (w *worker) task(ctx context.Context, s client.Shard) error {
-	if err := w.write(ctx, s, fmt.Sprintf("holder=%s token=%d phase=start", w.holder, s.Lease.Token)); err != nil {
+	if err := w.write(ctx, s, "start", fmt.Sprintf("holder=%s token=%d phase=start", w.holder, s.Lease.Token)); err != nil {
 		return err
 	}
 	select {
@@ -162,5 +176,5 @@ func (w *worker) task(ctx context.Context, s client.Shard) error {
 		return ctx.Err()
 	case <-time.After(w.taskTime):
 	}
-	return w.write(ctx, s, fmt.Sprintf("holder=%s token=%d phase=result", w.holder, s.Lease.Token))
+	return w.write(ctx, s, "result", fmt.Sprintf("holder=%s token=%d phase=result", w.holder, s.Lease.Token))
 }
