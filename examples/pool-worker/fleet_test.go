@@ -57,6 +57,7 @@ type write struct {
 type recorder struct {
 	mu     sync.Mutex
 	writes []write
+	keys   map[string]int // writes applied per path
 }
 
 func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -66,8 +67,10 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wr := write{at: time.Now()}
+	// {pool}/{shard}, or below a pool's prefix {pool}/{shard}/{key}.
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
-	wr.shard = parts[len(parts)-1]
+	wr.shard = parts[min(1, len(parts)-1)]
+	rec.keys[r.URL.Path]++
 	for _, f := range strings.Fields(string(body)) {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {
@@ -153,7 +156,7 @@ func buildPoolWorker(t *testing.T) string {
 
 func newFleet(t *testing.T, pool string, spec string, direct bool, args ...string) *fleet {
 	t.Helper()
-	f := &fleet{t: t, bin: buildPoolWorker(t), rec: &recorder{}, pool: pool, args: args}
+	f := &fleet{t: t, bin: buildPoolWorker(t), rec: &recorder{keys: map[string]int{}}, pool: pool, args: args}
 	backend := httptest.NewServer(f.rec)
 	t.Cleanup(backend.Close)
 	f.in = servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
@@ -325,6 +328,54 @@ func TestFleetWithoutFence(t *testing.T) {
 		t.Fatalf("no stale write found with the fence bypassed (%+v): the checks have no teeth", v)
 	}
 	t.Logf("without the fence the checks found violations, as they must: %+v", v)
+}
+
+// prefixSpec is the fleet's pool with a prefix: shard n's lease is
+// fleet/n/, and each worker writes a new key below it every time.
+var prefixSpec = fmt.Sprintf(`{"shards":%d,"prefix":"fleet/{shard}/"}`, fleetShards)
+
+// TestFleetPrefix is TestFleet with the seed's dispatch: the pool names its
+// shards' prefix, and the workers write new objects below their shard's
+// prefix, never the same key twice. Only the prefix fence a claim raises
+// stands between a stale holder and the new keys: no stale write may land.
+func TestFleetPrefix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a fleet of processes for a minute; skipped with -short")
+	}
+	machinelock.Skip(t)
+	machinelock.Take(t)
+	f := newFleet(t, "fleet", prefixSpec, false, "-interval", fleetInterval.String())
+	v := f.chaos(min(fleetDuration(t), time.Minute))
+	if v.total() > 0 {
+		t.Errorf("violations: %+v", v)
+	}
+	f.rec.mu.Lock()
+	defer f.rec.mu.Unlock()
+	for path, n := range f.rec.keys {
+		if n > 1 || !strings.HasPrefix(path, "/fleet/") || strings.Count(path, "/") != 3 {
+			t.Fatalf("the backend got %d writes of %s: want one each, below fleet/{shard}/", n, path)
+		}
+	}
+	t.Logf("%d distinct keys written below the shards' prefixes", len(f.rec.keys))
+}
+
+// TestFleetPrefixWithoutFence is TestFleetPrefix through a proxy whose
+// admission ignores prefix fences (the fenceteeth build with
+// FENCEPROXY_TEST_FENCE_UNPROTECTED=prefix-admission): a holder that lost
+// its shard while stopped writes new keys after the next holder's claim,
+// and the checks must find it.
+func TestFleetPrefixWithoutFence(t *testing.T) {
+	if os.Getenv("FENCEPROXY_TEST_POOL_TEETH") == "" || !prefixAdmissionOff() {
+		t.Skip("set FENCEPROXY_TEST_POOL_TEETH=1 and build with -tags fenceteeth, FENCEPROXY_TEST_FENCE_UNPROTECTED=prefix-admission")
+	}
+	machinelock.Take(t)
+	f := newFleet(t, "fleet", prefixSpec, false, "-interval", fleetInterval.String())
+	f.teeth = true // pauses past TTL + grace: the holder resumes after its shards were claimed again
+	v := f.chaos(min(fleetDuration(t), time.Minute))
+	if v.TokenOrder+v.AfterLoss == 0 {
+		t.Fatalf("no stale write found with the prefix fence off (%+v): the checks have no teeth", v)
+	}
+	t.Logf("without the prefix fence the checks found violations, as they must: %+v", v)
 }
 
 // violations counts what the checks found.

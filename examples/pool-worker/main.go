@@ -153,7 +153,9 @@ func (w *worker) write(ctx context.Context, s client.Shard, part, body string) e
 // fences the token out.
 func (w *worker) continuous(ctx context.Context, s client.Shard) error {
 	for seq := 1; ; seq++ {
-		err := w.write(ctx, s, strconv.Itoa(seq), fmt.Sprintf("holder=%s token=%d seq=%d", w.holder, s.Lease.Token, seq))
+		// Below a prefix, a key of its own for every write: holder, token, seq.
+		part := fmt.Sprintf("%s-%d-%d", w.holder, s.Lease.Token, seq)
+		err := w.write(ctx, s, part, fmt.Sprintf("holder=%s token=%d seq=%d", w.holder, s.Lease.Token, seq))
 		if errors.Is(err, errFenced) {
 			return err
 		}
