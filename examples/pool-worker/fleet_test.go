@@ -70,7 +70,6 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// {pool}/{shard}, or below a pool's prefix {pool}/{shard}/{key}.
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	wr.shard = parts[min(1, len(parts)-1)]
-	rec.keys[r.URL.Path]++
 	for _, f := range strings.Fields(string(body)) {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {
@@ -84,6 +83,7 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.mu.Lock()
 	rec.writes = append(rec.writes, wr)
+	rec.keys[r.URL.Path]++
 	rec.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 }

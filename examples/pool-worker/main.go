@@ -16,7 +16,8 @@
 // "... phase=start" and "... phase=result"); the lease name is the shard's,
 // "{pool}/{shard}", or for a pool defined with a prefix the shard's prefix
 // ("reports/daily/3/"), below which each write is a new key:
-// {lease name}<n> (one-shot: {lease name}start and {lease name}result).
+// {lease name}<holder>-<token>-<n>, never the same key twice (one-shot:
+// {lease name}start and {lease name}result).
 //
 // Exit codes: 0 stopped by SIGINT/SIGTERM (shards released) or, one-shot,
 // every task done; 1 error.
