@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -75,7 +76,7 @@ func TestWorkerWritesBelowPrefix(t *testing.T) {
 		t.Fatalf("writes: %q, want at least 3", ps)
 	}
 	for i, p := range ps[:3] {
-		if want := "PUT /reports/daily/3/" + string(rune('1'+i)) + " 7"; p != want {
+		if want := fmt.Sprintf("PUT /reports/daily/3/w1-7-%d 7", i+1); p != want { // holder, token, seq: never a key twice
 			t.Errorf("write %d: %q, want %q", i+1, p, want)
 		}
 	}
