@@ -199,7 +199,8 @@ func (p *prefixes) load(store Store) error {
 		for _, r := range recs {
 			if IsPrefix(r.Resource) && r.Token > 0 {
 				if err := p.set(r.Resource, r.Token); err != nil {
-					return err
+					return fmt.Errorf("the store holds more prefix fences than the limit lets this process keep in memory; "+
+						"raise FENCEPROXY_PREFIX_FENCES_SIZE (with a process that starts, reset the ones no longer needed): %w", err)
 				}
 			}
 		}
@@ -224,6 +225,52 @@ func (b *Barrier) Fence(resource string) (name string, m uint64, err error) {
 	return name, m, nil
 }
 
+// Floor returns the largest maximum among the fences that cover keys name
+// covers too, besides name's own: the prefix fences above name (from
+// memory) and, for a prefix fence, every fence below it (from the store's
+// listing, a page at a time: its cost grows with the keys below). A lease
+// acquire's token passes it, so that the newest acquire fences every key
+// its lease covers. 0 when none. Errors: ErrStore.
+func (b *Barrier) Floor(name string) (uint64, error) {
+	if !protected("prefix-floor") {
+		return 0, nil
+	}
+	_, m := b.prefixes.highest(name)
+	if !b.isPrefix(name) {
+		return m, nil
+	}
+	if b.prefixes.ownName { // P/ covers the resource P too
+		own, err := b.store.Max(name[:len(name)-1])
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrStore, err)
+		}
+		m = max(m, own)
+	}
+	l, ok := b.store.(lister)
+	if !ok {
+		return m, nil
+	}
+	after := name
+	for {
+		recs, err := l.List(name, after, 1000)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrStore, err)
+		}
+		for _, r := range recs {
+			m = max(m, r.Token)
+		}
+		if len(recs) < 1000 {
+			return m, nil
+		}
+		after = recs[len(recs)-1].Resource
+	}
+}
+
+// lister is the store's listing of maxima, for Floor.
+type lister interface {
+	List(prefix, after string, limit int) ([]Record, error)
+}
+
 // IsPrefix reports whether name is a prefix fence here: it ends in "/",
 // and prefix fences are on (Options.NoPrefixFences is false).
 func (b *Barrier) IsPrefix(name string) bool { return b.isPrefix(name) }
@@ -233,11 +280,25 @@ func (b *Barrier) IsPrefix(name string) bool { return b.isPrefix(name) }
 // wire.HeaderPrefix), as Raise does, so smaller-token writes below it are
 // cut and drained first; nothing when its maximum is t or more already
 // (read from memory). A write with t below the maximum is then refused by
-// Admit. Errors: ErrBadResource when prefix is no prefix fence here;
-// Raise's otherwise.
-func (b *Barrier) RaiseAhead(ctx context.Context, prefix string, t uint64) error {
+// Admit. resources are the write's: a token that one of them, or a prefix
+// fence above one, refuses raises nothing (a stale write must not fence a
+// partition). Errors: ErrBadResource when prefix is no prefix fence here;
+// *StaleError; ErrStore; Raise's otherwise.
+func (b *Barrier) RaiseAhead(ctx context.Context, prefix string, t uint64, resources []string) error {
 	if !b.isPrefix(prefix) {
 		return onResource(prefix, fmt.Errorf("%w: %q is no prefix fence", ErrBadResource, prefix))
+	}
+	for _, r := range resources {
+		m, err := b.store.Max(r)
+		if err != nil {
+			return onResource(r, fmt.Errorf("%w: %w", ErrStore, err))
+		}
+		if t < m {
+			return &StaleError{Resource: r, Token: t, Current: m}
+		}
+		if p, pm, wait := b.prefixes.above(r, t); p != "" && wait == nil {
+			return &StaleError{Resource: p, Token: t, Current: pm}
+		}
 	}
 	b.prefixes.mu.RLock()
 	var m uint64

@@ -47,6 +47,16 @@ type Barrier interface {
 	RaiseWith(ctx context.Context, resource string, raise func() error) (uint64, error)
 }
 
+// Floorer is implemented by barriers with prefix fences (fence.Barrier):
+// Floor returns the largest maximum among the fences that cover keys
+// name covers too (the prefix fences above name, and for a prefix fence
+// every fence below it), which a new token for name must pass, or its
+// holder would share keys with a holder of an overlapping lease at an
+// equal or larger token. With a barrier without it, 0.
+type Floorer interface {
+	Floor(name string) (uint64, error)
+}
+
 var (
 	// ErrHeld: another holder has the lease (or it is in its grace period) (409).
 	ErrHeld = errors.New("lease is held by another holder")
@@ -206,9 +216,16 @@ func (m *Manager) Acquire(ctx context.Context, name, holder string, ttl time.Dur
 		return Lease{}, err
 	}
 	now := m.opts.Now()
+	var floor uint64
+	if f, ok := m.barrier.(Floorer); ok {
+		var err error
+		if floor, err = f.Floor(name); err != nil {
+			return Lease{}, err
+		}
+	}
 	var granted, previous Lease
 	raised, err := m.barrier.RaiseWith(ctx, name, func() error {
-		return m.store.UpdateLease(name, m.grant(name, holder, ttl, now, &granted, &previous))
+		return m.store.UpdateLease(name, m.grant(name, holder, ttl, now, floor, &granted, &previous))
 	})
 	if err != nil && raised != 0 {
 		m.opts.Logger.Warn("lease granted, but writes with smaller tokens were still in flight", "lease", name,
@@ -239,14 +256,14 @@ func (m *Manager) Acquire(ctx context.Context, name, holder string, ttl time.Dur
 
 // grant is Acquire's transaction: it fills granted and previous, and leaves
 // granted zero when it refuses.
-func (m *Manager) grant(name, holder string, ttl time.Duration, now time.Time, granted, previous *Lease) func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
+func (m *Manager) grant(name, holder string, ttl time.Duration, now time.Time, floor uint64, granted, previous *Lease) func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
 	return func(rec []byte, fenceMax uint64) ([]byte, uint64, error) {
 		*granted = Lease{}
 		cur, err := decode(name, rec)
 		if err != nil {
 			return nil, 0, err
 		}
-		last := fenceMax
+		last := max(fenceMax, floor) // above every overlapping fence too
 		*previous = Lease{}
 		if cur != nil {
 			*previous = *cur

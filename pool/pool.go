@@ -199,8 +199,9 @@ func shardOf(pool, prefix, name string) (shard string, ok bool) {
 
 // CheckPrefix checks a prefix template ("" passes: no prefix): it holds
 // ShardPlaceholder exactly once, ends in "/", does not start with "/" (a
-// resource key has no leading slash), has no "//" and is at most MaxPrefix
-// bytes. ErrInvalid otherwise. Whether each shard's name is a resource key
+// resource key has no leading slash), has no "//", "%" or "\\" (the template
+// is the key's bytes, never decoded) and is at most MaxPrefix bytes.
+// ErrInvalid otherwise. Whether each shard's name is a resource key
 // a lease may have (the resolver's rules and FENCEPROXY_RESOURCE_DEPTH) is
 // the caller's check (the control API's).
 func CheckPrefix(prefix string) error {
@@ -221,6 +222,10 @@ func CheckPrefix(prefix string) error {
 		return bad("a resource key has no leading \"/\"")
 	case strings.Contains(prefix, "//"):
 		return bad("an empty segment (\"//\")")
+	case strings.ContainsAny(prefix, "%\\"):
+		// The template is the key itself, never decoded: "%2F" would name a
+		// fence that no request path reaches.
+		return bad("no \"%\" or \"\\\\\": write the key's bytes as they are, not percent-encoded")
 	}
 	return nil
 }

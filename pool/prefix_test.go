@@ -26,6 +26,8 @@ func TestCheckPrefix(t *testing.T) {
 		"/reports/{shard}/":                    "leading",
 		"reports//{shard}/":                    "empty segment",
 		strings.Repeat("a", 600) + "/{shard}/": "at most",
+		"u%2F{shard}/":                         "percent-encoded", // would name a fence no path reaches
+		`bkt/p\{shard}/`:                       "percent-encoded",
 	} {
 		err := CheckPrefix(bad)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), why) {

@@ -494,7 +494,7 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 		}
 	}
 	if ex.prefix != "" {
-		if err := p.barrier.RaiseAhead(r.Context(), ex.prefix, ex.token); err != nil {
+		if err := p.barrier.RaiseAhead(r.Context(), ex.prefix, ex.token, ex.resources); err != nil {
 			return nil, err
 		}
 	}

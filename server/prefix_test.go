@@ -439,3 +439,73 @@ func TestPrefixClientTransport(t *testing.T) {
 		t.Fatalf("the prefix fence after the write: %d %v, want 6", status, out)
 	}
 }
+
+// Overlapping leases: the newest acquire's token passes every fence that
+// covers a key its lease covers, so at most one holder can write each key:
+// a key lease below a held prefix lease, a prefix lease over a key written
+// with a larger token, and a lease above both.
+func TestPrefixLeasesOverlap(t *testing.T) {
+	backend := &lenientStore{objects: map[string]string{}}
+	srv := httptest.NewServer(backend)
+	t.Cleanup(srv.Close)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
+	acquire := func(name, holder string) string {
+		t.Helper()
+		status, out := servertest.Call(t, http.MethodPost, in.ControlURL()+"/v1/leases/"+name, `{"holder":"`+holder+`","ttl":"1h"}`, "")
+		if status != http.StatusCreated {
+			t.Fatalf("acquire %s by %s: %d %v", name, holder, status, out)
+		}
+		return out["token"].(string)
+	}
+	a := acquire("n/p/", "A") // A holds a partition
+	c := acquire("n/p/q", "C") // C takes one key of it
+	b := acquire("n/", "B")    // B takes the whole tree
+	// A key written with a large token, then a prefix lease over it.
+	if s, _, _ := send(t, in, http.MethodPut, "/m/p/k", "9", "nine"); s != http.StatusOK {
+		t.Fatalf("token 9 on m/p/k: %d", s)
+	}
+	d := acquire("m/p/", "D")
+	stale := map[string]bool{}
+	for _, w := range []struct{ who, token, path string }{{"A", a, "/n/p/q"}, {"C", c, "/n/p/q"}, {"A", a, "/n/p/other"}, {"key 9", "9", "/m/p/k"}} {
+		if s, _, _ := send(t, in, http.MethodPut, w.path, w.token, w.who); s == http.StatusOK {
+			stale[w.who+" "+w.path] = true
+		}
+	}
+	if fenceUnprotected("prefix-floor") {
+		// Teeth: every lease started at token 1, and the older holders still write.
+		if len(stale) == 0 {
+			t.Fatalf("teeth: with the floor off, tokens %s %s %s %s and no older holder's write went through", a, c, b, d)
+		}
+		t.Logf("teeth: with the floor off (tokens A %s, C %s, B %s, D %s), these stale writes went through: %v", a, c, b, d, stale)
+		return
+	}
+	if len(stale) > 0 {
+		t.Fatalf("older holders' writes went through after an overlapping acquire (tokens A %s, C %s, B %s, D %s): %v", a, c, b, d, stale)
+	}
+	for _, w := range []struct{ token, path string }{{b, "/n/p/q"}, {b, "/n/p/other"}, {d, "/m/p/k"}} {
+		if s, _, a := send(t, in, http.MethodPut, w.path, w.token, "newest"); s != http.StatusOK {
+			t.Errorf("the newest holder's write of %s with %s: %d %s", w.path, w.token, s, a)
+		}
+	}
+}
+
+// A write refused as stale raises nothing: not the prefix its
+// X-Fencing-Prefix names, so a stale holder cannot fence a partition off.
+func TestPrefixHeaderStaleRaisesNothing(t *testing.T) {
+	backend := &lenientStore{objects: map[string]string{}}
+	srv := httptest.NewServer(backend)
+	t.Cleanup(srv.Close)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
+	if s, _, a := sendPrefix(t, in, "/out/p7/x", "5", []string{"out/p7/"}, ""); s != http.StatusOK {
+		t.Fatalf("token 5 raising out/p7/: %d %s", s, a)
+	}
+	if s, _, _ := sendPrefix(t, in, "/out/p7/y", "4", []string{"out/"}, ""); s != http.StatusConflict {
+		t.Fatalf("token 4 below out/p7/ (5) naming out/: %d, want 409", s)
+	}
+	if status, out := servertest.Call(t, http.MethodGet, in.ControlURL()+"/v1/fences/out/", "", ""); status != http.StatusNotFound && out["token"] != "0" {
+		t.Fatalf("out/ after a stale write named it: %d %v, want no maximum", status, out)
+	}
+	if s, _, a := sendPrefix(t, in, "/out/p8/z", "2", nil, ""); s != http.StatusOK {
+		t.Fatalf("another partition's write with token 2: %d %s", s, a)
+	}
+}
