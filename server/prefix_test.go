@@ -457,7 +457,7 @@ func TestPrefixLeasesOverlap(t *testing.T) {
 		}
 		return out["token"].(string)
 	}
-	a := acquire("n/p/", "A") // A holds a partition
+	a := acquire("n/p/", "A")  // A holds a partition
 	c := acquire("n/p/q", "C") // C takes one key of it
 	b := acquire("n/", "B")    // B takes the whole tree
 	// A key written with a large token, then a prefix lease over it.
