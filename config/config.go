@@ -783,6 +783,7 @@ var reservedHeaders = func() map[string]string {
 		"Authorization": "carries the backend's credentials", "Cookie": "carries the backend's credentials",
 		// fenceproxy's own.
 		wire.HeaderSignature:    "carries the token's signature in signed-token mode",
+		wire.HeaderPrefix:       "names the prefix fence a token is for",
 		wire.HeaderRefused:      "is fenceproxy's refusal header",
 		wire.HeaderCurrentToken: "is fenceproxy's refusal header",
 	}

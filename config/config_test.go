@@ -237,6 +237,8 @@ func TestParse(t *testing.T) {
 		{name: "TOKEN_HEADER Destination", env: with("FENCEPROXY_TOKEN_HEADER", "Destination"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "WebDAV"}},
 		{name: "TOKEN_HEADER the signature header", env: with("FENCEPROXY_TOKEN_HEADER", "X-Fencing-Token-Signature"),
 			wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "signature"}},
+		{name: "TOKEN_HEADER the prefix header", env: with("FENCEPROXY_TOKEN_HEADER", "x-fencing-prefix"),
+			wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "prefix fence"}},
 		{name: "TOKEN_HEADER Transfer-Encoding", env: with("FENCEPROXY_TOKEN_HEADER", "Transfer-Encoding"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER"}},
 		{name: "TOKEN_HEADER Connection", env: with("FENCEPROXY_TOKEN_HEADER", "Connection"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "hop-by-hop"}},
 		{name: "TOKEN_HEADER TE", env: with("FENCEPROXY_TOKEN_HEADER", "TE"), wantErr: []string{"FENCEPROXY_TOKEN_HEADER", "hop-by-hop"}},
