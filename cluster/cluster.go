@@ -43,6 +43,10 @@ type Options struct {
 	MaxTxnOps int
 	// Shards is the shard count N (FENCEPROXY_SHARDS).
 	Shards int
+	// ShardDepth is how many leading segments of a resource key decide its
+	// shard (FENCEPROXY_SHARD_DEPTH; 0: the whole key). Prefix fences need
+	// it: one with at least as many segments has its keys' shard.
+	ShardDepth int
 	// ReplicaID names this replica among the live ones.
 	ReplicaID string
 	// PeerListen is the peer listener's address (host:port); PeerAdvertise
@@ -84,8 +88,9 @@ type Cluster struct {
 	// waits for it, so a request that passed the check is never missed.
 	inflight []atomic.Int64
 	// forgotten holds, per shard, the ownership epoch for which the
-	// store's cached maxima of the shard were dropped: what another owner
-	// raised meanwhile is read from etcd.
+	// store's cached maxima of the shard were dropped and the barrier's
+	// prefix fences of the shard reloaded: what another owner raised
+	// meanwhile is read from etcd.
 	forgotten []atomic.Int64
 	forgetMu  sync.Mutex
 
@@ -163,6 +168,7 @@ func (c *Cluster) Start(stop context.Context, barrier *fence.Barrier) error {
 		o, err = shard.Start(context.Background(), cli, shard.Options{
 			Prefix:       c.opts.Prefix,
 			Shards:       c.opts.Shards,
+			Depth:        c.opts.ShardDepth,
 			ID:           c.opts.ReplicaID,
 			Advertise:    c.opts.PeerAdvertise,
 			TTL:          c.opts.ShardTTL,
@@ -178,7 +184,7 @@ func (c *Cluster) Start(stop context.Context, barrier *fence.Barrier) error {
 	if err != nil {
 		cli.Close()
 		if errors.Is(err, shard.ErrShardCount) {
-			return fmt.Errorf("FENCEPROXY_SHARDS: %w", err)
+			return fmt.Errorf("FENCEPROXY_SHARDS, FENCEPROXY_SHARD_DEPTH: %w", err)
 		}
 		return fmt.Errorf("cluster: %w", err)
 	}

@@ -16,7 +16,9 @@ import (
 const drainPoll = 5 * time.Millisecond
 
 // shardOf is the shard of resource.
-func (c *Cluster) shardOf(resource string) int { return shard.Of(resource, c.opts.Shards) }
+func (c *Cluster) shardOf(resource string) int {
+	return shard.Of(shard.Key(resource, c.opts.ShardDepth), c.opts.Shards)
+}
 
 // Owns reports whether this replica holds the shard of name now
 // (lease.Options.Watched: a lease is watched on its owner only).
@@ -79,7 +81,13 @@ func (c *Cluster) enter(ctx context.Context, names []string) placement {
 		rt.grants = append(rt.grants, g)
 	}
 	if rt.local {
-		c.forgetOnce(rt.grants)
+		err := c.forgetOnce(rt.grants)
+		if err == nil {
+			return rt
+		}
+		c.leave(rt)
+		rt.local, rt.grants = false, nil
+		rt.why = fmt.Sprintf("this replica took shard %d over but could not read its prefix fences from etcd yet: %v", rt.shards[0], err)
 		return rt
 	}
 	c.leave(rt)
@@ -128,21 +136,48 @@ func (c *Cluster) leave(rt placement) {
 	}
 }
 
-// forgetOnce drops the store's cached maxima of each granted shard once per
-// ownership epoch, before the first request of that ownership reads them.
-func (c *Cluster) forgetOnce(grants []shard.Grant) {
+// forgetOnce drops the store's cached maxima of each granted shard, and
+// reloads the barrier's prefix fences of it, once per ownership epoch,
+// before the first request of that ownership reads them. One pass serves
+// every shard held whose epoch is not done yet (a start takes many at
+// once, and the prefix fences are read whole). Errors: the reload's (the
+// shards stay to do).
+func (c *Cluster) forgetOnce(grants []shard.Grant) error {
 	for _, g := range grants {
 		if c.forgotten[g.Shard].Load() == g.Epoch {
 			continue
 		}
 		c.forgetMu.Lock()
-		if c.forgotten[g.Shard].Load() != g.Epoch {
-			n := g.Shard
-			c.store.Forget(func(r string) bool { return c.shardOf(r) == n })
-			c.forgotten[n].Store(g.Epoch)
-		}
+		err := c.forget()
 		c.forgetMu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// forget is forgetOnce's pass. Caller holds forgetMu.
+func (c *Cluster) forget() error {
+	epochs := make(map[int]int64)
+	for n := range c.forgotten {
+		if g, ok := c.owner.State(n); ok && c.forgotten[n].Load() != g.Epoch {
+			epochs[n] = g.Epoch
+		}
+	}
+	if len(epochs) == 0 {
+		return nil
+	}
+	// Read after the grants: what the previous owners committed is there.
+	match := func(r string) bool { _, ok := epochs[c.shardOf(r)]; return ok }
+	c.store.Forget(match)
+	if err := c.barrier.ReloadPrefixes(match); err != nil {
+		return err
+	}
+	for n, e := range epochs {
+		c.forgotten[n].Store(e)
+	}
+	return nil
 }
 
 // valid reports whether this replica still holds every grant, its validity

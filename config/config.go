@@ -63,6 +63,7 @@ type Config struct {
 	EtcdUsername  string        `env:"ETCD_USERNAME" help:"with STORE=etcd, etcd user (with ETCD_PASSWORD); unset: no etcd authentication"`
 	EtcdPassword  string        `env:"ETCD_PASSWORD" help:"with STORE=etcd, password of ETCD_USERNAME; never logged"`
 	Shards        int           `env:"SHARDS" envDefault:"64" help:"with STORE=etcd, the number of shards resources hash to; stored in etcd at the first start, and a replica with another value refuses to start; a few times the replica count"`
+	ShardDepth    int           `env:"SHARD_DEPTH" envDefault:"0" help:"with STORE=etcd, how many leading segments of a key decide its shard (0: the whole key); needed for prefix fences, which must have at least this many segments (out/part-7/ has 2) so that one replica decides a prefix fence and every key below it; stored in etcd with SHARDS, and a replica with another value refuses to start"`
 	ReplicaID     string        `env:"REPLICA_ID" help:"with STORE=etcd, this replica's name, unique among the live replicas and stable across restarts (a pod name); unset: the host name"`
 	PeerListen    string        `env:"PEER_LISTEN" envDefault:":8081" help:"with STORE=etcd, address of the peer listener: writes, lease and admin calls for shards this replica owns, forwarded by the other replicas (authenticated by PEER_SECRET)"`
 	PeerAdvertise string        `env:"PEER_ADVERTISE" help:"with STORE=etcd, required: host:port at which the other replicas reach PEER_LISTEN (in Kubernetes $(POD_IP):8081)"`
@@ -551,6 +552,9 @@ func (c Config) validateCluster(bad func(name, format string, args ...any)) {
 	if c.Shards < 1 || c.Shards > maxShards {
 		bad("SHARDS", "%d must be from 1 to %d", c.Shards, maxShards)
 	}
+	if c.ShardDepth < 0 || c.ShardDepth > maxShardDepth {
+		bad("SHARD_DEPTH", "%d must be from 0 to %d", c.ShardDepth, maxShardDepth)
+	}
 	if !strings.Contains(c.PeerListen, ":") {
 		bad("PEER_LISTEN", "%q is not a host:port address (for example :8081)", c.PeerListen)
 	} else if c.PeerListen == c.Listen || c.PeerListen == c.ControlListen {
@@ -649,6 +653,10 @@ func unsentText(n ByteSize) string {
 	}
 	return n.String()
 }
+
+// maxShardDepth bounds SHARD_DEPTH: deeper keys are rare, and each
+// prefix fence needs as many segments.
+const maxShardDepth = 32
 
 // maxShards bounds SHARDS: each shard is an etcd key and a watch event.
 const maxShards = 4096

@@ -22,17 +22,17 @@ const (
 	maxListLimit     = 10000
 )
 
-// raiseName is name for a call that raises the fence it names: with
-// NoPrefixFences a name ending in "/" is refused, since it would fence
-// nothing below it. fence.ErrBadResource.
+// raiseName is name for a call that raises the fence it names: a name
+// ending in "/" that Options.PrefixFence refuses is refused, since it
+// would fence nothing below it. fence.ErrBadResource.
 func (s *server) raiseName(name func(string) (string, error)) func(string) (string, error) {
-	if !s.opts.NoPrefixFences {
+	if s.opts.PrefixFence == nil {
 		return name
 	}
 	return func(raw string) (string, error) {
 		n, err := name(raw)
 		if err == nil && fence.IsPrefix(n) {
-			err = fmt.Errorf("%w: %q ends in \"/\", a prefix fence, which cluster mode does not support: its keys may be owned by other replicas", fence.ErrBadResource, n)
+			err = s.opts.PrefixFence(n)
 		}
 		return n, err
 	}

@@ -76,10 +76,14 @@ type Options struct {
 	// ResourceDepth is FENCEPROXY_RESOURCE_DEPTH: when > 0, lease names
 	// must have exactly this many segments.
 	ResourceDepth int
-	// NoPrefixFences (cluster mode): a lease or raise of a name ending in
-	// "/" is refused (400 bad_resource), since the barrier fences nothing
-	// below it there. False: such a name is a prefix fence.
-	NoPrefixFences bool
+	// PrefixFence, when set, says whether a name ending in "/" is a prefix
+	// fence here (fence.Barrier.CheckPrefix): a lease or raise of one that
+	// is not is refused with its error (400 bad_resource), since it would
+	// fence nothing below it. nil: every such name is one.
+	PrefixFence func(name string) error
+	// NoPoolPrefixes (cluster mode): a pool that names a prefix is refused
+	// (400), since its claims run on the pool's owner.
+	NoPoolPrefixes bool
 	// Admin serves the admin fence calls (GET /v1/fences, PUT and DELETE
 	// /v1/fences/*) and Go's profiler; nil: none of them.
 	Admin AdminFences

@@ -47,7 +47,7 @@ type Pools interface {
 // shard, which must be a lease name (with FENCEPROXY_RESOURCE_DEPTH N:
 // "{pool}/{shard}" needs N 2; a prefix N-1 segments before its final "/").
 // In cluster mode a call runs on the owner of the pool's name, and a
-// prefix is refused (NoPrefixFences).
+// prefix is refused (NoPoolPrefixes).
 func (s *server) poolRoutes(r chi.Router) {
 	pr := func(op, suffix string, status int) route {
 		return route{
@@ -109,9 +109,10 @@ func (s *server) definePool(_ context.Context, req request[wire.PoolSpec]) (wire
 	if err != nil {
 		return wire.Pool{}, err
 	}
-	if spec.Prefix != "" && s.opts.NoPrefixFences {
-		return wire.Pool{}, detailed(pool.ErrInvalid, fmt.Sprintf("prefix %q: a shard's prefix is a prefix fence, which cluster mode does not support "+
-			"(the keys below it may be owned by other replicas); define the pool without a prefix", spec.Prefix))
+	if spec.Prefix != "" && s.opts.NoPoolPrefixes {
+		return wire.Pool{}, detailed(pool.ErrInvalid, fmt.Sprintf("prefix %q: cluster mode does not support a pool's prefix "+
+			"(a pool's claims run on the owner of the pool's name, its shards' prefix fences on other replicas); "+
+			"define the pool without a prefix, and lease each partition's prefix by name", spec.Prefix))
 	}
 	for _, n := range names {
 		name := pool.ShardName(req.Name, spec.Prefix, n)

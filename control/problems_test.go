@@ -472,7 +472,7 @@ func TestErrorTable(t *testing.T) {
 				}
 			}},
 		{name: "pool prefix in cluster mode", leases: &memLeases{leases: map[string]lease.Lease{}},
-			opts:   func(o *Options) { o.Pools, o.NoPrefixFences = errPools{nil}, true },
+			opts:   func(o *Options) { o.Pools, o.NoPoolPrefixes = errPools{nil}, true },
 			method: "PUT", target: "/v1/pools/jobs", body: `{"shards":2,"prefix":"out/{shard}/"}`,
 			status: 400, reason: "bad_request", title: "Bad pool request", level: slog.LevelDebug,
 			check: func(t *testing.T, _ *problemRig, p wire.Problem, _ answer) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,11 @@ type Options struct {
 	// fencing nothing below it (cluster mode, where the keys below a prefix
 	// may be owned by other replicas). False: it is a prefix fence.
 	NoPrefixFences bool
+	// PrefixSegments: a name ending in "/" is a prefix fence only when it
+	// has at least this many segments (this many "/"); a shallower one is a
+	// resource like any other. Cluster mode's FENCEPROXY_SHARD_DEPTH, so a
+	// prefix fence has the shard of every key below it. 0: any.
+	PrefixSegments int
 	// PrefixBytes bounds the memory of the prefix fences' maxima, each
 	// counted as its name's length plus 96 bytes; a raise that would create
 	// one more past it is refused (ErrPrefixLimit). 0: DefaultPrefixBytes.
@@ -115,7 +121,7 @@ func New(store Store, opts Options) (*Barrier, error) {
 		b.prefixes.limit = DefaultPrefixBytes
 	}
 	if !opts.NoPrefixFences {
-		if err := b.prefixes.load(store); err != nil {
+		if err := b.prefixes.load(store, b.isPrefix); err != nil {
 			return nil, err
 		}
 	}
@@ -832,7 +838,8 @@ func (b *Barrier) waitOr(ctx context.Context, st *resourceState, resource string
 
 // isPrefix reports whether resource is a prefix fence here.
 func (b *Barrier) isPrefix(resource string) bool {
-	return !b.opts.NoPrefixFences && IsPrefix(resource)
+	return !b.opts.NoPrefixFences && IsPrefix(resource) &&
+		(b.opts.PrefixSegments == 0 || strings.Count(resource, "/") >= b.opts.PrefixSegments)
 }
 
 // raiseOwn is a write's raise of its own resource to t; for a prefix fence

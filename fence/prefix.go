@@ -57,15 +57,10 @@ func (p *prefixes) begin(prefix string) error {
 	defer p.mu.Unlock()
 	f := p.byKey[prefix]
 	if f == nil {
-		cost := int64(len(prefix) + prefixEntryBytes)
-		if p.bytes+cost > p.limit {
-			return onResource(prefix, fmt.Errorf("%w: the %d prefix fences held take %d bytes, the limit is %d (FENCEPROXY_PREFIX_FENCES_SIZE)",
-				ErrPrefixLimit, len(p.byKey), p.bytes, p.limit))
+		if err := p.add(prefix, 0); err != nil {
+			return err
 		}
-		f = &prefixFence{}
-		p.byKey[prefix] = f
-		p.bytes += cost
-		p.n.Add(1)
+		f = p.byKey[prefix]
 	}
 	if f.raising++; f.raising == 1 {
 		f.done = make(chan struct{})
@@ -100,6 +95,20 @@ func (p *prefixes) reset(prefix string) {
 		f.done = nil
 		p.drop(prefix)
 	}
+}
+
+// add creates prefix's entry with maximum m. Caller holds mu.
+// ErrPrefixLimit as begin.
+func (p *prefixes) add(prefix string, m uint64) error {
+	cost := int64(len(prefix) + prefixEntryBytes)
+	if p.bytes+cost > p.limit {
+		return onResource(prefix, fmt.Errorf("%w: the %d prefix fences held take %d bytes, the limit is %d (FENCEPROXY_PREFIX_FENCES_SIZE)",
+			ErrPrefixLimit, len(p.byKey), p.bytes, p.limit))
+	}
+	p.byKey[prefix] = &prefixFence{max: m}
+	p.bytes += cost
+	p.n.Add(1)
+	return nil
 }
 
 // drop removes prefix's entry. Caller holds mu.
@@ -184,8 +193,24 @@ func (p *prefixes) highest(resource string) (name string, m uint64) {
 	return name, m
 }
 
-// load reads the store's prefix fences into p, a page at a time.
-func (p *prefixes) load(store Store) error {
+// load reads the store's prefix fences that are ones here into p.
+func (p *prefixes) load(store Store, isPrefix func(string) bool) error {
+	return readPrefixes(store, func(r Record) error {
+		if !isPrefix(r.Resource) {
+			return nil
+		}
+		if err := p.set(r.Resource, r.Token); err != nil {
+			return fmt.Errorf("the store holds more prefix fences than the limit lets this process keep in memory; "+
+				"raise FENCEPROXY_PREFIX_FENCES_SIZE (with a process that starts, reset the ones no longer needed): %w", err)
+		}
+		return nil
+	})
+}
+
+// readPrefixes calls each with every prefix fence of store with a maximum
+// above 0, a page at a time, until it returns an error. Errors: ErrStore,
+// each's.
+func readPrefixes(store Store, each func(Record) error) error {
 	pl, ok := store.(PrefixLister)
 	if !ok {
 		return nil
@@ -198,9 +223,8 @@ func (p *prefixes) load(store Store) error {
 		}
 		for _, r := range recs {
 			if IsPrefix(r.Resource) && r.Token > 0 {
-				if err := p.set(r.Resource, r.Token); err != nil {
-					return fmt.Errorf("the store holds more prefix fences than the limit lets this process keep in memory; "+
-						"raise FENCEPROXY_PREFIX_FENCES_SIZE (with a process that starts, reset the ones no longer needed): %w", err)
+				if err := each(r); err != nil {
+					return err
 				}
 			}
 		}
@@ -272,8 +296,69 @@ type lister interface {
 }
 
 // IsPrefix reports whether name is a prefix fence here: it ends in "/",
-// and prefix fences are on (Options.NoPrefixFences is false).
+// prefix fences are on (Options.NoPrefixFences is false), and it has at
+// least Options.PrefixSegments segments.
 func (b *Barrier) IsPrefix(name string) bool { return b.isPrefix(name) }
+
+// CheckPrefix returns nil when name is a prefix fence here, else why it is
+// not, as an ErrBadResource for the caller's 400 (a lease, a raise, a pool
+// prefix or an X-Fencing-Prefix that would fence nothing below it).
+func (b *Barrier) CheckPrefix(name string) error {
+	switch {
+	case b.isPrefix(name):
+		return nil
+	case !IsPrefix(name):
+		return fmt.Errorf("%w: %q does not end in \"/\", so it is no prefix fence", ErrBadResource, name)
+	case b.opts.NoPrefixFences:
+		return fmt.Errorf("%w: %q ends in \"/\", a prefix fence, which cluster mode supports only with FENCEPROXY_SHARD_DEPTH set "+
+			"(without it the keys below a prefix may be owned by other replicas)", ErrBadResource, name)
+	default:
+		return fmt.Errorf("%w: prefix fence %q has %d segments, fewer than FENCEPROXY_SHARD_DEPTH %d: "+
+			"cluster mode shards a key by its first %d segments, so the keys below a shallower prefix may be owned by other replicas",
+			ErrBadResource, name, strings.Count(name, "/"), b.opts.PrefixSegments, b.opts.PrefixSegments)
+	}
+}
+
+// ReloadPrefixes replaces the in-memory prefix fences that match with the
+// store's: cluster mode calls it when this replica takes a shard over,
+// before it admits the shard's writes, so it sees what earlier owners
+// raised and reset. A fence being raised here keeps the larger of its
+// maximum and the store's. It reads the whole index of prefix fences, a
+// page at a time. Errors: ErrStore, ErrPrefixLimit (the prefix fences that
+// match are then partly loaded: admit none of their writes).
+func (b *Barrier) ReloadPrefixes(match func(name string) bool) error {
+	if b.opts.NoPrefixFences || !protected("prefix-reload") {
+		return nil
+	}
+	var recs []Record
+	err := readPrefixes(b.store, func(r Record) error {
+		if match(r.Resource) && b.isPrefix(r.Resource) {
+			recs = append(recs, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	p := &b.prefixes
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, f := range p.byKey {
+		if f.raising == 0 && match(name) {
+			p.drop(name)
+		}
+	}
+	for _, r := range recs {
+		if f := p.byKey[r.Resource]; f != nil {
+			f.max = max(f.max, r.Token)
+			continue
+		}
+		if err := p.add(r.Resource, r.Token); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // RaiseAhead raises prefix fence prefix to token t before a write below it
 // with t is admitted (an outside coordinator's token for a partition, see

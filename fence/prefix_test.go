@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -297,6 +298,72 @@ func TestNoPrefixFences(t *testing.T) {
 	mustAdmit(t, b, "p/k", 1, nil)()
 	if n, _ := b.PrefixFences(); n != 0 {
 		t.Fatalf("%d prefix fences with NoPrefixFences", n)
+	}
+}
+
+// With PrefixSegments (cluster mode's SHARD_DEPTH) only names with that
+// many segments are prefix fences; CheckPrefix says why the others are not.
+func TestPrefixSegments(t *testing.T) {
+	b := newBarrier(t, open(t, mem.Options{}), fence.Options{PrefixSegments: 2})
+	for name, want := range map[string]bool{"out/": false, "out/part-7/": true, "out/part-7/x/": true, "out/part-7": false} {
+		err := b.CheckPrefix(name)
+		if b.IsPrefix(name) != want || (err == nil) != want {
+			t.Errorf("%q: IsPrefix %v, CheckPrefix %v; want a prefix fence: %v", name, b.IsPrefix(name), err, want)
+		}
+		if err != nil && !errors.Is(err, fence.ErrBadResource) {
+			t.Errorf("CheckPrefix(%q) = %v, want ErrBadResource", name, err)
+		}
+	}
+	if err := b.CheckPrefix("out/"); err == nil || !strings.Contains(err.Error(), "FENCEPROXY_SHARD_DEPTH 2") {
+		t.Errorf("CheckPrefix(out/) = %v, want it to name the depth", err)
+	}
+	ctx := context.Background()
+	if _, err := b.Raise(ctx, "out/", 5); err != nil {
+		t.Fatal(err)
+	}
+	mustAdmit(t, b, "out/k", 1, nil)() // out/ fences only itself
+	if _, err := b.Raise(ctx, "out/part-7/", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Admit(ctx, []string{"out/part-7/k"}, 4, nil); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("token 4 below out/part-7/ at 5: %v, want stale", err)
+	}
+}
+
+// ReloadPrefixes replaces the matching prefix fences with the store's (a
+// takeover in cluster mode): raises another barrier made on the store are
+// seen, resets too, and the others stay as they were.
+func TestReloadPrefixes(t *testing.T) {
+	ctx := context.Background()
+	store := open(t, mem.Options{})
+	here := newBarrier(t, store, fence.Options{})
+	if _, err := here.Raise(ctx, "a/gone/", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := here.Raise(ctx, "b/kept/", 3); err != nil {
+		t.Fatal(err)
+	}
+	// Another owner raises a/new/ and resets a/gone/, on the same store.
+	other := newBarrier(t, store, fence.Options{})
+	if _, err := other.Raise(ctx, "a/new/", 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Reset(ctx, "a/gone/", func() (uint64, error) { return store.Reset("a/gone/") }); err != nil {
+		t.Fatal(err)
+	}
+	mustAdmit(t, here, "a/new/k", 1, nil)() // here has not seen it yet
+	if err := here.ReloadPrefixes(func(name string) bool { return strings.HasPrefix(name, "a/") }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := here.Admit(ctx, []string{"a/new/k"}, 6, nil); !errors.Is(err, fence.ErrStale) {
+		t.Errorf("token 6 below a/new/ at 7 after the reload: %v, want stale", err)
+	}
+	mustAdmit(t, here, "a/gone/k", 1, nil)()
+	if _, err := here.Admit(ctx, []string{"b/kept/k"}, 2, nil); !errors.Is(err, fence.ErrStale) {
+		t.Errorf("token 2 below b/kept/ at 3: %v, want stale", err)
+	}
+	if n, _ := here.PrefixFences(); n != 2 {
+		t.Errorf("%d prefix fences held after the reload, want 2 (a/new/, b/kept/)", n)
 	}
 }
 

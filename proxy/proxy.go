@@ -451,8 +451,8 @@ func (p *Proxy) tokenPrefix(ex *exchange) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", wire.HeaderPrefix, err)
 	}
-	if !p.barrier.IsPrefix(prefix) {
-		return "", fmt.Errorf("%w: %s %q is no prefix fence here (it must end in \"/\"; cluster mode has none)", fence.ErrBadResource, wire.HeaderPrefix, prefix)
+	if err := p.barrier.CheckPrefix(prefix); err != nil {
+		return "", fmt.Errorf("%s: %w", wire.HeaderPrefix, err)
 	}
 	for _, res := range ex.resources {
 		if len(res) <= len(prefix) || !strings.HasPrefix(res, prefix) {

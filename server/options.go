@@ -23,8 +23,10 @@ func fenceOptionsFrom(cfg config.Config) fence.Options {
 		AbandonGrace: cfg.AbandonGrace,
 		MaxTokenJump: cfg.MaxTokenJump,
 		PrefixBytes:  int64(cfg.PrefixFencesSize),
-		// In cluster mode the keys below a prefix may have other owners.
-		NoPrefixFences: cfg.Store == "etcd",
+		// In cluster mode the keys below a prefix may have other owners,
+		// unless shards follow the first SHARD_DEPTH segments of a key.
+		NoPrefixFences: cfg.Store == "etcd" && cfg.ShardDepth == 0,
+		PrefixSegments: shardDepth(cfg),
 		// In S3 mode the resource P is also the object P/ (a directory
 		// marker), which lies below the prefix fence P/.
 		PrefixOwnName: cfg.S3 != "off",
@@ -57,6 +59,7 @@ func clusterOptionsFrom(cfg config.Config) (cluster.Options, error) {
 		CacheBytes:      int64(cfg.CacheSize),
 		MaxTxnOps:       cfg.EtcdMaxTxnOps,
 		Shards:          cfg.Shards,
+		ShardDepth:      cfg.ShardDepth,
 		ReplicaID:       cfg.ReplicaID,
 		PeerListen:      cfg.PeerListen,
 		PeerAdvertise:   cfg.PeerAdvertise,
@@ -96,4 +99,12 @@ func etcdClientConfig(cfg config.Config) (clientv3.Config, error) {
 		Username:    cfg.EtcdUsername,
 		Password:    cfg.EtcdPassword,
 	}, nil
+}
+
+// shardDepth is SHARD_DEPTH where it applies: in cluster mode.
+func shardDepth(cfg config.Config) int {
+	if cfg.Store != "etcd" {
+		return 0
+	}
+	return cfg.ShardDepth
 }

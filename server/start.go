@@ -231,13 +231,13 @@ func (st *starting) buildLeases() error {
 func (st *starting) buildControl() error {
 	cfg := st.cfg
 	copts := control.Options{
-		Leases:        st.leases,
-		Metrics:       st.metrics,
-		Warning:       st.warning,
-		LeaseToken:    cfg.LeaseToken,
-		ResourceDepth: cfg.ResourceDepth,
-		// In cluster mode the keys below a prefix may have other owners.
-		NoPrefixFences: cfg.Store == "etcd",
+		Leases:         st.leases,
+		Metrics:        st.metrics,
+		Warning:        st.warning,
+		LeaseToken:     cfg.LeaseToken,
+		ResourceDepth:  cfg.ResourceDepth,
+		PrefixFence:    st.barrier.CheckPrefix,
+		NoPoolPrefixes: cfg.Store == "etcd",
 		Admin:          adminFences{store: st.store, fence: st.barrier},
 		AdminToken:     cfg.AdminToken,
 		Signer:         st.signer,
@@ -307,7 +307,7 @@ func (st *starting) logStarted() {
 		"store", cfg.Store)
 	if st.cluster != nil {
 		st.log.Info("cluster mode", "etcd_endpoints", cfg.EtcdEndpoints, "etcd_prefix", cfg.EtcdPrefix, "etcd_tls", cfg.EtcdCAFile != "" || cfg.EtcdCertFile != "",
-			"etcd_user", cfg.EtcdUsername, "shards", cfg.Shards, "replica_id", cfg.ReplicaID, "peer_listen", st.peerLn.Addr().String(),
+			"etcd_user", cfg.EtcdUsername, "shards", cfg.Shards, "shard_depth", cfg.ShardDepth, "replica_id", cfg.ReplicaID, "peer_listen", st.peerLn.Addr().String(),
 			"peer_advertise", cfg.PeerAdvertise, "shard_ttl", cfg.ShardTTL.String(), "lock_delay", cfg.LockDelay.String(),
 			"lock_delay_min", cfg.LockDelayMin().String())
 	}

@@ -2,8 +2,10 @@ package shard
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 const (
@@ -19,6 +21,47 @@ func Of(resource string, n int) int {
 		panic("shard.Of: n must be positive")
 	}
 	return int(fnv1a(fnvOffset, resource) % uint64(n))
+}
+
+// Key returns the part of a resource key that decides its shard: the key up
+// to its depth-th "/" (not included), the whole key when it has fewer or
+// depth is 0. With depth 2, out/part-7/f1, the prefix fence out/part-7/ and
+// out/part-7 all have the shard of out/part-7: a prefix fence with at least
+// depth segments has the shard of every key below it.
+func Key(resource string, depth int) string {
+	if depth <= 0 {
+		return resource
+	}
+	for i := 0; i < len(resource); i++ {
+		if resource[i] == '/' {
+			if depth--; depth == 0 {
+				return resource[:i]
+			}
+		}
+	}
+	return resource
+}
+
+// countValue is the stored shard count's value: "N", or "N depth=D".
+func (opts Options) countValue() string {
+	if opts.Depth == 0 {
+		return strconv.Itoa(opts.Shards)
+	}
+	return strconv.Itoa(opts.Shards) + " depth=" + strconv.Itoa(opts.Depth)
+}
+
+// parseCount reads a stored shard count's value (see countValue).
+func parseCount(v string) (shards, depth int, err error) {
+	n, d, hasDepth := strings.Cut(v, " depth=")
+	if shards, err = strconv.Atoi(n); err != nil {
+		return 0, 0, err
+	}
+	if hasDepth {
+		if depth, err = strconv.Atoi(d); err != nil || depth <= 0 {
+			return 0, 0, fmt.Errorf("bad depth %q", d)
+		}
+	}
+	return shards, depth, nil
 }
 
 func fnv1a(h uint64, s string) uint64 {

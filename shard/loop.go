@@ -145,6 +145,9 @@ func (opts *Options) setDefaults() error {
 	if opts.Shards <= 0 {
 		return fmt.Errorf("shard: Options.Shards must be positive, not %d", opts.Shards)
 	}
+	if opts.Depth < 0 {
+		return fmt.Errorf("shard: Options.Depth must not be negative, not %d", opts.Depth)
+	}
 	if opts.ID == "" {
 		return errors.New("shard: Options.ID is required")
 	}
@@ -204,25 +207,26 @@ func (o *Owner) checkCount(ctx context.Context) error {
 	}
 	resp, err := o.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, strconv.Itoa(o.opts.Shards))).
+		Then(clientv3.OpPut(key, o.opts.countValue())).
 		Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return fmt.Errorf("shard: read the shard count %s: %w", key, err)
 	}
 	if resp.Succeeded {
-		o.log.Info("shard count stored", "shards", o.opts.Shards, "key", key)
+		o.log.Info("shard count stored", "shards", o.opts.Shards, "depth", o.opts.Depth, "key", key)
 		return nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) != 1 {
 		return fmt.Errorf("shard: the shard count %s vanished", key)
 	}
-	stored, err := strconv.Atoi(string(kvs[0].Value))
+	stored, depth, err := parseCount(string(kvs[0].Value))
 	if err != nil {
 		return fmt.Errorf("shard: the shard count %s holds %q: %w", key, kvs[0].Value, err)
 	}
-	if stored != o.opts.Shards {
-		return &CountError{Prefix: o.opts.Prefix, Stored: stored, Configured: o.opts.Shards}
+	if stored != o.opts.Shards || depth != o.opts.Depth {
+		return &CountError{Prefix: o.opts.Prefix, Stored: stored, Configured: o.opts.Shards,
+			StoredDepth: depth, ConfiguredDepth: o.opts.Depth}
 	}
 	return nil
 }
@@ -579,7 +583,7 @@ func (o *Owner) apply(v *view, kv *mvccpb.KeyValue, put bool, now int64) {
 		return
 	}
 	if rest == "count" {
-		if !put || string(kv.Value) != strconv.Itoa(o.opts.Shards) {
+		if !put || string(kv.Value) != o.opts.countValue() {
 			v.countChanged = true
 		}
 		return
@@ -803,7 +807,7 @@ func (o *Owner) acquire(st *loopState, n int, s *session, v *view) bool {
 	resp, err := o.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(owner), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(state), "=", stv.modRev),
-			clientv3.Compare(clientv3.Value(o.k.count()), "=", strconv.Itoa(o.opts.Shards))).
+			clientv3.Compare(clientv3.Value(o.k.count()), "=", o.opts.countValue())).
 		Then(clientv3.OpPut(owner, string(mval), clientv3.WithLease(s.lease)),
 			clientv3.OpPut(state, string(sval))).Commit()
 	cancel()

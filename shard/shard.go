@@ -157,7 +157,8 @@ const (
 
 // Sentinel errors; test them with errors.Is.
 var (
-	// ErrShardCount: the prefix holds another shard count (a *CountError).
+	// ErrShardCount: the prefix holds another shard count or depth (a
+	// *CountError).
 	ErrShardCount = errors.New("shard: shard count differs from the one stored in etcd")
 	// ErrNotAdmitting: Context on a shard that MayAdmit refuses now.
 	ErrNotAdmitting = errors.New("shard: this replica may not admit writes of the shard now")
@@ -193,16 +194,27 @@ func (e *DuplicateIDError) Error() string {
 // Is makes errors.Is(err, ErrDuplicateID) true.
 func (e *DuplicateIDError) Is(target error) bool { return target == ErrDuplicateID }
 
-// CountError is Start's error when the prefix holds another shard count.
+// CountError is Start's error when the prefix holds another shard count
+// or depth.
 type CountError struct {
-	Prefix     string
-	Stored     int // the count in etcd, written by the first replica
-	Configured int // Options.Shards of this replica
+	Prefix          string
+	Stored          int // the count in etcd, written by the first replica
+	Configured      int // Options.Shards of this replica
+	StoredDepth     int // the depth in etcd (0: the whole key)
+	ConfiguredDepth int // Options.Depth of this replica
 }
 
 func (e *CountError) Error() string {
-	return fmt.Sprintf("shard: etcd holds %d shards under %q, this replica was started with %d: every replica of a prefix must use the count stored at the first start",
-		e.Stored, e.Prefix, e.Configured)
+	return fmt.Sprintf("shard: etcd holds %s under %q, this replica was started with %s: every replica of a prefix must use the count and depth stored at the first start",
+		describeCount(e.Stored, e.StoredDepth), e.Prefix, describeCount(e.Configured, e.ConfiguredDepth))
+}
+
+// describeCount says how resources map to shards.
+func describeCount(shards, depth int) string {
+	if depth == 0 {
+		return fmt.Sprintf("%d shards by the whole key", shards)
+	}
+	return fmt.Sprintf("%d shards by the first %d key segments", shards, depth)
 }
 
 // Is makes errors.Is(err, ErrShardCount) true.
@@ -215,6 +227,10 @@ type Options struct {
 	// Shards is the number of shards, > 0. Stored at the first start;
 	// Start refuses another.
 	Shards int
+	// Depth is how many leading "/"-separated segments of a resource key
+	// decide its shard (see Key); 0: the whole key. Stored with Shards;
+	// Start refuses another.
+	Depth int
 	// ID names this replica among the live ones, stable across restarts
 	// (a pod name of a StatefulSet, a host name). Required.
 	ID string

@@ -397,6 +397,65 @@ func TestShardCountMismatch(t *testing.T) {
 	o2.Close(ctx)
 }
 
+// A shard depth other than the stored one refuses to start, naming both,
+// as does a replica that does not know depths (it reads the count alone).
+func TestShardDepthMismatch(t *testing.T) {
+	e := etcdtest.Start(t)
+	cli := newClient(t, e.Endpoints())
+	ctx := context.Background()
+	o, err := Start(ctx, cli, Options{Prefix: "/depth/", Shards: 16, Depth: 2, ID: "a", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close(ctx)
+	got, err := cli.Get(ctx, "/depth/shards/count")
+	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "16 depth=2" {
+		t.Fatalf("stored count: %v %v", got, err)
+	}
+	for _, depth := range []int{0, 3} {
+		_, err = Start(ctx, cli, Options{Prefix: "/depth/", Shards: 16, Depth: depth, ID: "b", TTL: testTTL})
+		var ce *CountError
+		if !errors.Is(err, ErrShardCount) || !errors.As(err, &ce) || ce.StoredDepth != 2 || ce.ConfiguredDepth != depth {
+			t.Fatalf("Start with depth %d over 2: %v", depth, err)
+		}
+		if !strings.Contains(err.Error(), "first 2 key segments") {
+			t.Errorf("error does not name the stored depth: %v", err)
+		}
+		t.Logf("refused: %v", err)
+	}
+	o2, err := Start(ctx, cli, Options{Prefix: "/depth/", Shards: 16, Depth: 2, ID: "b", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2.Close(ctx)
+}
+
+func TestKey(t *testing.T) {
+	for _, c := range []struct {
+		key   string
+		depth int
+		want  string
+	}{
+		{"out/part-7/f1", 0, "out/part-7/f1"},
+		{"out/part-7/f1", 2, "out/part-7"},
+		{"out/part-7/", 2, "out/part-7"},
+		{"out/part-7", 2, "out/part-7"},
+		{"out/", 2, "out/"},
+		{"out", 2, "out"},
+		{"a//b/c", 2, "a/"},
+		{"a/b/c/d/e", 3, "a/b/c"},
+	} {
+		if got := Key(c.key, c.depth); got != c.want {
+			t.Errorf("Key(%q, %d) = %q, want %q", c.key, c.depth, got, c.want)
+		}
+	}
+	for _, v := range []string{"16 depth=0", "16 depth=x", "x", "16 depth=-1"} {
+		if _, _, err := parseCount(v); err == nil {
+			t.Errorf("parseCount(%q) passed", v)
+		}
+	}
+}
+
 // A replica restarted with the same ID takes back the same shards: after a
 // Close (planned, at once) and after a crash (its lease left to expire:
 // unclean, the lock-delay after it expired).
