@@ -78,10 +78,12 @@ var opGroups = map[string]struct {
 					"(the JSON then carries next, for --after; after a table, stderr shows the command that lists on). Admin call.",
 				bearer: envAdminToken, listing: true, run: listFences},
 			{name: "show", args: []string{"RESOURCE"}, summary: "a resource's fence",
-				about: "Shows a resource's fence: the largest token admitted for it. A resource never raised above 0 is refused (404).", run: showFence},
+				about: "Shows a resource's fence: the largest token admitted for it. A resource never raised above 0 is refused (404). " +
+					"A name ending in \"/\" is a prefix fence, which covers every key below it.", run: showFence},
 			{name: "raise", args: []string{"RESOURCE", "TOKEN"}, summary: "raise a fence to max(current, TOKEN) (admin)",
 				about: "Raises a resource's fence to max(current, TOKEN), durably, cutting off and waiting out the writes with smaller " +
-					"tokens still in flight, and shows the fence after it. Admin call.", bearer: envAdminToken, run: raiseFence},
+					"tokens still in flight, and shows the fence after it. A name ending in \"/\" is a prefix fence: its raise cuts " +
+					"and waits out those writes on every key below it. Admin call.", bearer: envAdminToken, run: raiseFence},
 			{name: "reset", args: []string{"RESOURCE"}, flags: "--confirm RESOURCE", summary: "remove a fence and its lease record (admin)",
 				about: "Removes a resource's fence and its lease record, once no write on it is in flight, and shows the maximum " +
 					"removed. Writes with smaller tokens are admitted again, so the resource key must be repeated as --confirm. " +
