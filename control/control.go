@@ -78,12 +78,10 @@ type Options struct {
 	ResourceDepth int
 	// PrefixFence, when set, says whether a name ending in "/" is a prefix
 	// fence here (fence.Barrier.CheckPrefix): a lease or raise of one that
-	// is not is refused with its error (400 bad_resource), since it would
-	// fence nothing below it. nil: every such name is one.
+	// is not, or a pool whose shards' lease names are not, is refused with
+	// its error (400), since it would fence nothing below it. nil: every
+	// such name is one.
 	PrefixFence func(name string) error
-	// NoPoolPrefixes (cluster mode): a pool that names a prefix is refused
-	// (400), since its claims run on the pool's owner.
-	NoPoolPrefixes bool
 	// Admin serves the admin fence calls (GET /v1/fences, PUT and DELETE
 	// /v1/fences/*) and Go's profiler; nil: none of them.
 	Admin AdminFences

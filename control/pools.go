@@ -47,7 +47,8 @@ type Pools interface {
 // shard, which must be a lease name (with FENCEPROXY_RESOURCE_DEPTH N:
 // "{pool}/{shard}" needs N 2; a prefix N-1 segments before its final "/").
 // In cluster mode a call runs on the owner of the pool's name, and a
-// prefix is refused (NoPoolPrefixes).
+// prefix whose shards' names are no prefix fences there (PrefixFence) is
+// refused.
 func (s *server) poolRoutes(r chi.Router) {
 	pr := func(op, suffix string, status int) route {
 		return route{
@@ -102,20 +103,21 @@ func (s *server) poolName(suffix string) func(raw string) (string, error) {
 // be a name the lease API takes: the resolver's rules, and with
 // FENCEPROXY_RESOURCE_DEPTH N exactly N segments ("{pool}/{shard}": N 2; a
 // prefix: N-1 segments and the final "/", "a/{shard}/" for N 3; N 1 takes
-// no prefix). In cluster mode a prefix is refused (400).
+// no prefix). Each shard's name must be a prefix fence (PrefixFence: in
+// cluster mode one with at least SHARD_DEPTH segments), else 400.
 func (s *server) definePool(_ context.Context, req request[wire.PoolSpec]) (wire.Pool, error) {
 	spec := pool.Spec{Shards: req.Body.Shards, Names: req.Body.Names, Prefix: req.Body.Prefix}
 	names, err := spec.Check()
 	if err != nil {
 		return wire.Pool{}, err
 	}
-	if spec.Prefix != "" && s.opts.NoPoolPrefixes {
-		return wire.Pool{}, detailed(pool.ErrInvalid, fmt.Sprintf("prefix %q: cluster mode does not support a pool's prefix "+
-			"(a pool's claims run on the owner of the pool's name, its shards' prefix fences on other replicas); "+
-			"define the pool without a prefix, and lease each partition's prefix by name", spec.Prefix))
-	}
 	for _, n := range names {
 		name := pool.ShardName(req.Name, spec.Prefix, n)
+		if spec.Prefix != "" && s.opts.PrefixFence != nil {
+			if err := s.opts.PrefixFence(name); err != nil {
+				return wire.Pool{}, fmt.Errorf("%w: prefix %q: shard %q's lease %q: %w", pool.ErrInvalid, spec.Prefix, n, name, err)
+			}
+		}
 		if _, err := (fence.Resolver{Depth: s.opts.ResourceDepth}).LeaseName(name); err != nil {
 			if d := s.opts.ResourceDepth; spec.Prefix != "" && d > 0 {
 				fits := "no prefix fits: define the pool without one"

@@ -472,7 +472,10 @@ func TestErrorTable(t *testing.T) {
 				}
 			}},
 		{name: "pool prefix in cluster mode", leases: &memLeases{leases: map[string]lease.Lease{}},
-			opts:   func(o *Options) { o.Pools, o.NoPoolPrefixes = errPools{nil}, true },
+			opts: func(o *Options) {
+				o.Pools = errPools{nil}
+				o.PrefixFence = func(string) error { return errors.New("cluster mode needs FENCEPROXY_SHARD_DEPTH") }
+			},
 			method: "PUT", target: "/v1/pools/jobs", body: `{"shards":2,"prefix":"out/{shard}/"}`,
 			status: 400, reason: "bad_request", title: "Bad pool request", level: slog.LevelDebug,
 			check: func(t *testing.T, _ *problemRig, p wire.Problem, _ answer) {

@@ -75,8 +75,8 @@ func ownerOf(t *testing.T, c *etcdtest.Cluster, reps []*servertest.Instance, res
 }
 
 // With FENCEPROXY_SHARD_DEPTH a prefix fence and every key below it have
-// one owner: a lease on a prefix, an admin raise and an X-Fencing-Prefix
-// write, each through any replica, refuse every smaller token below the
+// one owner: a lease on a prefix, a pool claim of a prefix shard, an admin
+// raise and an X-Fencing-Prefix write, each through any replica, refuse every smaller token below the
 // prefix through every replica, new keys included, and nothing of them
 // reaches the (lenient) backend. When the prefix's shard moves, its next
 // owner reads the prefix fences the last one raised (without that reload,
@@ -116,6 +116,39 @@ func TestClusterPrefixFence(t *testing.T) {
 		if s, _, _ := sendVia(t, r, path, b, "", "B"); s != http.StatusOK {
 			t.Errorf("B's write of %s through r%d: %d", path, i, s)
 		}
+	}
+
+	// A pool whose shards are prefixes: a claim taken over fences its old
+	// holder's writes below the shard's prefix, through every replica.
+	pool := reps[2].ControlURL() + "/v1/pools/jobs"
+	if status, out := servertest.Call(t, http.MethodPut, pool, `{"shards":1,"prefix":"out/jobs-{shard}/"}`, ""); status != http.StatusOK {
+		t.Fatalf("define a prefix pool: %d %v", status, out)
+	}
+	status, out = servertest.Call(t, http.MethodPost, reps[0].ControlURL()+"/v1/pools/jobs/claim", `{"holder":"A","ttl":"200ms"}`, "")
+	if status != http.StatusCreated {
+		t.Fatalf("A's claim: %d %v", status, out)
+	}
+	ca := out["token"].(string)
+	var cb string
+	servertest.Eventually(t, 10*time.Second, "B claims the shard after A's lease ran out", func() bool {
+		status, out = servertest.Call(t, http.MethodPost, reps[1].ControlURL()+"/v1/pools/jobs/claim", `{"holder":"B","ttl":"30s"}`, "")
+		if status == http.StatusCreated {
+			cb = out["token"].(string)
+		}
+		return status == http.StatusCreated
+	})
+	for i, r := range reps {
+		path := fmt.Sprintf("/out/jobs-0/k-%d", i)
+		if s, cur, res := sendVia(t, r, path, ca, "", "A-stale"); s != http.StatusConflict || cur != cb || res != "out/jobs-0/" {
+			t.Errorf("A's write of the new key %s through r%d after B's claim: %d, current %q, fence %q; want 409, %s, out/jobs-0/", path, i, s, cur, res, cb)
+		}
+		if s, _, _ := sendVia(t, r, path, cb, "", "B"); s != http.StatusOK {
+			t.Errorf("B's write of %s through r%d: %d", path, i, s)
+		}
+	}
+	if status, out := servertest.Call(t, http.MethodPut, reps[0].ControlURL()+"/v1/pools/shallow", `{"shards":1,"prefix":"{shard}/"}`, ""); status != http.StatusBadRequest ||
+		!strings.Contains(fmt.Sprint(out["detail"]), "FENCEPROXY_SHARD_DEPTH") {
+		t.Errorf("a pool of 1-segment prefixes with SHARD_DEPTH 2: %d %v, want 400 naming FENCEPROXY_SHARD_DEPTH", status, out)
 	}
 
 	// An admin raise of out/part-7/ through one replica.

@@ -231,17 +231,16 @@ func (st *starting) buildLeases() error {
 func (st *starting) buildControl() error {
 	cfg := st.cfg
 	copts := control.Options{
-		Leases:         st.leases,
-		Metrics:        st.metrics,
-		Warning:        st.warning,
-		LeaseToken:     cfg.LeaseToken,
-		ResourceDepth:  cfg.ResourceDepth,
-		PrefixFence:    st.barrier.CheckPrefix,
-		NoPoolPrefixes: cfg.Store == "etcd",
-		Admin:          adminFences{store: st.store, fence: st.barrier},
-		AdminToken:     cfg.AdminToken,
-		Signer:         st.signer,
-		Pools:          st.pools,
+		Leases:        st.leases,
+		Metrics:       st.metrics,
+		Warning:       st.warning,
+		LeaseToken:    cfg.LeaseToken,
+		ResourceDepth: cfg.ResourceDepth,
+		PrefixFence:   st.barrier.CheckPrefix,
+		Admin:         adminFences{store: st.store, fence: st.barrier},
+		AdminToken:    cfg.AdminToken,
+		Signer:        st.signer,
+		Pools:         st.pools,
 	}
 	if st.cluster != nil {
 		copts.Owner = st.cluster.ControlOwner
