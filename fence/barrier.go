@@ -53,6 +53,19 @@ type Options struct {
 	// object P/, a directory marker below the prefix, and a posix store
 	// opens P and P/ as one object). False: P is beside the prefix.
 	PrefixOwnName bool
+	// Collections: a name ending in "/" is also a collection, and a write
+	// on it must pass every prefix fence below it too, as must a write
+	// admitted with AdmitCollections on a name R without "/" for every
+	// prefix fence at or below R + "/"; a raise of such a prefix fence cuts
+	// and drains those writes in flight with smaller tokens (plain mode,
+	// where a WebDAV or REST backend applies a DELETE, MOVE or COPY of a
+	// collection to everything below it). Only the prefix fences count,
+	// which are in memory; the maxima of single keys below a collection do
+	// not. With PrefixSegments (cluster mode), only collections with that
+	// many segments are checked: the prefix fences below a shallower one
+	// may be other replicas'. False (S3 mode): a write changes the object
+	// it names.
+	Collections bool
 }
 
 // Barrier is the per-resource admission rule and fence barrier (the brief's
@@ -93,11 +106,15 @@ type resourceState struct {
 	refs int // guarded by the shard's mu
 
 	mu        sync.Mutex
-	inflight  map[uint64]int       // forwarded, unfinished writes by token
+	inflight  map[uint64]flight    // forwarded, unfinished writes by token
 	uploading map[*Upload]struct{} // forwarded writes that may still be sending their body; nil when none
 	raising   bool                 // a raise (or reset) is being made durable; others wait for its outcome
 	changed   chan struct{}        // closed (and cleared) when inflight or raising changes; nil without waiters
 }
+
+// flight counts the writes in flight with one token: n in all, trees of
+// them collection writes on a name without "/" (AdmitCollections).
+type flight struct{ n, trees int32 }
 
 // New returns a barrier over store. Errors: an Options field out of range, named.
 func New(store Store, opts Options) (*Barrier, error) {
@@ -159,15 +176,30 @@ func (b *Barrier) rule(resource string, t, m uint64) (raise bool, err error) {
 // cannot wait on each other in a cycle); DrainTimeout bounds the whole wait,
 // and on error none stays admitted.
 //
-// Errors: *StaleError (ErrStale); ErrJump, ErrDrainTimeout, ErrStore (with
-// its cause) as *ResourceError; ctx's cause when the client went away.
+// Errors: *StaleError (ErrStale, naming the fence that refused: a resource
+// or a prefix fence); ErrJump, ErrDrainTimeout, ErrStore (with its cause) as
+// *ResourceError; ctx's cause when the client went away.
 func (b *Barrier) Admit(ctx context.Context, resources []string, t uint64, up *Upload) (release func(), err error) {
+	return b.admitAll(ctx, resources, t, up, false)
+}
+
+// AdmitCollections is Admit for a write that may act on collections (a
+// WebDAV DELETE, MOVE or COPY): with Options.Collections, each resource R
+// without a trailing "/" also stands for the collection R + "/", so the
+// write must pass every prefix fence at or below it, and a raise of one cuts
+// and drains it. Without Options.Collections it is Admit. Errors as Admit's.
+func (b *Barrier) AdmitCollections(ctx context.Context, resources []string, t uint64, up *Upload) (release func(), err error) {
+	return b.admitAll(ctx, resources, t, up, b.collections())
+}
+
+func (b *Barrier) admitAll(ctx context.Context, resources []string, t uint64, up *Upload, trees bool) (release func(), err error) {
 	if up != nil {
 		up.token = t
+		up.tree = trees
 	}
 	var deadline <-chan time.Time // the drain timer, started at the first wait
 	if len(resources) == 1 {
-		return b.admit(ctx, resources[0], t, up, &deadline)
+		return b.admit(ctx, resources[0], t, up, &deadline, trees)
 	}
 	keys := slices.Clone(resources)
 	slices.Sort(keys)
@@ -180,7 +212,7 @@ func (b *Barrier) Admit(ctx context.Context, resources []string, t uint64, up *U
 		if t < m {
 			return nil, &StaleError{Resource: r, Token: t, Current: m}
 		}
-		if p, pm, wait := b.prefixes.above(r, t); p != "" && wait == nil {
+		if p, pm, wait := b.fences(r, t, trees); p != "" && wait == nil {
 			return nil, &StaleError{Resource: p, Token: t, Current: pm}
 		}
 	}
@@ -191,7 +223,7 @@ func (b *Barrier) Admit(ctx context.Context, resources []string, t uint64, up *U
 		}
 	}
 	for _, r := range keys {
-		rel, err := b.admit(ctx, r, t, up, &deadline)
+		rel, err := b.admit(ctx, r, t, up, &deadline, trees)
 		if err != nil {
 			releaseAll()
 			return nil, err
@@ -201,7 +233,13 @@ func (b *Barrier) Admit(ctx context.Context, resources []string, t uint64, up *U
 	return releaseAll, nil
 }
 
-func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Upload, deadline *<-chan time.Time) (release func(), err error) {
+// admit is Admit on one resource; trees: the write acts on collections
+// (AdmitCollections).
+func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Upload, deadline *<-chan time.Time, trees bool) (release func(), err error) {
+	// A collection write on a name without "/": counted apart, so a raise
+	// of a prefix fence below the name drains only these.
+	tree := trees && !IsPrefix(resource)
+	trees = trees || b.collections() && IsPrefix(resource)
 	startGrace := b.startGrace(resource, t) // fires when the start-up grace is over; nil: no wait
 	if t == 0 {
 		// Token 0 raises nothing; record the resource so that after a
@@ -246,7 +284,7 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 			st.mu.Unlock()
 			return nil, err
 		}
-		if p, pm, wait := b.prefixes.above(resource, t); p != "" {
+		if p, pm, wait := b.fences(resource, t, trees); p != "" {
 			// Refused before anything is raised; checked again once in flight.
 			st.mu.Unlock()
 			if wait == nil {
@@ -268,7 +306,7 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 			st.broadcast()
 			if err != nil {
 				if raised > 0 { // raised, but the prefix's drain failed
-					st.cutBelow(raised)
+					st.cutBelow(raised, resource, false)
 				}
 				st.mu.Unlock()
 				return nil, err
@@ -278,7 +316,7 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 			// to answer. The raise stays, and like any raise it cuts the
 			// smaller uploads still sending.
 			if ctx.Err() != nil {
-				st.cutBelow(raised)
+				st.cutBelow(raised, resource, false)
 				st.mu.Unlock()
 				return nil, context.Cause(ctx)
 			}
@@ -290,7 +328,7 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 		if st.inflightBelow(t) {
 			// t is the maximum now: smaller-token uploads still sending their
 			// body are stale and cannot be applied if cut before their end.
-			st.cutBelow(t)
+			st.cutBelow(t, resource, false)
 			if err := b.wait(ctx, st, resource, deadline); err != nil {
 				return nil, err
 			}
@@ -306,7 +344,12 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 			}
 			continue
 		}
-		st.inflight[t]++
+		f := st.inflight[t]
+		f.n++
+		if tree {
+			f.trees++
+		}
+		st.inflight[t] = f
 		if up != nil && up.State() == Sending {
 			if st.uploading == nil {
 				st.uploading = make(map[*Upload]struct{}, 1)
@@ -315,10 +358,8 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 		}
 		// In flight now, so a prefix raise from here on finds this write;
 		// one published before is seen here.
-		if p, pm, wait := b.prefixes.above(resource, t); p != "" {
-			if st.inflight[t]--; st.inflight[t] == 0 {
-				delete(st.inflight, t)
-			}
+		if p, pm, wait := b.fences(resource, t, trees); p != "" {
+			st.done(t, tree)
 			st.forget(up)
 			st.broadcast()
 			st.mu.Unlock()
@@ -335,20 +376,59 @@ func (b *Barrier) admit(ctx context.Context, resource string, t uint64, up *Uplo
 		admitted = true
 		b.active.Add(1)
 		var once sync.Once
-		return func() { once.Do(func() { b.release(sh, resource, st, t, up) }) }, nil
+		return func() { once.Do(func() { b.release(sh, resource, st, t, up, tree) }) }, nil
 	}
 }
+
+// fences returns the prefix fence that refuses token t on resource, or one
+// being raised (wait is then its channel), "" when none: one above
+// resource, and when trees (a collection write) one at or below the
+// collection resource stands for. From memory.
+func (b *Barrier) fences(resource string, t uint64, trees bool) (name string, m uint64, wait <-chan struct{}) {
+	if name, m, wait = b.prefixes.above(resource, t); name != "" || !trees || !b.ownsBelow(resource) {
+		return name, m, wait
+	}
+	return b.prefixes.below(resource, t)
+}
+
+// ownsBelow reports whether the prefix fences below the collection that
+// resource stands for are decided here: with Options.PrefixSegments
+// (cluster mode) only a collection with that many segments has the shard
+// of every prefix fence below it; the rest may be other replicas'.
+func (b *Barrier) ownsBelow(resource string) bool {
+	if b.opts.PrefixSegments == 0 {
+		return true
+	}
+	n := strings.Count(resource, "/")
+	if !IsPrefix(resource) {
+		n++
+	}
+	return n >= b.opts.PrefixSegments
+}
+
+// collections reports whether Options.Collections holds here.
+func (b *Barrier) collections() bool { return b.opts.Collections && !b.opts.NoPrefixFences }
 
 // Check applies the admission rule to a write with token t on resource
 // without the barrier, for observe mode: a token above the maximum is raised
 // durably, and nothing waits or is counted in flight. Errors as for Admit.
 func (b *Barrier) Check(resource string, t uint64) error {
+	return b.check(resource, t, b.collections() && IsPrefix(resource))
+}
+
+// CheckCollections is Check for a write that may act on collections, as
+// AdmitCollections is Admit's.
+func (b *Barrier) CheckCollections(resource string, t uint64) error {
+	return b.check(resource, t, b.collections())
+}
+
+func (b *Barrier) check(resource string, t uint64, trees bool) error {
 	m, err := b.store.Max(resource)
 	if err != nil {
 		return onResource(resource, fmt.Errorf("%w: %w", ErrStore, err))
 	}
 	raise, err := b.rule(resource, t, m)
-	if p, pm, _ := b.prefixes.above(resource, t); err == nil && p != "" && t < pm {
+	if p, pm, _ := b.fences(resource, t, trees); err == nil && p != "" && t < pm {
 		err = &StaleError{Resource: p, Token: t, Current: pm}
 	}
 	switch {
@@ -471,7 +551,7 @@ func (b *Barrier) RaiseWith(ctx context.Context, resource string, raise func() e
 	}
 	for {
 		if st.inflightBelow(m) {
-			st.cutBelow(m)
+			st.cutBelow(m, resource, false)
 			if err := b.wait(ctx, st, resource, &deadline); err != nil {
 				return m, err
 			}
@@ -546,7 +626,12 @@ func (b *Barrier) Reset(ctx context.Context, resource string, reset func() (uint
 	}
 	st.mu.Unlock()
 	if prefix {
-		if err := b.drainWhere(ctx, resource, &deadline, func(st *resourceState) bool { return len(st.inflight) > 0 }); err != nil {
+		if err := b.drainWhere(ctx, resource, &deadline, func(st *resourceState, trees bool) bool {
+			if trees {
+				return st.treesBelow(^uint64(0)) // any token
+			}
+			return len(st.inflight) > 0
+		}); err != nil {
 			return abort(err)
 		}
 	}
@@ -614,23 +699,21 @@ func (b *Barrier) waitsAtStart(resource string, t uint64) bool {
 // release ends an admitted write now, or after the abandon grace when the
 // proxy gave up on it after sending it whole: a slow backend may still apply
 // it, so larger tokens keep waiting (like Chubby's lock-delay).
-func (b *Barrier) release(sh *shard, resource string, st *resourceState, t uint64, up *Upload) {
+func (b *Barrier) release(sh *shard, resource string, st *resourceState, t uint64, up *Upload, tree bool) {
 	if up != nil && up.abandoned.Load() && b.opts.AbandonGrace > 0 {
 		st.mu.Lock()
 		st.forget(up) // its body was sent whole: nothing left to cut
 		st.mu.Unlock()
-		b.clock.AfterFunc(b.opts.AbandonGrace, func() { b.finish(sh, resource, st, t, up) })
+		b.clock.AfterFunc(b.opts.AbandonGrace, func() { b.finish(sh, resource, st, t, up, tree) })
 		return
 	}
-	b.finish(sh, resource, st, t, up)
+	b.finish(sh, resource, st, t, up, tree)
 }
 
 // finish ends an admitted write and wakes requests waiting for the barrier.
-func (b *Barrier) finish(sh *shard, resource string, st *resourceState, t uint64, up *Upload) {
+func (b *Barrier) finish(sh *shard, resource string, st *resourceState, t uint64, up *Upload, tree bool) {
 	st.mu.Lock()
-	if st.inflight[t]--; st.inflight[t] == 0 {
-		delete(st.inflight, t)
-	}
+	st.done(t, tree)
 	st.forget(up)
 	st.broadcast()
 	st.mu.Unlock()
@@ -728,8 +811,8 @@ func (b *Barrier) InFlight(resource string) int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	n := 0
-	for _, c := range st.inflight {
-		n += c
+	for _, f := range st.inflight {
+		n += int(f.n)
 	}
 	return n
 }
@@ -743,7 +826,7 @@ func (sh *shard) ref(resource string) *resourceState {
 	defer sh.mu.Unlock()
 	st := sh.resources[resource]
 	if st == nil {
-		st = &resourceState{inflight: make(map[uint64]int, 1)}
+		st = &resourceState{inflight: make(map[uint64]flight, 1)}
 		sh.resources[resource] = st
 	}
 	st.refs++
@@ -770,6 +853,31 @@ func (st *resourceState) inflightBelow(t uint64) bool {
 	return false
 }
 
+// done counts a write with token t (a collection write when tree) out of
+// flight. Caller holds st.mu.
+func (st *resourceState) done(t uint64, tree bool) {
+	f := st.inflight[t]
+	f.n--
+	if tree {
+		f.trees--
+	}
+	if f.n == 0 {
+		delete(st.inflight, t)
+	} else {
+		st.inflight[t] = f
+	}
+}
+
+// treesBelow is inflightBelow for the collection writes. Caller holds st.mu.
+func (st *resourceState) treesBelow(t uint64) bool {
+	for tok, f := range st.inflight {
+		if tok < t && f.trees > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // forget drops up from the uploads a larger token may cut: after its
 // exchange, cutting would touch the connection's next request. Caller holds st.mu.
 func (st *resourceState) forget(up *Upload) {
@@ -782,10 +890,11 @@ func (st *resourceState) forget(up *Upload) {
 }
 
 // cutBelow cuts off the uploads of writes with tokens below t that have not
-// sent their whole body. Caller holds st.mu.
-func (st *resourceState) cutBelow(t uint64) {
+// sent their whole body (only the collection writes' when trees), for the
+// raise of fence by to t. Caller holds st.mu.
+func (st *resourceState) cutBelow(t uint64, by string, trees bool) {
 	for up := range st.uploading {
-		if up.token < t && up.cut() {
+		if up.token < t && (!trees || up.tree) && up.cut(by, t) {
 			delete(st.uploading, up)
 		}
 	}

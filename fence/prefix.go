@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +19,8 @@ var ErrPrefixLimit = errors.New("too many prefix fences")
 func IsPrefix(name string) bool { return name != "" && name[len(name)-1] == '/' }
 
 // prefixEntryBytes is what one prefix fence costs in memory beside its name:
-// the map entry, the string header and the entry itself.
+// the map entry, the string headers (the map's and the sorted names') and
+// the entry itself.
 const prefixEntryBytes = 96
 
 // DefaultPrefixBytes is Options.PrefixBytes when 0: 32 MiB, about 250,000
@@ -37,6 +39,7 @@ type prefixes struct {
 	n     atomic.Int64 // entries: admission skips the lock when 0
 	mu    sync.RWMutex
 	byKey map[string]*prefixFence
+	names []string // byKey's names, sorted: the fences at or below a collection are a range
 	bytes int64
 	limit int64
 	// ownName: a prefix fence P/ also covers the resource P
@@ -101,19 +104,33 @@ func (p *prefixes) reset(prefix string) {
 // ErrPrefixLimit as begin.
 func (p *prefixes) add(prefix string, m uint64) error {
 	cost := int64(len(prefix) + prefixEntryBytes)
+	if err := p.room(prefix, cost); err != nil {
+		return err
+	}
+	p.byKey[prefix] = &prefixFence{max: m}
+	i, _ := slices.BinarySearch(p.names, prefix) // at the end while load reads them in order
+	p.names = slices.Insert(p.names, i, prefix)
+	p.bytes += cost
+	p.n.Add(1)
+	return nil
+}
+
+// room returns ErrPrefixLimit when cost more bytes for prefix would pass
+// the limit. Caller holds mu.
+func (p *prefixes) room(prefix string, cost int64) error {
 	if p.bytes+cost > p.limit {
 		return onResource(prefix, fmt.Errorf("%w: the %d prefix fences held take %d bytes, the limit is %d (FENCEPROXY_PREFIX_FENCES_SIZE)",
 			ErrPrefixLimit, len(p.byKey), p.bytes, p.limit))
 	}
-	p.byKey[prefix] = &prefixFence{max: m}
-	p.bytes += cost
-	p.n.Add(1)
 	return nil
 }
 
 // drop removes prefix's entry. Caller holds mu.
 func (p *prefixes) drop(prefix string) {
 	delete(p.byKey, prefix)
+	if i, ok := slices.BinarySearch(p.names, prefix); ok {
+		p.names = slices.Delete(p.names, i, i+1)
+	}
 	p.bytes -= int64(len(prefix) + prefixEntryBytes)
 	p.n.Add(-1)
 }
@@ -160,6 +177,54 @@ func (p *prefixes) above(resource string, t uint64) (name string, m uint64, wait
 		}
 	}
 	return "", 0, nil
+}
+
+// below returns the prefix fence at or below the collection that resource
+// stands for (resource itself when it ends in "/", else resource + "/";
+// resource's own fence excluded, the admission rule checks it) that refuses
+// token t, or one being raised (wait is then its channel): name "" when
+// none. It reads no store; its cost grows with the prefix fences below
+// (binary search, then the range).
+func (p *prefixes) below(resource string, t uint64) (name string, m uint64, wait <-chan struct{}) {
+	if p.n.Load() == 0 || !protected("collection-admission") {
+		return "", 0, nil
+	}
+	c := resource
+	if !IsPrefix(c) {
+		c += "/" // allocates only with prefix fences held
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	i, _ := slices.BinarySearch(p.names, c)
+	for ; i < len(p.names) && strings.HasPrefix(p.names[i], c); i++ {
+		if p.names[i] == resource {
+			continue
+		}
+		f := p.byKey[p.names[i]]
+		if f.raising > 0 {
+			return p.names[i], f.max, f.done
+		}
+		if t < f.max {
+			return p.names[i], f.max, nil
+		}
+	}
+	return "", 0, nil
+}
+
+// collectionAbove reports how a write in flight on resource stands to a
+// raise of the prefix fence prefix (Options.Collections): all reports that
+// resource is a collection above prefix (a name ending in "/" that prefix
+// starts with), trees that resource is a name whose collection,
+// resource + "/", is prefix or above it, where only its collection writes
+// count. Neither for prefix itself.
+func collectionAbove(resource, prefix string) (all, trees bool) {
+	if len(resource) >= len(prefix) || !strings.HasPrefix(prefix, resource) {
+		return false, false
+	}
+	if IsPrefix(resource) {
+		return true, false
+	}
+	return false, prefix[len(resource)] == '/'
 }
 
 // covers reports whether the prefix fence prefix covers resource.
@@ -343,19 +408,30 @@ func (b *Barrier) ReloadPrefixes(match func(name string) bool) error {
 	p := &b.prefixes
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// The sorted names are rebuilt once, not edited per entry: a takeover
+	// may move many thousands.
 	for name, f := range p.byKey {
 		if f.raising == 0 && match(name) {
-			p.drop(name)
+			delete(p.byKey, name)
+			p.bytes -= int64(len(name) + prefixEntryBytes)
+			p.n.Add(-1)
 		}
 	}
+	p.names = slices.DeleteFunc(p.names, func(name string) bool { return p.byKey[name] == nil })
+	defer slices.Sort(p.names)
 	for _, r := range recs {
 		if f := p.byKey[r.Resource]; f != nil {
 			f.max = max(f.max, r.Token)
 			continue
 		}
-		if err := p.add(r.Resource, r.Token); err != nil {
+		cost := int64(len(r.Resource) + prefixEntryBytes)
+		if err := p.room(r.Resource, cost); err != nil {
 			return err
 		}
+		p.byKey[r.Resource] = &prefixFence{max: r.Token}
+		p.names = append(p.names, r.Resource)
+		p.bytes += cost
+		p.n.Add(1)
 	}
 	return nil
 }
@@ -365,11 +441,12 @@ func (b *Barrier) ReloadPrefixes(match func(name string) bool) error {
 // wire.HeaderPrefix), as Raise does, so smaller-token writes below it are
 // cut and drained first; nothing when its maximum is t or more already
 // (read from memory). A write with t below the maximum is then refused by
-// Admit. resources are the write's: a token that one of them, or a prefix
-// fence above one, refuses raises nothing (a stale write must not fence a
-// partition). Errors: ErrBadResource when prefix is no prefix fence here;
-// *StaleError; ErrStore; Raise's otherwise.
-func (b *Barrier) RaiseAhead(ctx context.Context, prefix string, t uint64, resources []string) error {
+// Admit. resources are the write's, collections whether it is admitted with
+// AdmitCollections: a token that one of them, or a prefix fence above one
+// (or at or below its collection), refuses raises nothing (a stale write
+// must not fence a partition). Errors: ErrBadResource when prefix is no
+// prefix fence here; *StaleError; ErrStore; Raise's otherwise.
+func (b *Barrier) RaiseAhead(ctx context.Context, prefix string, t uint64, resources []string, collections bool) error {
 	if !b.isPrefix(prefix) {
 		return onResource(prefix, fmt.Errorf("%w: %q is no prefix fence", ErrBadResource, prefix))
 	}
@@ -381,7 +458,8 @@ func (b *Barrier) RaiseAhead(ctx context.Context, prefix string, t uint64, resou
 		if t < m {
 			return &StaleError{Resource: r, Token: t, Current: m}
 		}
-		if p, pm, wait := b.prefixes.above(r, t); p != "" && wait == nil {
+		trees := b.collections() && (collections || IsPrefix(r))
+		if p, pm, wait := b.fences(r, t, trees); p != "" && wait == nil {
 			return &StaleError{Resource: p, Token: t, Current: pm}
 		}
 	}
@@ -407,26 +485,36 @@ func (b *Barrier) PrefixFences() (n int, bytes int64) {
 }
 
 // drainPrefix is a prefix raise's wait: it cuts every upload below token m
-// still sending to a resource below prefix, and returns once no write below
-// m on one is in flight (an abandoned one through its abandon grace).
-// Writes admitted from now on see the raise (admitUnder). Errors:
+// still sending to a resource below prefix (and, with Options.Collections,
+// a collection write above it: see collectionAbove), and returns once no
+// such write below m is in flight (an abandoned one through its abandon
+// grace). Writes admitted from now on see the raise (admitUnder). Errors:
 // ErrDrainTimeout (as a *ResourceError of prefix) or ctx's cause.
 func (b *Barrier) drainPrefix(ctx context.Context, prefix string, m uint64, deadline *<-chan time.Time) error {
 	if !protected("prefix-drain") {
 		return nil
 	}
-	return b.drainWhere(ctx, prefix, deadline, func(st *resourceState) bool {
+	return b.drainWhere(ctx, prefix, deadline, func(st *resourceState, trees bool) bool {
+		if trees {
+			if st.treesBelow(m) {
+				st.cutBelow(m, prefix, true)
+				return true
+			}
+			return false
+		}
 		if st.inflightBelow(m) {
-			st.cutBelow(m)
+			st.cutBelow(m, prefix, false)
 			return true
 		}
 		return false
 	})
 }
 
-// drainWhere waits until busy reports no resource below prefix busy; busy
-// is called under the resource's lock, and may cut.
-func (b *Barrier) drainWhere(ctx context.Context, prefix string, deadline *<-chan time.Time, busy func(*resourceState) bool) error {
+// drainWhere waits until busy reports no resource below prefix busy (nor,
+// with Options.Collections, a collection write above it); busy is called
+// under the resource's lock with trees set when only the resource's
+// collection writes count, and may cut.
+func (b *Barrier) drainWhere(ctx context.Context, prefix string, deadline *<-chan time.Time, busy func(st *resourceState, trees bool) bool) error {
 	for {
 		ch := b.busyBelow(prefix, busy)
 		if ch == nil {
@@ -446,18 +534,27 @@ func (b *Barrier) drainWhere(ctx context.Context, prefix string, deadline *<-cha
 }
 
 // busyBelow calls busy for every resource below prefix with writes in
-// flight, and returns the change channel of the first busy one (nil: none).
-func (b *Barrier) busyBelow(prefix string, busy func(*resourceState) bool) <-chan struct{} {
+// flight (and every collection above it, see drainWhere), and returns the
+// change channel of the first busy one (nil: none).
+func (b *Barrier) busyBelow(prefix string, busy func(*resourceState, bool) bool) <-chan struct{} {
 	var first <-chan struct{}
+	collections := b.collections() && protected("collection-drain")
 	for i := range b.shards {
 		sh := &b.shards[i]
 		sh.mu.Lock()
 		for resource, st := range sh.resources {
+			trees := false
 			if !b.prefixes.covers(prefix, resource) {
-				continue
+				var all bool
+				if collections {
+					all, trees = collectionAbove(resource, prefix)
+				}
+				if !all && !trees {
+					continue
+				}
 			}
 			st.mu.Lock()
-			if busy(st) && first == nil {
+			if busy(st, trees) && first == nil {
 				if st.changed == nil {
 					st.changed = make(chan struct{})
 				}

@@ -328,6 +328,23 @@ func TestPrefixSegments(t *testing.T) {
 	if _, err := b.Admit(ctx, []string{"out/part-7/k"}, 4, nil); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("token 4 below out/part-7/ at 5: %v, want stale", err)
 	}
+
+	// Collection writes: checked below only where the collection has the
+	// depth (the prefix fences below a shallower one are other shards').
+	c := newBarrier(t, open(t, mem.Options{}), fence.Options{PrefixSegments: 2, Collections: true})
+	if _, err := c.Raise(ctx, "out/part-7/", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AdmitCollections(ctx, []string{"out/part-7"}, 3, nil); !errors.Is(err, fence.ErrStale) {
+		t.Errorf("a collection write on out/part-7 with 3 below out/part-7/ at 5: %v, want stale", err)
+	}
+	mustAdmit(t, c, "out", 3, nil)() // out/ is shallower: not decided here
+	rel, err := c.AdmitCollections(ctx, []string{"out"}, 3, nil)
+	if err != nil {
+		t.Errorf("a collection write on out with 3 (out/ shallower than the depth): %v, want admitted", err)
+	} else {
+		rel()
+	}
 }
 
 // ReloadPrefixes replaces the matching prefix fences with the store's (a
@@ -476,4 +493,121 @@ func TestPrefixFencesMemory(t *testing.T) {
 		t.Errorf("the index takes %d bytes on the heap, more than the %d counted: the limit would not bound memory", heap, counted)
 	}
 	runtime.KeepAlive(b)
+}
+
+// Options.Collections: a name ending in "/" passes every prefix fence below
+// it, and with AdmitCollections a name without one passes those at or
+// below its name + "/"; Admit on such a name (a PUT) and a barrier without
+// Collections (S3 mode) do not look below.
+func TestPrefixCollections(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, mem.Options{})
+	if _, err := s.Raise("dir/sub/", 5); err != nil {
+		t.Fatal(err)
+	}
+	b := newBarrier(t, s, fence.Options{Collections: true})
+	for _, tc := range []struct {
+		resources []string
+		trees     bool
+		refused   string // the fence named, "" when admitted
+	}{
+		{[]string{"dir/"}, false, "dir/sub/"},
+		{[]string{"dir/"}, true, "dir/sub/"},
+		{[]string{"dir"}, true, "dir/sub/"},
+		{[]string{"dir/sub"}, true, "dir/sub/"}, // the collection dir/sub/ itself
+		{[]string{"a/x", "dir"}, true, "dir/sub/"},
+		{[]string{"dir"}, false, ""},     // a PUT of the name itself
+		{[]string{"dir/su"}, true, ""},   // beside
+		{[]string{"dir/sub2"}, true, ""}, // beside
+		{[]string{"other/"}, false, ""},
+	} {
+		admit := b.Admit
+		if tc.trees {
+			admit = b.AdmitCollections
+		}
+		rel, err := admit(ctx, tc.resources, 3, nil)
+		if got := fence.ResourceOf(err); got != tc.refused || (tc.refused != "" && !errors.Is(err, fence.ErrStale)) {
+			t.Errorf("token 3 on %v (collections %v): %v; want refused by %q", tc.resources, tc.trees, err, tc.refused)
+		}
+		if err == nil {
+			rel()
+		}
+	}
+	mustAdmit(t, b, "dir/", 5, nil)()
+	// S3 mode: a directory marker changes nothing below it.
+	s = open(t, mem.Options{})
+	if _, err := s.Raise("dir/sub/", 5); err != nil {
+		t.Fatal(err)
+	}
+	s3 := newBarrier(t, s, fence.Options{PrefixOwnName: true})
+	rel, err := s3.AdmitCollections(ctx, []string{"dir/"}, 3, nil)
+	if err != nil {
+		t.Fatalf("token 3 on dir/ without Collections: %v", err)
+	}
+	rel()
+}
+
+// A raise of a prefix fence cuts and drains the collection writes above it
+// in flight with smaller tokens (and names itself in the cut), but not a
+// write of the name without "/" admitted as no collection write.
+func TestPrefixCollectionsDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := newBarrier(t, open(t, mem.Options{}), fence.Options{Collections: true})
+		tree := &fence.Upload{}
+		relTree, err := b.AdmitCollections(ctx, []string{"dir"}, 1, tree)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := &fence.Upload{}
+		relPlain := mustAdmit(t, b, "dir", 1, plain)
+		slash := &fence.Upload{}
+		relSlash := mustAdmit(t, b, "dir/", 1, slash)
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.Raise(ctx, "dir/sub/", 2)
+			done <- err
+		}()
+		synctest.Wait()
+		for name, up := range map[string]*fence.Upload{"DELETE dir": tree, "PUT dir/": slash} {
+			if c := up.CutBy(); up.State() != fence.Cut || c == nil || c.Resource != "dir/sub/" || c.Current != 2 || c.Token != 1 {
+				t.Errorf("%s after the raise of dir/sub/ to 2: %v, cut by %+v; want cut by dir/sub/ at 2", name, up.State(), c)
+			}
+		}
+		if plain.State() != fence.Sending {
+			t.Errorf("PUT dir after the raise of dir/sub/: %v, want still sending", plain.State())
+		}
+		relTree()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("the raise returned (%v) while PUT dir/ was in flight", err)
+		default:
+		}
+		relSlash()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		relPlain()
+		// A reset waits for the collection writes above admitted under
+		// the old maximum, as for those below.
+		relTree, err = b.AdmitCollections(ctx, []string{"dir"}, 2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := b.Reset(ctx, "dir/sub/", func() (uint64, error) { return 2, nil })
+			done <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("the reset of dir/sub/ returned (%v) while DELETE dir with token 2 was in flight", err)
+		default:
+		}
+		relTree()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
 }

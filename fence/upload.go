@@ -24,8 +24,10 @@ const (
 // when its last bytes go to the backend.
 type Upload struct {
 	token     uint64 // set by Admit
+	tree      bool   // set by AdmitCollections: its writes on names without "/" are collection writes too
 	state     atomic.Int32
 	abandoned atomic.Bool
+	cutBy     atomic.Pointer[StaleError] // the fence whose raise cut it
 
 	// Interrupt, when set before Admit, is called once when the upload is
 	// cut off, to unblock a read of the body in progress (a read deadline in
@@ -52,9 +54,26 @@ func (u *Upload) State() UploadState { return UploadState(u.state.Load()) }
 // may still apply it, so its release holds the barrier for the abandon grace.
 func (u *Upload) Abandon() { u.abandoned.Store(true) }
 
-// cut stops an upload that has not handed its whole body over; it reports
-// whether it did. A sent body cannot be recalled.
-func (u *Upload) cut() bool {
+// CutBy returns the refusal of a cut upload: the fence whose raise cut it
+// off (the write's own resource, or a prefix fence above or below one) and
+// its maximum then, with the upload's token. nil when it was not cut.
+func (u *Upload) CutBy() *StaleError {
+	if u.State() != Cut {
+		return nil
+	}
+	return u.cutBy.Load()
+}
+
+// cut stops an upload that has not handed its whole body over, for the
+// raise of fence by to m; it reports whether it did. A sent body cannot be
+// recalled.
+func (u *Upload) cut(by string, m uint64) bool {
+	if u.State() != Sending {
+		return false
+	}
+	// Before the state: whoever sees Cut sees a cutter (any one of
+	// several racing: each one's fence refuses the upload).
+	u.cutBy.Store(&StaleError{Resource: by, Token: u.token, Current: m})
 	if !u.state.CompareAndSwap(int32(Sending), int32(Cut)) {
 		return false
 	}

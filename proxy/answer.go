@@ -140,9 +140,14 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 	switch {
 	case why == errUploadCut:
 		p.opts.Metrics.upstreamError("upload_cut")
-		// The fence that cut it: the resource's own, or a prefix fence above it.
-		name, current, _ := p.barrier.Fence(ex.resource())
-		pb, _ = p.problemFor(&fence.StaleError{Resource: name, Token: ex.token, Current: current})
+		// The fence whose raise cut it: one of the write's resources, or a
+		// prefix fence above or below one.
+		stale := ex.up.CutBy()
+		if stale == nil { // not the barrier's cut: the first resource's fence now
+			name, current, _ := p.barrier.Fence(ex.resource())
+			stale = &fence.StaleError{Resource: name, Token: ex.token, Current: current}
+		}
+		pb, _ = p.problemFor(stale)
 		pb.Detail = errUploadCut.Error() + "; the backend did not get it whole"
 		pb.Token = ex.tokenText
 		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)

@@ -18,7 +18,12 @@ func (p *Proxy) observeWrite(ex *exchange, err error) {
 	}
 	if err == nil {
 		for _, res := range ex.resources {
-			if err = p.barrier.Check(res, ex.token); err != nil {
+			if ex.collections {
+				err = p.barrier.CheckCollections(res, ex.token)
+			} else {
+				err = p.barrier.Check(res, ex.token)
+			}
+			if err != nil {
 				break
 			}
 		}

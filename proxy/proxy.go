@@ -175,17 +175,18 @@ type exchange struct {
 	rawBody io.Reader
 	keyID   string // S3 gateway mode: the verified access key id, for logs
 
-	owner    context.Context  // cluster mode: Ownership.Context, nil otherwise
-	ownValid func() bool      // cluster mode: Ownership.Valid, nil otherwise
-	ownUntil func() time.Time // cluster mode: Ownership.ValidUntil, nil otherwise
-	admitted bool             // the barrier admitted the write: finish and the release run after forwarding
-	up       fence.Upload     // the body as the barrier sees it
-	in       clientBody       // r.Body's wrapper for the upstream client, when it has a body
-	body     uploadBody       // in's wrapper when hasBody
-	hasBody  bool             // an admitted write with a body
-	answered bool             // upstreamError answered (or aborted) the client itself and logged it
-	traced   bool             // wrote counts the copies sent (the write is replayable)
-	wrote    atomic.Int32     // copies of the request written upstream, when traced
+	owner       context.Context  // cluster mode: Ownership.Context, nil otherwise
+	ownValid    func() bool      // cluster mode: Ownership.Valid, nil otherwise
+	ownUntil    func() time.Time // cluster mode: Ownership.ValidUntil, nil otherwise
+	admitted    bool             // the barrier admitted the write: finish and the release run after forwarding
+	collections bool             // the write may act on the collections its resources stand for (collectionWrite)
+	up          fence.Upload     // the body as the barrier sees it
+	in          clientBody       // r.Body's wrapper for the upstream client, when it has a body
+	body        uploadBody       // in's wrapper when hasBody
+	hasBody     bool             // an admitted write with a body
+	answered    bool             // upstreamError answered (or aborted) the client itself and logged it
+	traced      bool             // wrote counts the copies sent (the write is replayable)
+	wrote       atomic.Int32     // copies of the request written upstream, when traced
 }
 
 // resource is the write's first resource, "" before resolve.
@@ -421,6 +422,7 @@ func (p *Proxy) bucketPolicy(ex *exchange) error {
 func (p *Proxy) resolve(ex *exchange) error {
 	resources, err := p.resources(ex)
 	ex.resources = resources
+	ex.collections = p.collectionWrite(ex.r)
 	if ex.tokenErr != nil {
 		return ex.tokenErr
 	}
@@ -434,6 +436,29 @@ func (p *Proxy) resolve(ex *exchange) error {
 		ex.prefix, err = p.tokenPrefix(ex)
 	}
 	return err
+}
+
+// collectionWrite reports whether a fenced write may act on the collections
+// its resources stand for, so that each name R also stands for R + "/"
+// (fence.Barrier.AdmitCollections): outside S3 mode, every method but PUT
+// and PATCH, which change the one resource they name (RFC 4918 refuses a
+// PUT to a collection). A WebDAV DELETE, MOVE or COPY acts on the whole
+// tree, MKCOL and PROPPATCH on the collection itself, a POST may create a
+// member, and a method the proxy does not know may do any of these. With
+// a method-override header, any method asked for counts.
+func (p *Proxy) collectionWrite(r *http.Request) bool {
+	if p.s3 != nil {
+		return false // an S3 write changes the objects it names
+	}
+	if !hasMethodOverride(r) {
+		return r.Method != http.MethodPut && r.Method != http.MethodPatch
+	}
+	for _, m := range methods(r) {
+		if m != http.MethodPut && m != http.MethodPatch {
+			return true
+		}
+	}
+	return false
 }
 
 // tokenPrefix reads wire.HeaderPrefix: once at most, a prefix fence's
@@ -494,9 +519,12 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 		}
 	}
 	if ex.prefix != "" {
-		if err := p.barrier.RaiseAhead(r.Context(), ex.prefix, ex.token, ex.resources); err != nil {
+		if err := p.barrier.RaiseAhead(r.Context(), ex.prefix, ex.token, ex.resources, ex.collections); err != nil {
 			return nil, err
 		}
+	}
+	if ex.collections {
+		return p.barrier.AdmitCollections(r.Context(), ex.resources, ex.token, &ex.up)
 	}
 	return p.barrier.Admit(r.Context(), ex.resources, ex.token, &ex.up)
 }

@@ -30,6 +30,9 @@ func fenceOptionsFrom(cfg config.Config) fence.Options {
 		// In S3 mode the resource P is also the object P/ (a directory
 		// marker), which lies below the prefix fence P/.
 		PrefixOwnName: cfg.S3 != "off",
+		// Outside S3 mode the backend may be a WebDAV or REST server, which
+		// applies a DELETE, MOVE or COPY of a collection to what lies below.
+		Collections: cfg.S3 == "off",
 	}
 }
 
