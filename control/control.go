@@ -76,6 +76,10 @@ type Options struct {
 	// ResourceDepth is FENCEPROXY_RESOURCE_DEPTH: when > 0, lease names
 	// must have exactly this many segments.
 	ResourceDepth int
+	// Names maps a decoded fence, lease or pool shard name to the resource
+	// key of the writes it names (fence.Resolver.Names; in S3 mode
+	// s3.ResourceName, the key in its alias class). nil: names as spelt.
+	Names func(name string) (string, error)
 	// NoPrefixFences (cluster mode): a lease or raise of a name ending in
 	// "/" is refused (400 bad_resource), since the barrier fences nothing
 	// below it there. False: such a name is a prefix fence.
@@ -144,7 +148,7 @@ func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	})
 	r.Get("/readyz", s.readyz)
 	r.Get(FencePrefix+"*", handle(s, route{
-		op: "fence.get", prefix: FencePrefix, name: fence.Resolver{Depth: s.opts.ResourceDepth}.Name,
+		op: "fence.get", prefix: FencePrefix, name: s.resolver().Name,
 		badName: errUnknownResource, failed: fence.ErrStore, status: http.StatusOK,
 	}, s.getFence))
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
@@ -161,6 +165,12 @@ type server struct {
 	store Store
 	log   *slog.Logger
 	opts  Options
+}
+
+// resolver reads the names of fence, lease and pool URLs: the proxy's rules
+// for what a resource is (Names in S3 mode).
+func (s *server) resolver() fence.Resolver {
+	return fence.Resolver{Depth: s.opts.ResourceDepth, Names: s.opts.Names}
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {

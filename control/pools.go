@@ -115,7 +115,12 @@ func (s *server) definePool(_ context.Context, req request[wire.PoolSpec]) (wire
 	}
 	for _, n := range names {
 		name := pool.ShardName(req.Name, spec.Prefix, n)
-		if _, err := (fence.Resolver{Depth: s.opts.ResourceDepth}).LeaseName(name); err != nil {
+		key, err := s.resolver().LeaseName(name)
+		if err == nil && key != name {
+			// The pool acquires the shard's lease by its name as spelt.
+			err = fmt.Errorf("%w: the writes it would fence resolve to %q: spell the prefix so", fence.ErrBadResource, key)
+		}
+		if err != nil {
 			if d := s.opts.ResourceDepth; spec.Prefix != "" && d > 0 {
 				fits := "no prefix fits: define the pool without one"
 				if d > 1 {

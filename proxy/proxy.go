@@ -115,6 +115,9 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		s3:          addressing,
 		log:         opts.Logger,
 	}
+	if addressing != nil {
+		p.resolver.Names = s3.ResourceName // X-Fencing-Prefix, as the lease API reads names
+	}
 	for _, m := range opts.UnfencedMethods {
 		p.unfenced[m] = true
 	}
@@ -447,7 +450,7 @@ func (p *Proxy) tokenPrefix(ex *exchange) (string, error) {
 	case len(values) > 1:
 		return "", fmt.Errorf("%w: %s given %d times", fence.ErrBadResource, wire.HeaderPrefix, len(values))
 	}
-	prefix, err := fence.Resolver{}.Name(values[0]) // a name as a lease URL spells it, never cut to RESOURCE_DEPTH
+	prefix, err := fence.Resolver{Names: p.resolver.Names}.Name(values[0]) // a name as a lease URL spells it, never cut to RESOURCE_DEPTH
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", wire.HeaderPrefix, err)
 	}

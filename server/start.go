@@ -18,6 +18,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/pool"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/store/badger"
 	"github.com/fenceproxy/fenceproxy/tokensig"
 )
@@ -242,6 +243,9 @@ func (st *starting) buildControl() error {
 		AdminToken:     cfg.AdminToken,
 		Signer:         st.signer,
 		Pools:          st.pools,
+	}
+	if cfg.S3 != "off" {
+		copts.Names = s3.ResourceName // the key a name's writes resolve to
 	}
 	if st.cluster != nil {
 		copts.Owner = st.cluster.ControlOwner

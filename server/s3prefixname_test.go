@@ -1,0 +1,137 @@
+package server_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/servertest"
+)
+
+const s3nAdmin = "s3n-adm1n"
+
+// s3nWrite sends PUT path (as written) to the proxy at endpoint with token
+// and the headers given in pairs; it returns the status, Fencing-Refused,
+// Fencing-Current-Token and the body.
+func s3nWrite(t *testing.T, endpoint, path, token string, header ...string) (status int, refused, current, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, endpoint+path, strings.NewReader("from "+token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Fencing-Token", token)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("PUT %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Fencing-Refused"), resp.Header.Get("Fencing-Current-Token"), string(b)
+}
+
+// s3nStale checks that token's PUT of path is the proxy's 409 at current,
+// naming the fence name in its S3 error message.
+func s3nStale(t *testing.T, endpoint, path, token, current, name string) {
+	t.Helper()
+	status, refused, cur, body := s3nWrite(t, endpoint, path, token)
+	if status != http.StatusConflict || refused != "stale" || cur != current || !strings.Contains(body, "resource &#34;"+name+"&#34;") {
+		t.Errorf("PUT %s with %s: %d %q current %q %s; want 409 stale at %s naming %q", path, token, status, refused, cur, body, current, name)
+	}
+}
+
+// TestS3NamesMapToWrites: in S3 mode a fence, lease or X-Fencing-Prefix name
+// is read with the writes' rules: the part after the bucket in its alias
+// class. So an admin raise or a lease spelt with a run of "/" (raw or
+// %2F%2F), a "\" (%5C) or a leading "/" after the bucket is the fence that
+// the writes of those keys meet, and its answer names that fence; a name
+// that maps to no write's resource is 400 naming the spelling to use.
+//
+// Before, each such name was a fence of its own ("demo/a//", "demo/c\\d/",
+// "demo/f//g") that no write is ever resolved to: the writes below them
+// with smaller tokens were applied (200), and X-Fencing-Prefix "demo/i//"
+// was refused as not above its own key.
+func TestS3NamesMapToWrites(t *testing.T) {
+	in, ep := startS3ErrorsProxy(t, "pass", map[string]string{"FENCEPROXY_ADMIN_TOKEN": s3nAdmin})
+	ctl := in.ControlURL()
+
+	// Admin raises in four spellings, each then refusing 5 below it.
+	for _, c := range []struct{ spelt, fence, write string }{
+		{"demo/a//", "demo/a/", "/demo/a/x"},
+		{"demo/b%2F%2F", "demo/b/", "/demo/b/x"},
+		{"demo/c%5Cd/", "demo/c/d/", "/demo/c%5Cd/x"},
+		{"demo//e/", "demo/e/", "/demo/e/x"},
+		{"demo/o//p", "demo/o/p", "/demo/o//p"},
+	} {
+		status, out := servertest.Call(t, http.MethodPut, ctl+"/v1/fences/"+c.spelt, `{"token":10}`, s3nAdmin)
+		if status != http.StatusOK || out["resource"] != c.fence || out["token"] != "10" {
+			t.Errorf("admin raise of %s to 10: %d %v; want 200 on %q", c.spelt, status, out, c.fence)
+		}
+		s3nStale(t, ep, c.write, "5", "10", c.fence)
+		if status, out := servertest.Call(t, http.MethodGet, ctl+"/v1/fences/"+c.spelt, "", ""); status != http.StatusOK || out["resource"] != c.fence {
+			t.Errorf("GET /v1/fences/%s: %d %v; want %q", c.spelt, status, out, c.fence)
+		}
+	}
+
+	// A lease on an object spelt with "//": the fence of its writes.
+	status, out := servertest.Call(t, http.MethodPost, ctl+"/v1/leases/demo/f//g", `{"holder":"A","ttl":"1h"}`, "")
+	if status != http.StatusCreated || out["name"] != "demo/f/g" {
+		t.Fatalf("acquire demo/f//g: %d %v; want 201 named demo/f/g", status, out)
+	}
+	s3nStale(t, ep, "/demo/f/g", "0", out["token"].(string), "demo/f/g")
+	// A lease on a prefix spelt %2F%2F, renewed and released in that spelling.
+	status, out = servertest.Call(t, http.MethodPost, ctl+"/v1/leases/demo/h%2F%2F", `{"holder":"A","ttl":"1h"}`, "")
+	if status != http.StatusCreated || out["name"] != "demo/h/" {
+		t.Fatalf("acquire demo/h%%2F%%2F: %d %v; want 201 named demo/h/", status, out)
+	}
+	tok := out["token"].(string)
+	s3nStale(t, ep, "/demo/h/x", "0", tok, "demo/h/")
+	if status, out := servertest.Call(t, http.MethodPut, ctl+"/v1/leases/demo/h//", `{"holder":"A","token":"`+tok+`"}`, ""); status != http.StatusOK {
+		t.Errorf("renew demo/h//: %d %v", status, out)
+	}
+
+	// X-Fencing-Prefix spelt with "//" raises the prefix its write is below.
+	if status, refused, _, body := s3nWrite(t, ep, "/demo/i/x", "3", "X-Fencing-Prefix", "demo/i//"); status != http.StatusOK {
+		t.Errorf("PUT /demo/i/x with 3 and X-Fencing-Prefix demo/i//: %d %q %s", status, refused, body)
+	}
+	if status, out := servertest.Call(t, http.MethodGet, ctl+"/v1/fences/demo/i/", "", ""); status != http.StatusOK || out["token"] != "3" {
+		t.Errorf("GET /v1/fences/demo/i/ after the write: %d %v; want 3", status, out)
+	}
+
+	// Names that map to no write's resource: 400, naming what to write.
+	for _, c := range []struct{ spelt, want string }{
+		{"/demo/x/", `as in \"demo/x/\"`},        // no write has an empty first segment
+		{"demo/%5C", `name the bucket \"demo\"`}, // the key names the bucket to some stores
+		{"de%20mo/x", `is in no bucket name`},    // no bucket has a space
+		{"demo/a%5C..", `dot segment`},           // a "\" that makes a dot segment
+	} {
+		req, _ := http.NewRequest(http.MethodPut, ctl+"/v1/fences/"+c.spelt, strings.NewReader(`{"token":10}`))
+		req.Header.Set("Authorization", "Bearer "+s3nAdmin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"reason":"bad_resource"`) || !strings.Contains(string(b), c.want) {
+			t.Errorf("admin raise of %s: %d %s; want 400 bad_resource saying %s", c.spelt, resp.StatusCode, b, c.want)
+		}
+	}
+	// A pool's prefix is the key's bytes, never mapped: "//" is refused (it
+	// was before this change too).
+	if status, out := servertest.Call(t, http.MethodPut, ctl+"/v1/pools/demo", `{"shards":2,"prefix":"demo/k//{shard}/"}`, ""); status != http.StatusBadRequest {
+		t.Errorf("a pool with the prefix demo/k//{shard}/: %d %v; want 400", status, out)
+	}
+	status, out = servertest.Call(t, http.MethodGet, ctl+"/v1/fences?prefix=demo", "", s3nAdmin)
+	if status != http.StatusOK {
+		t.Fatalf("GET /v1/fences?prefix=demo: %d %v", status, out)
+	}
+	for _, f := range out["fences"].([]any) {
+		if r := f.(map[string]any)["resource"].(string); strings.Contains(r, "//") || strings.Contains(r, `\`) {
+			t.Errorf("a fence %q that no write resolves to", r)
+		}
+	}
+}
