@@ -440,7 +440,8 @@ func (p *Proxy) resolve(ex *exchange) error {
 }
 
 // tokenPrefix reads wire.HeaderPrefix: once at most, a prefix fence's
-// name with every resource of the write strictly below it.
+// name (in S3 mode mapped as the lease API maps names) that covers every
+// resource of the write (Barrier.Covers).
 // fence.ErrBadResource otherwise.
 func (p *Proxy) tokenPrefix(ex *exchange) (string, error) {
 	values := ex.r.Header[wire.HeaderPrefix]
@@ -458,7 +459,7 @@ func (p *Proxy) tokenPrefix(ex *exchange) (string, error) {
 		return "", fmt.Errorf("%w: %s %q is no prefix fence here (it must end in \"/\"; cluster mode has none)", fence.ErrBadResource, wire.HeaderPrefix, prefix)
 	}
 	for _, res := range ex.resources {
-		if len(res) <= len(prefix) || !strings.HasPrefix(res, prefix) {
+		if !p.barrier.Covers(prefix, res) { // in S3 mode the prefix's own name too: the directory marker
 			return "", fmt.Errorf("%w: resource %q is not below the %s %q", fence.ErrBadResource, res, wire.HeaderPrefix, prefix)
 		}
 	}

@@ -1,11 +1,14 @@
 package server_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/s3backend"
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
@@ -133,5 +136,59 @@ func TestS3NamesMapToWrites(t *testing.T) {
 		if r := f.(map[string]any)["resource"].(string); strings.Contains(r, "//") || strings.Contains(r, `\`) {
 			t.Errorf("a fence %q that no write resolves to", r)
 		}
+	}
+}
+
+// TestS3SignedPrefixDirectoryMarker: in S3 signed-token mode the holder of
+// the lease on demo/out/part-7/ writes the directory marker out/part-7/
+// (whose resource is demo/out/part-7, covered by the prefix fence in S3
+// mode) with its own token and signature, also spelt out/part-7 and with
+// X-Fencing-Prefix naming its prefix; a key beside the prefix stays 403.
+//
+// Before, the signature of the prefix fence signed only the keys strictly
+// below it: the marker was 403 signature, and with X-Fencing-Prefix 400.
+func TestS3SignedPrefixDirectoryMarker(t *testing.T) {
+	keyText, _ := sgKey(t)
+	in, ep := startS3ErrorsProxy(t, "pass", map[string]string{"FENCEPROXY_TOKEN_KEY": keyText})
+	l := sgAcquire(t, in, "demo/out/part-7/", "A")
+	for _, w := range []struct {
+		path   string
+		header []string
+	}{
+		{"/demo/out/part-7/", nil},
+		{"/demo/out/part-7", nil},
+		{"/demo/out/part-7/f", nil},
+		{"/demo/out/part-7/", []string{"X-Fencing-Prefix", "demo/out/part-7/"}},
+	} {
+		h := append([]string{"X-Fencing-Token-Signature", l.sig}, w.header...)
+		if status, refused, _, body := s3nWrite(t, ep, w.path, l.token, h...); status != http.StatusOK {
+			t.Errorf("the holder's PUT %s %v with its token %s and signature: %d %q %s; want 200", w.path, w.header, l.token, status, refused, body)
+		}
+	}
+	if status, refused, _, _ := s3nWrite(t, ep, "/demo/out/part-70", l.token, "X-Fencing-Token-Signature", l.sig); status != http.StatusForbidden || refused != "signature" {
+		t.Errorf("PUT /demo/out/part-70 (beside the prefix) with its signature: %d %q; want 403 signature", status, refused)
+	}
+}
+
+// TestS3SignedPrefixDirectoryMarkerVersitygw: the same holder's directory
+// marker through the proxy, signed with SigV4, lands at versitygw (read
+// directly), which verifies every signature; before, it was 403 signature
+// and versitygw had no marker.
+func TestS3SignedPrefixDirectoryMarkerVersitygw(t *testing.T) {
+	backend := s3backend.Start(t)
+	backend.CreateBucket(t, s3pBucket)
+	keyText, _ := sgKey(t)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+		"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "127.0.0.1", "FENCEPROXY_TOKEN_KEY": keyText})
+	l := sgAcquire(t, in, s3pFence, "A")
+	r := s3pRaw(t, backend, in.ProxyURL(), http.MethodPut, "/"+s3pFence, servertest.MustUint(t, l.token), "",
+		map[string]string{"X-Fencing-Token-Signature": l.sig})
+	if r.status != http.StatusOK {
+		t.Fatalf("the holder's PUT of the marker /%s with its signed token: %d %q %s; want 200", s3pFence, r.status, r.refused, r.body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, found := s3pObject(ctx, t, backend.Client(), s3pPrefix); !found {
+		t.Errorf("versitygw has no marker %s after the holder's PUT", s3pPrefix)
 	}
 }

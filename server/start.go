@@ -146,7 +146,8 @@ func (st *starting) signedTokens() error {
 	if err != nil {
 		return fmt.Errorf("FENCEPROXY_TOKEN_KEY: %w", err)
 	}
-	st.authenticate, st.signer = proxy.SignedTokens(keys), keys
+	// In S3 mode a prefix fence P/ covers the resource P too (PrefixOwnName).
+	st.authenticate, st.signer = proxy.SignedTokens(keys, st.cfg.S3 != "off"), keys
 	return nil
 }
 
