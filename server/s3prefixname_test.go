@@ -2,12 +2,18 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/fenceproxy/fenceproxy/client"
 	"github.com/fenceproxy/fenceproxy/internal/s3backend"
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
@@ -190,5 +196,64 @@ func TestS3SignedPrefixDirectoryMarkerVersitygw(t *testing.T) {
 	defer cancel()
 	if _, found := s3pObject(ctx, t, backend.Client(), s3pPrefix); !found {
 		t.Errorf("versitygw has no marker %s after the holder's PUT", s3pPrefix)
+	}
+}
+
+// TestS3StaleErrorNamesFence: the Go client's *StaleError names the fence
+// that refused an S3 write, a prefix fence above its key included, through
+// S3Fencing (the <Error> body), through a plain SDK client whose error
+// AsStale digs out (the body consumed), and through CheckResponse; a name
+// with bytes a header cannot carry as they are comes back decoded.
+//
+// Before, S3 mode's answer named the fence only in its message: Resource
+// was "" in all three.
+func TestS3StaleErrorNamesFence(t *testing.T) {
+	in, ep := startS3ErrorsProxy(t, "pass", map[string]string{"FENCEPROXY_ADMIN_TOKEN": s3nAdmin})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctl := &client.Control{BaseURL: in.ControlURL(), AdminBearer: s3nAdmin}
+	for _, name := range []string{"demo/out/part-7/", "demo/n ä/x"} {
+		if _, err := ctl.RaiseFence(ctx, name, 2); err != nil {
+			t.Fatalf("raise %s: %v", name, err)
+		}
+	}
+	fenced := s3HostClient(ep, in.Proxy, true)
+	o := fenced.Options()
+	o.APIOptions = []func(*middleware.Stack) error{client.StackFencing("", nil)}
+	withClient := s3.New(o)
+	for _, c := range []struct{ key, fence string }{{"out/part-7/x", "demo/out/part-7/"}, {"n ä/x", "demo/n ä/x"}} {
+		put := func(sc *s3.Client, ctx context.Context) error {
+			_, err := sc.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("demo"), Key: aws.String(c.key), Body: strings.NewReader("late")})
+			return err
+		}
+		check := func(how string, err error) {
+			t.Helper()
+			se, ok := client.AsStale(err)
+			if !ok || se.Resource != c.fence || se.Current != 2 || se.Token != 1 {
+				t.Errorf("%s: PutObject %s with 1: AsStale %+v %v (%v); want the fence %q at 2", how, c.key, se, ok, err, c.fence)
+			}
+		}
+		err := put(withClient, client.WithToken(ctx, 1))
+		var se *client.StaleError
+		if !errors.As(err, &se) {
+			t.Errorf("S3Fencing: PutObject %s with 1: %v; want a *client.StaleError", c.key, err)
+		}
+		check("S3Fencing", err)
+		check("plain SDK", put(fenced, s3WithFencingToken(ctx, 1)))
+	}
+	status, _, _, _ := s3nWrite(t, ep, "/demo/out/part-7/y", "1")
+	if status != http.StatusConflict {
+		t.Fatalf("raw PUT with 1: %d", status)
+	}
+	req, _ := http.NewRequest(http.MethodPut, ep+"/demo/out/part-7/y", strings.NewReader("late"))
+	req.Header.Set("X-Fencing-Token", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	se, ok := client.AsStale(client.CheckResponse(resp))
+	resp.Body.Close()
+	if !ok || se.Resource != "demo/out/part-7/" || !strings.Contains(se.Error(), `"demo/out/part-7/"`) {
+		t.Errorf("CheckResponse of a raw stale PUT: %+v %v; want the fence demo/out/part-7/", se, ok)
 	}
 }
