@@ -147,13 +147,7 @@ func (c *Control) do(ctx context.Context, method, url, bearer string, body, out 
 
 // escapeKey percent-encodes each segment of a resource key or lease name,
 // keeping its slashes: the server decodes the path back to the same key.
-func escapeKey(key string) string {
-	segs := strings.Split(key, "/")
-	for i, s := range segs {
-		segs[i] = url.PathEscape(s)
-	}
-	return strings.Join(segs, "/")
-}
+func escapeKey(key string) string { return wire.EscapeName(key) }
 
 // send makes one control API call with body as JSON (nil: none) and
 // decodes a 2xx answer's JSON into out. Any other answer is an *APIError

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -23,6 +24,7 @@ import (
 const (
 	HeaderRefused      = wire.HeaderRefused      // the refusal reason, e.g. "stale"
 	HeaderCurrentToken = wire.HeaderCurrentToken // on a stale 409: the resource's maximum
+	HeaderResource     = wire.HeaderResource     // on a stale 409: the fence that refused, percent-encoded
 )
 
 // Fencing-Refused values. ReasonStale comes as a *StaleError; the others as
@@ -52,7 +54,11 @@ var (
 // resource's maximum: a newer holder has taken over, and this writer must
 // stop. Nothing was forwarded to the backend.
 type StaleError struct {
-	Resource string // the resource key ("" when not known, see AsStale)
+	// Resource is the fence that refused: the write's resource key or a
+	// prefix fence above it ("jobs/out/part-7/"), from the problem's
+	// "resource" or the Fencing-Resource header (an S3 <Error> body has it
+	// only in its message); "" when the answer named none.
+	Resource string
 	Token    uint64 // the refused token (0 when not known)
 	Current  uint64 // the resource's maximum: the token of the newer holder
 }
@@ -163,6 +169,9 @@ func refusal(resp *http.Response, pb wire.Problem) error {
 	reason := resp.Header.Get(HeaderRefused)
 	if resp.StatusCode == http.StatusConflict && reason == ReasonStale {
 		e := &StaleError{Resource: pb.Resource}
+		if e.Resource == "" {
+			e.Resource, _ = url.PathUnescape(resp.Header.Get(HeaderResource)) // "" when it does not decode
+		}
 		e.Token, _ = fence.ParseToken(pb.Token)
 		cur := resp.Header.Get(HeaderCurrentToken)
 		if cur == "" {
@@ -184,8 +193,8 @@ func refusal(resp *http.Response, pb wire.Problem) error {
 // aws-sdk-go-v2/smithy-go response errors (*smithyhttp.ResponseError, which
 // *awshttp.ResponseError wraps) for a 409 with "Fencing-Refused: stale": the
 // SDK has consumed that body, so Current comes from Fencing-Current-Token,
-// Token from the request's X-Fencing-Token header when it is known, and
-// Resource stays empty.
+// Resource from Fencing-Resource, and Token from the request's
+// X-Fencing-Token header when it is known.
 func AsStale(err error) (*StaleError, bool) {
 	var se *StaleError
 	if errors.As(err, &se) {

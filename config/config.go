@@ -794,6 +794,7 @@ var reservedHeaders = func() map[string]string {
 		wire.HeaderPrefix:       "names the prefix fence a token is for",
 		wire.HeaderRefused:      "is fenceproxy's refusal header",
 		wire.HeaderCurrentToken: "is fenceproxy's refusal header",
+		wire.HeaderResource:     "is fenceproxy's refusal header",
 	}
 	for _, h := range wire.MethodOverrideHeaders {
 		m[h] = "asks the backend for another method"

@@ -43,11 +43,11 @@ func (s *server) adminRoutes(r chi.Router) {
 	admin := r.With(s.adminAuth)
 	admin.Get("/v1/fences", handle(s, route{op: "fence.list", failed: fence.ErrStore, status: http.StatusOK}, s.listFences))
 	admin.Put(FencePrefix+"*", handle(s, route{
-		op: "fence.raise", prefix: FencePrefix, name: s.raiseName(fence.Resolver{Depth: s.opts.ResourceDepth}.Name),
+		op: "fence.raise", prefix: FencePrefix, name: s.raiseName(s.resolver().Name),
 		badBody: errBadFenceRequest, failed: fence.ErrStore, status: http.StatusOK,
 	}, s.raiseFence))
 	admin.Delete(FencePrefix+"*", handle(s, route{
-		op: "fence.reset", prefix: FencePrefix, name: fence.Resolver{Depth: s.opts.ResourceDepth}.Name,
+		op: "fence.reset", prefix: FencePrefix, name: s.resolver().Name,
 		failed: fence.ErrStore, status: http.StatusOK,
 	}, s.resetFence))
 	// Go's profiler, for "where does the CPU go" on a live proxy.

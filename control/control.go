@@ -82,6 +82,10 @@ type Options struct {
 	// its error (400), since it would fence nothing below it. nil: every
 	// such name is one.
 	PrefixFence func(name string) error
+	// Names maps a decoded fence, lease or pool shard name to the resource
+	// key of the writes it names (fence.Resolver.Names; in S3 mode
+	// s3.ResourceName, the key in its alias class). nil: names as spelt.
+	Names func(name string) (string, error)
 	// Admin serves the admin fence calls (GET /v1/fences, PUT and DELETE
 	// /v1/fences/*) and Go's profiler; nil: none of them.
 	Admin AdminFences
@@ -146,7 +150,7 @@ func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	})
 	r.Get("/readyz", s.readyz)
 	r.Get(FencePrefix+"*", handle(s, route{
-		op: "fence.get", prefix: FencePrefix, name: fence.Resolver{Depth: s.opts.ResourceDepth}.Name,
+		op: "fence.get", prefix: FencePrefix, name: s.resolver().Name,
 		badName: errUnknownResource, failed: fence.ErrStore, status: http.StatusOK,
 	}, s.getFence))
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
@@ -163,6 +167,12 @@ type server struct {
 	store Store
 	log   *slog.Logger
 	opts  Options
+}
+
+// resolver reads the names of fence, lease and pool URLs: the proxy's rules
+// for what a resource is (Names in S3 mode).
+func (s *server) resolver() fence.Resolver {
+	return fence.Resolver{Depth: s.opts.ResourceDepth, Names: s.opts.Names}
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {

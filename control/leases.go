@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
@@ -49,7 +48,7 @@ type Signer interface {
 func (s *server) leaseRoutes(r chi.Router) {
 	lr := func(op string, status int) route {
 		return route{
-			op: op, prefix: LeasePrefix, name: s.raiseName(fence.Resolver{Depth: s.opts.ResourceDepth}.LeaseName),
+			op: op, prefix: LeasePrefix, name: s.raiseName(s.resolver().LeaseName),
 			badName: errBadLeaseName, badBody: lease.ErrInvalid, failed: errLeaseStore, status: status,
 		}
 	}

@@ -118,7 +118,12 @@ func (s *server) definePool(_ context.Context, req request[wire.PoolSpec]) (wire
 				return wire.Pool{}, fmt.Errorf("%w: prefix %q: shard %q's lease %q: %w", pool.ErrInvalid, spec.Prefix, n, name, err)
 			}
 		}
-		if _, err := (fence.Resolver{Depth: s.opts.ResourceDepth}).LeaseName(name); err != nil {
+		key, err := s.resolver().LeaseName(name)
+		if err == nil && key != name {
+			// The pool acquires the shard's lease by its name as spelt.
+			err = fmt.Errorf("%w: the writes it would fence resolve to %q: spell the prefix so", fence.ErrBadResource, key)
+		}
+		if err != nil {
 			if d := s.opts.ResourceDepth; spec.Prefix != "" && d > 0 {
 				fits := "no prefix fits: define the pool without one"
 				if d > 1 {

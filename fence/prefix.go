@@ -436,6 +436,13 @@ func (b *Barrier) ReloadPrefixes(match func(name string) bool) error {
 	return nil
 }
 
+// Covers reports whether the prefix fence prefix (a name ending in "/")
+// covers resource: resource is below it, or with Options.PrefixOwnName is
+// prefix without its final "/" (the directory marker's resource in S3 mode).
+func (b *Barrier) Covers(prefix, resource string) bool {
+	return b.isPrefix(prefix) && b.prefixes.covers(prefix, resource)
+}
+
 // RaiseAhead raises prefix fence prefix to token t before a write below it
 // with t is admitted (an outside coordinator's token for a partition, see
 // wire.HeaderPrefix), as Raise does, so smaller-token writes below it are

@@ -39,6 +39,12 @@ type Resolver struct {
 	// store keeps apart then share one fence, which refuses more, never less.
 	// False: an empty segment counts (/bkt//x is bkt/ with Depth 2).
 	MergeSlashes bool
+	// Names (S3 mode: s3.ResourceName) maps a decoded API name to the
+	// resource key of the writes it names, before Name checks it, so that a
+	// lease or fence spelt "bkt/a//" is the prefix fence "bkt/a/" the writes
+	// below it meet rather than a fence no write resolves to. Its errors
+	// wrap ErrBadResource. nil: a name must be a key as spelt.
+	Names func(name string) (string, error)
 }
 
 // Target returns the resource key of a request target's path as received
@@ -123,12 +129,12 @@ func (r Resolver) Key(path string) (string, error) {
 	return key, nil
 }
 
-// Name returns the resource key that raw names exactly: raw is the rest of
-// an API URL's path after its prefix (/v1/fences/, /v1/leases/) as received,
-// still percent-encoded. The bytes are checked as for Target, and the name
-// must be a key some write can have: with Depth > 0, at most Depth segments
-// (a longer name would be fenced, and fence nothing). ErrBadResource
-// otherwise.
+// Name returns the resource key that raw names: raw is the rest of an API
+// URL's path after its prefix (/v1/fences/, /v1/leases/) as received, still
+// percent-encoded. The bytes are checked as for Target; the decoded name is
+// mapped through Names when set, and must then be a key some write can
+// have: with Depth > 0, at most Depth segments (a longer name would be
+// fenced, and fence nothing). ErrBadResource otherwise.
 func (r Resolver) Name(raw string) (string, error) {
 	if err := CheckRawPath(raw); err != nil {
 		return "", err
@@ -136,6 +142,11 @@ func (r Resolver) Name(raw string) (string, error) {
 	name, err := url.PathUnescape(raw)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrBadResource, err)
+	}
+	if r.Names != nil {
+		if name, err = r.Names(name); err != nil {
+			return "", err
+		}
 	}
 	key, err := Resolver{}.Key("/" + name)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 
 // refuse is the one place where the proxy's own refusals become HTTP
 // responses: a problem (problemFor), Fencing-Refused, and for a 409
-// Fencing-Current-Token, written by writeProblem (an S3 <Error> in S3 mode).
+// Fencing-Current-Token and Fencing-Resource, written by writeProblem (an S3 <Error> in S3 mode).
 // It logs once; internal causes (store errors) stay out of the body.
 func (p *Proxy) refuse(ex *exchange, err error) {
 	pb, a := p.problemFor(err)
@@ -29,6 +29,7 @@ func (p *Proxy) refuse(ex *exchange, err error) {
 	h := ex.w.Header()
 	if pb.CurrentToken != "" {
 		h.Set(wire.HeaderCurrentToken, pb.CurrentToken)
+		h.Set(wire.HeaderResource, wire.EscapeName(pb.Resource)) // the fence that refused, maybe a prefix above the key
 	}
 	if a.Retry {
 		h.Set("Retry-After", wire.RetryAfter(err))
@@ -152,6 +153,7 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 		pb.Token = ex.tokenText
 		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
 		ex.w.Header().Set(wire.HeaderCurrentToken, pb.CurrentToken)
+		ex.w.Header().Set(wire.HeaderResource, wire.EscapeName(pb.Resource))
 		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off by a larger token", append(attrs,
 			slog.Int("status", pb.Status), slog.String("current_token", pb.CurrentToken))...)
 	case why == errOwnershipEnded:

@@ -115,6 +115,9 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		s3:          addressing,
 		log:         opts.Logger,
 	}
+	if addressing != nil {
+		p.resolver.Names = s3.ResourceName // X-Fencing-Prefix, as the lease API reads names
+	}
 	for _, m := range opts.UnfencedMethods {
 		p.unfenced[m] = true
 	}
@@ -462,7 +465,8 @@ func (p *Proxy) collectionWrite(r *http.Request) bool {
 }
 
 // tokenPrefix reads wire.HeaderPrefix: once at most, a prefix fence's
-// name with every resource of the write strictly below it.
+// name (in S3 mode mapped as the lease API maps names) that covers every
+// resource of the write (Barrier.Covers).
 // fence.ErrBadResource otherwise.
 func (p *Proxy) tokenPrefix(ex *exchange) (string, error) {
 	values := ex.r.Header[wire.HeaderPrefix]
@@ -472,7 +476,7 @@ func (p *Proxy) tokenPrefix(ex *exchange) (string, error) {
 	case len(values) > 1:
 		return "", fmt.Errorf("%w: %s given %d times", fence.ErrBadResource, wire.HeaderPrefix, len(values))
 	}
-	prefix, err := fence.Resolver{}.Name(values[0]) // a name as a lease URL spells it, never cut to RESOURCE_DEPTH
+	prefix, err := fence.Resolver{Names: p.resolver.Names}.Name(values[0]) // a name as a lease URL spells it, never cut to RESOURCE_DEPTH
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", wire.HeaderPrefix, err)
 	}
@@ -480,7 +484,7 @@ func (p *Proxy) tokenPrefix(ex *exchange) (string, error) {
 		return "", fmt.Errorf("%s: %w", wire.HeaderPrefix, err)
 	}
 	for _, res := range ex.resources {
-		if len(res) <= len(prefix) || !strings.HasPrefix(res, prefix) {
+		if !p.barrier.Covers(prefix, res) { // in S3 mode the prefix's own name too: the directory marker
 			return "", fmt.Errorf("%w: resource %q is not below the %s %q", fence.ErrBadResource, res, wire.HeaderPrefix, prefix)
 		}
 	}

@@ -32,11 +32,14 @@ var (
 // touches, one X-Fencing-Token-Signature value that signs its token for that
 // resource or for a prefix fence above it (a name ending in "/" that the
 // resource starts with: a lease on a partition signs for every key below
-// it). A MOVE carries one per resource, on separate header lines or
-// comma-separated; the base64url alphabet has no comma. Other requests pass.
-// The error is a *fence.ResourceError naming the resource that lacks one,
-// wrapping ErrSignature.
-func SignedTokens(v TokenVerifier) func(r *http.Request, resources []string, token uint64) error {
+// it). With prefixOwnName (S3 mode, fence.Options.PrefixOwnName) a prefix
+// fence P/ also signs for the resource P, which it covers: the directory
+// marker P/ of the partition's holder resolves to P. A MOVE carries one per
+// resource, on separate header lines or comma-separated; the base64url
+// alphabet has no comma. Other requests pass. The error is a
+// *fence.ResourceError naming the resource that lacks one, wrapping
+// ErrSignature.
+func SignedTokens(v TokenVerifier, prefixOwnName bool) func(r *http.Request, resources []string, token uint64) error {
 	return func(r *http.Request, resources []string, t uint64) error {
 		if len(resources) == 0 {
 			return nil // not a fenced write
@@ -59,7 +62,7 @@ func SignedTokens(v TokenVerifier) func(r *http.Request, resources []string, tok
 				Err: fmt.Errorf("%w: send the signature issued with the token in the %s header", ErrSignature, wire.HeaderSignature)}
 		}
 		for _, res := range resources {
-			if !signedFor(v, res, t, sigs) {
+			if !signedFor(v, res, t, sigs, prefixOwnName) {
 				return &fence.ResourceError{Resource: res,
 					Err: fmt.Errorf("%w: no %s value signs token %d for resource %q", ErrSignature, wire.HeaderSignature, t, res)}
 			}
@@ -69,11 +72,18 @@ func SignedTokens(v TokenVerifier) func(r *http.Request, resources []string, tok
 }
 
 // signedFor reports whether one of sigs signs t for resource or for a
-// prefix fence above it.
-func signedFor(v TokenVerifier, resource string, t uint64, sigs []string) bool {
+// prefix fence above it (with ownName also resource + "/").
+func signedFor(v TokenVerifier, resource string, t uint64, sigs []string, ownName bool) bool {
 	for _, s := range sigs {
 		if v.Verify(resource, t, s) == nil {
 			return true
+		}
+	}
+	if ownName && !strings.HasSuffix(resource, "/") {
+		for _, s := range sigs {
+			if v.Verify(resource+"/", t, s) == nil {
+				return true
+			}
 		}
 	}
 	for i := len(resource) - 2; i >= 0; i-- {

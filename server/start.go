@@ -18,6 +18,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/lease"
 	"github.com/fenceproxy/fenceproxy/pool"
 	"github.com/fenceproxy/fenceproxy/proxy"
+	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/store/badger"
 	"github.com/fenceproxy/fenceproxy/tokensig"
 )
@@ -145,7 +146,8 @@ func (st *starting) signedTokens() error {
 	if err != nil {
 		return fmt.Errorf("FENCEPROXY_TOKEN_KEY: %w", err)
 	}
-	st.authenticate, st.signer = proxy.SignedTokens(keys), keys
+	// In S3 mode a prefix fence P/ covers the resource P too (PrefixOwnName).
+	st.authenticate, st.signer = proxy.SignedTokens(keys, st.cfg.S3 != "off"), keys
 	return nil
 }
 
@@ -241,6 +243,9 @@ func (st *starting) buildControl() error {
 		AdminToken:    cfg.AdminToken,
 		Signer:        st.signer,
 		Pools:         st.pools,
+	}
+	if cfg.S3 != "off" {
+		copts.Names = s3.ResourceName // the key a name's writes resolve to
 	}
 	if st.cluster != nil {
 		copts.Owner = st.cluster.ControlOwner

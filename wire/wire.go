@@ -9,7 +9,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
@@ -36,7 +38,23 @@ const (
 	HeaderRefused = "Fencing-Refused"
 	// HeaderCurrentToken is on a stale refusal (409): the resource's maximum.
 	HeaderCurrentToken = "Fencing-Current-Token"
+	// HeaderResource is on a stale refusal (409): the fence that refused,
+	// the write's own resource or a prefix fence above it, percent-encoded
+	// as a fence URL names it (EscapeName), so a client reads it also where
+	// the body is S3's <Error> or an SDK consumed it.
+	HeaderResource = "Fencing-Resource"
 )
+
+// EscapeName percent-encodes each segment of a resource key or lease name,
+// keeping its slashes: /v1/fences/ + EscapeName(key) names key's fence, and
+// url.PathUnescape gives key back.
+func EscapeName(key string) string {
+	segs := strings.Split(key, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return strings.Join(segs, "/")
+}
 
 // MethodOverrideHeaders ask some backends (Rails, Express's method-override,
 // Google APIs) to run another method than the request line's; the proxy
