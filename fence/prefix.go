@@ -378,9 +378,10 @@ func (b *Barrier) CheckPrefix(name string) error {
 		return fmt.Errorf("%w: %q ends in \"/\", a prefix fence, which cluster mode supports only with FENCEPROXY_SHARD_DEPTH set "+
 			"(without it the keys below a prefix may be owned by other replicas)", ErrBadResource, name)
 	default:
-		return fmt.Errorf("%w: prefix fence %q has %d segments, fewer than FENCEPROXY_SHARD_DEPTH %d: "+
+		n := strings.Count(name, "/")
+		return fmt.Errorf("%w: prefix fence %q has %d %s, fewer than FENCEPROXY_SHARD_DEPTH %d: "+
 			"cluster mode shards a key by its first %d segments, so the keys below a shallower prefix may be owned by other replicas",
-			ErrBadResource, name, strings.Count(name, "/"), b.opts.PrefixSegments, b.opts.PrefixSegments)
+			ErrBadResource, name, n, plural(n, "segment"), b.opts.PrefixSegments, b.opts.PrefixSegments)
 	}
 }
 
@@ -572,4 +573,12 @@ func (b *Barrier) busyBelow(prefix string, busy func(*resourceState, bool) bool)
 		sh.mu.Unlock()
 	}
 	return first
+}
+
+// plural is word, with an "s" unless n is 1.
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
