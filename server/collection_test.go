@@ -66,30 +66,6 @@ func (b *davBackend) appliedNow() []string {
 
 func (b *davBackend) release() { close(b.hold) }
 
-// davSend is a fenced request through the proxy with extra headers
-// ("Name: value"); it returns the status, the Fencing-Current-Token and
-// the problem's resource.
-func davSend(t *testing.T, in *servertest.Instance, method, path, token, body string, headers ...string) (int, string, string) {
-	t.Helper()
-	req, _ := http.NewRequest(method, in.ProxyURL()+path, strings.NewReader(body))
-	req.Header.Set("X-Fencing-Token", token)
-	for _, h := range headers {
-		name, value, _ := strings.Cut(h, ": ")
-		req.Header.Set(name, value)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(resp.Body)
-	resource := ""
-	if i := strings.Index(string(answer), `"resource":"`); i >= 0 {
-		resource, _, _ = strings.Cut(string(answer)[i+len(`"resource":"`):], `"`)
-	}
-	return resp.StatusCode, resp.Header.Get("Fencing-Current-Token"), resource
-}
-
 // davGet reads path from the WebDAV server directly: status and body.
 func davGet(t *testing.T, srv *httptest.Server, path string) (int, string) {
 	t.Helper()
@@ -111,7 +87,7 @@ func davTree(t *testing.T, in *servertest.Instance) {
 		{"MKCOL", "/dir/", ""}, {"MKCOL", "/dir/sub/", ""}, {"MKCOL", "/other/", ""},
 		{http.MethodPut, "/dir/sub/x", "x-old"}, {http.MethodPut, "/dir/y", "y-old"}, {http.MethodPut, "/other/z", "z"},
 	} {
-		if s, _, _ := davSend(t, in, w.method, w.path, "0", w.body); s >= 300 {
+		if s, _, _ := send(t, in, w.method, w.path, "0", w.body); s >= 300 {
 			t.Fatalf("setting up: %s %s: %d", w.method, w.path, s)
 		}
 	}
@@ -148,7 +124,7 @@ func TestPrefixCollectionWrites(t *testing.T) {
 		{"COPY", "/other/", "", []string{"Destination: http://" + in.Proxy + "/dir/sub/"}},
 		{"PROPPATCH", "/dir/sub", proppatch, []string{"Content-Type: application/xml"}},
 	} {
-		s, current, resource := davSend(t, in, w.method, w.path, "3", w.body, w.headers...)
+		s, current, resource := send(t, in, w.method, w.path, "3", w.body, w.headers...)
 		if s == http.StatusConflict && current == "5" && resource == "dir/sub/" {
 			continue
 		}
@@ -184,11 +160,11 @@ func TestPrefixCollectionWrites(t *testing.T) {
 		t.Errorf("stale collection writes applied over the fence dir/sub/: %v", applied)
 	}
 	// Beside the fence: not fenced by it.
-	if s, _, _ := davSend(t, in, http.MethodDelete, "/other/", "3", ""); s >= 300 {
+	if s, _, _ := send(t, in, http.MethodDelete, "/other/", "3", ""); s >= 300 {
 		t.Errorf("DELETE /other/ with token 3, beside dir/sub/: %d, want it applied", s)
 	}
 	// The holder of the fence's token deletes the tree.
-	if s, _, _ := davSend(t, in, http.MethodDelete, "/dir", "5", ""); s >= 300 {
+	if s, _, _ := send(t, in, http.MethodDelete, "/dir", "5", ""); s >= 300 {
 		t.Errorf("DELETE /dir with token 5: %d, want it applied", s)
 	}
 	if s, _ := davGet(t, srv, "/dir/sub/x"); s != http.StatusNotFound {
@@ -206,13 +182,13 @@ func TestPrefixCollectionDrain(t *testing.T) {
 			backend, srv := newDAVBackend(t)
 			in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ADMIN_TOKEN": "adm"})
 			for _, w := range []struct{ method, path, body string }{{"MKCOL", "/dir/", ""}, {"MKCOL", "/dir/sub/", ""}, {http.MethodPut, "/dir/sub/x", "x"}} {
-				if s, _, _ := davSend(t, in, w.method, w.path, "0", w.body); s >= 300 {
+				if s, _, _ := send(t, in, w.method, w.path, "0", w.body); s >= 300 {
 					t.Fatalf("setting up: %s %s: %d", w.method, w.path, s)
 				}
 			}
 			deleted := make(chan int, 1)
 			go func() {
-				s, _, _ := davSend(t, in, http.MethodDelete, path, "3", "", "X-Hold: 1")
+				s, _, _ := send(t, in, http.MethodDelete, path, "3", "", "X-Hold: 1")
 				deleted <- s
 			}()
 			servertest.Eventually(t, 10*time.Second, "the DELETE reaches the WebDAV server", func() bool { return backend.heldNow() == 1 })
@@ -246,7 +222,7 @@ func TestPrefixCollectionDrain(t *testing.T) {
 			if r := <-raised; !strings.HasPrefix(r, "200") {
 				t.Errorf("the raise of dir/sub/: %s", r)
 			}
-			if s, _, _ := davSend(t, in, http.MethodDelete, path, "3", ""); s != http.StatusConflict {
+			if s, _, _ := send(t, in, http.MethodDelete, path, "3", ""); s != http.StatusConflict {
 				t.Errorf("DELETE %s with token 3 after the raise: %d, want 409", path, s)
 			}
 		})
@@ -313,11 +289,11 @@ func TestPrefixRefusalNamesFence(t *testing.T) {
 	if status, out := servertest.Call(t, http.MethodPut, in.ControlURL()+"/v1/fences/dir/sub/", `{"token":"5"}`, "adm"); status != http.StatusOK {
 		t.Fatalf("admin raise of dir/sub/: %d %v", status, out)
 	}
-	if s, _, _ := davSend(t, in, http.MethodPut, "/a/x", "4", "a"); s != http.StatusOK {
+	if s, _, _ := send(t, in, http.MethodPut, "/a/x", "4", "a"); s != http.StatusOK {
 		t.Fatalf("token 4 on a/x: %d", s)
 	}
 	for _, dest := range []string{"/dir/sub/y", "/dir/sub"} {
-		if s, current, resource := davSend(t, in, "MOVE", "/a/x", "4", "", "Destination: "+dest); s != http.StatusConflict || current != "5" || resource != "dir/sub/" {
+		if s, current, resource := send(t, in, "MOVE", "/a/x", "4", "", "Destination: "+dest); s != http.StatusConflict || current != "5" || resource != "dir/sub/" {
 			t.Errorf("MOVE /a/x onto %s with token 4: %d, current %q, resource %q; want 409 naming dir/sub/ at 5", dest, s, current, resource)
 		}
 	}

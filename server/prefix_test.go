@@ -84,12 +84,17 @@ func (b *lenientStore) object(path string) (string, bool) {
 	return o, ok
 }
 
-// send is a fenced request through the proxy; it returns the status and
-// the Fencing-Current-Token and the problem's resource of a refusal.
-func send(t *testing.T, in *servertest.Instance, method, path, token, body string) (int, string, string) {
+// send is a fenced request through the proxy with extra headers ("Name:
+// value"); it returns the status and the Fencing-Current-Token and the
+// problem's resource of a refusal.
+func send(t *testing.T, in *servertest.Instance, method, path, token, body string, headers ...string) (int, string, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, in.ProxyURL()+path, strings.NewReader(body))
 	req.Header.Set("X-Fencing-Token", token)
+	for _, h := range headers {
+		name, value, _ := strings.Cut(h, ": ")
+		req.Header.Set(name, value)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
