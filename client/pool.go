@@ -292,10 +292,10 @@ func (p *Pool) keep(parent context.Context, h *held, work func(context.Context, 
 	finished := make(chan struct{})
 	var cur sync.Mutex
 	shard := func() Shard { cur.Lock(); defer cur.Unlock(); return s }
-	go func() {
+	go func(s Shard) { // a copy taken here: renews below change s.Lease
 		defer close(finished)
 		workErr = work(wctx, s)
-	}()
+	}(s)
 	tick := time.NewTicker(p.TTL / 3)
 	defer tick.Stop()
 	lost := false
