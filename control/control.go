@@ -172,7 +172,9 @@ type server struct {
 // resolver reads the names of fence, lease and pool URLs: the proxy's rules
 // for what a resource is (Names in S3 mode).
 func (s *server) resolver() fence.Resolver {
-	return fence.Resolver{Depth: s.opts.ResourceDepth, Names: s.opts.Names}
+	// Without Names (plain mode) a name is read as the proxy reads a path:
+	// runs of slashes merged.
+	return fence.Resolver{Depth: s.opts.ResourceDepth, Names: s.opts.Names, MergeSlashes: s.opts.Names == nil}
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {

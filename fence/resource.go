@@ -32,12 +32,14 @@ type Resolver struct {
 	// byte like any other, for backends that do not strip path parameters.
 	// Encoded "%3B" is a key byte either way (S3 SDKs encode ";").
 	PathParams bool
-	// MergeSlashes (S3 mode): a run of slashes in the decoded path is one
-	// slash, so /bkt//obj and /bkt/%2Fobj are the resource of /bkt/obj.
-	// S3 stores on a file system or on fasthttp (versitygw) merge them, and
-	// a DeleteObjects key "/obj" deletes bkt/obj. Two keys that a strict
-	// store keeps apart then share one fence, which refuses more, never less.
-	// False: an empty segment counts (/bkt//x is bkt/ with Depth 2).
+	// MergeSlashes: a run of slashes in the decoded path is one slash, so
+	// /bkt//obj and /bkt/%2Fobj are the resource of /bkt/obj, and a name
+	// (Name) is read so too. Plain mode sets it: WebDAV servers
+	// (golang.org/x/net/webdav cleans paths), nginx (merge_slashes) and
+	// file-system stores merge them, so //w/part-7 deletes w/part-7. Two
+	// keys that a strict backend keeps apart then share one fence, which
+	// refuses more, never less. False: an empty segment counts (/bkt//x is
+	// bkt/ with Depth 2); S3 mode maps spellings in package s3 instead.
 	MergeSlashes bool
 	// Names (S3 mode: s3.ResourceName) maps a decoded API name to the
 	// resource key of the writes it names, before Name checks it, so that a
@@ -88,14 +90,8 @@ func (r Resolver) CheckTarget(raw string) error {
 // and /u/%FE would be one object under two keys; and a key that is not
 // UTF-8 could not be listed or named in the control API's JSON.
 func (r Resolver) Key(path string) (string, error) {
-	if r.MergeSlashes && strings.Contains(path, "//") {
-		var b strings.Builder
-		for i := 0; i < len(path); i++ {
-			if path[i] != '/' || i == 0 || path[i-1] != '/' {
-				b.WriteByte(path[i])
-			}
-		}
-		path = b.String()
+	if r.MergeSlashes {
+		path = mergeSlashes(path)
 	}
 	key := strings.TrimPrefix(path, "/")
 	if key == "" {
@@ -147,6 +143,9 @@ func (r Resolver) Name(raw string) (string, error) {
 		if name, err = r.Names(name); err != nil {
 			return "", err
 		}
+	}
+	if r.MergeSlashes {
+		name = strings.TrimPrefix(mergeSlashes("/"+name), "/")
 	}
 	key, err := Resolver{}.Key("/" + name)
 	if err != nil {
@@ -208,4 +207,18 @@ func CheckRawPath(raw string) error {
 		}
 	}
 	return nil
+}
+
+// mergeSlashes returns path with every run of slashes made one.
+func mergeSlashes(path string) string {
+	if !strings.Contains(path, "//") {
+		return path
+	}
+	var b strings.Builder
+	for i := 0; i < len(path); i++ {
+		if path[i] != '/' || i == 0 || path[i-1] != '/' {
+			b.WriteByte(path[i])
+		}
+	}
+	return b.String()
 }

@@ -21,7 +21,7 @@ func TestResourceKey(t *testing.T) {
 		{"/bkt/part-0/objA", 3, "bkt/part-0/objA", nil},
 		{"/bkt/part-0/objA", 9, "bkt/part-0/objA", nil},
 		{"/bkt", 2, "bkt", nil},           // README: a shorter path stays whole
-		{"/bkt//x", 2, "bkt/", nil},       // README: an empty segment counts
+		{"/bkt//x", 2, "bkt/", nil},       // without MergeSlashes an empty segment counts
 		{"/bkt/a%2Fb", 0, "bkt/a/b", nil}, // S3 treats the encoded slash as a slash
 		{"/bkt/a%2Fb", 2, "bkt/a", nil},
 		{"/bkt/a%20b?uploadId=1&partNumber=2", 0, "bkt/a b", nil},

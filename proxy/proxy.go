@@ -109,11 +109,12 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 		opts:        opts,
 		tokenHeader: http.CanonicalHeaderKey(opts.TokenHeader),
 		barrier:     barrier,
-		resolver:    fence.Resolver{Depth: opts.ResourceDepth, PathParams: opts.AllowPathParams},
-		unfenced:    make(map[string]bool),
-		observe:     opts.Mode == "observe",
-		s3:          addressing,
-		log:         opts.Logger,
+		// Plain mode: backends merge runs of slashes (S3 mode reads keys in s3).
+		resolver: fence.Resolver{Depth: opts.ResourceDepth, PathParams: opts.AllowPathParams, MergeSlashes: addressing == nil},
+		unfenced: make(map[string]bool),
+		observe:  opts.Mode == "observe",
+		s3:       addressing,
+		log:      opts.Logger,
 	}
 	if addressing != nil {
 		p.resolver.Names = s3.ResourceName // X-Fencing-Prefix, as the lease API reads names
@@ -476,7 +477,7 @@ func (p *Proxy) tokenPrefix(ex *exchange) (string, error) {
 	case len(values) > 1:
 		return "", fmt.Errorf("%w: %s given %d times", fence.ErrBadResource, wire.HeaderPrefix, len(values))
 	}
-	prefix, err := fence.Resolver{Names: p.resolver.Names}.Name(values[0]) // a name as a lease URL spells it, never cut to RESOURCE_DEPTH
+	prefix, err := fence.Resolver{Names: p.resolver.Names, MergeSlashes: p.resolver.MergeSlashes}.Name(values[0]) // a name as a lease URL spells it, never cut to RESOURCE_DEPTH
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", wire.HeaderPrefix, err)
 	}

@@ -323,3 +323,52 @@ func TestPrefixRefusalNamesFence(t *testing.T) {
 		t.Errorf("the cut MOVE: %d, current %q, %s; want 409 naming dir/sub/ at 6", resp.StatusCode, resp.Header.Get("Fencing-Current-Token"), answer)
 	}
 }
+
+// The attack review's finding on spellings: golang.org/x/net/webdav (like
+// nginx and file-system stores) merges runs of slashes, so //dir/sub is
+// dir/sub to it. Plain mode reads paths, Destinations and names so too:
+// with dir/sub/ at 5, a stale holder's (token 3) writes through doubled
+// slashes are refused, and the objects below stay. With RESOURCE_DEPTH 2,
+// /rd//part-0/obj is the resource rd/part-0.
+func TestPlainMergesSlashes(t *testing.T) {
+	_, srv := newDAVBackend(t)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_ADMIN_TOKEN": "adm"})
+	davTree(t, in)
+	for _, w := range []struct {
+		method, path string
+		headers      []string
+	}{
+		{http.MethodPut, "/dir//sub/x", nil},
+		{http.MethodPut, "//dir/sub/new", nil},
+		{http.MethodDelete, "//dir/sub", nil},
+		{http.MethodDelete, "/dir//sub/", nil},
+		{"MOVE", "//dir", []string{"Destination: /stolen"}},
+		{"MOVE", "/other/z", []string{"Destination: /dir//sub/x"}},
+	} {
+		if s, cur, res := davSend(t, in, w.method, w.path, "3", "stale", w.headers...); s != http.StatusConflict || cur != "5" || res != "dir/sub/" {
+			t.Errorf("%s %s %v with token 3: %d, current %q, fence %q; want 409 naming dir/sub/ at 5", w.method, w.path, w.headers, s, cur, res)
+		}
+	}
+	if s, body := davGet(t, srv, "/dir/sub/x"); s != http.StatusOK || body != "x-old" {
+		t.Errorf("/dir/sub/x after the stale writes: %d %q, want x-old", s, body)
+	}
+	// A name is read so too: a lease on dir//sub/ is the lease on dir/sub/.
+	status, out := servertest.Call(t, http.MethodGet, in.ControlURL()+"/v1/fences/dir//sub/", "", "adm")
+	if status != http.StatusOK || out["resource"] != "dir/sub/" {
+		t.Errorf("GET /v1/fences/dir//sub/: %d %v, want the fence dir/sub/", status, out)
+	}
+
+	_, srv2 := newDAVBackend(t)
+	in2 := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv2.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_RESOURCE_DEPTH": "2"})
+	for _, w := range []struct{ method, path, token, body string }{{"MKCOL", "/rd/", "0", ""}, {"MKCOL", "/rd/part-0/", "5", ""}, {http.MethodPut, "/rd/part-0/obj", "5", "new"}} {
+		if s, _, _ := davSend(t, in2, w.method, w.path, w.token, w.body); s >= 300 {
+			t.Fatalf("setting up: %s %s: %d", w.method, w.path, s)
+		}
+	}
+	if s, cur, res := davSend(t, in2, http.MethodPut, "/rd//part-0/obj", "3", "stale"); s != http.StatusConflict || cur != "5" || res != "rd/part-0" {
+		t.Errorf("PUT /rd//part-0/obj with token 3 under RESOURCE_DEPTH 2: %d, current %q, resource %q; want 409 naming rd/part-0 at 5", s, cur, res)
+	}
+	if s, body := davGet(t, srv2, "/rd/part-0/obj"); s != http.StatusOK || body != "new" {
+		t.Errorf("/rd/part-0/obj after the stale write: %d %q, want new", s, body)
+	}
+}
