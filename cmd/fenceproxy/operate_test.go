@@ -552,14 +552,16 @@ func TestOperateArguments(t *testing.T) {
 	if code != 0 || out != `{"resource":"-dash/x","token":"4"}`+"\n" {
 		t.Errorf("raise -- -dash/x: %d %q %s", code, out, msg)
 	}
-	// Keys with characters that URLs escape reach the server as the same key.
-	for _, key := range []string{"bkt/100%", "bkt/a?b", "bkt/é", "bkt//double", "bkt/trailing/"} {
+	// Keys with characters that URLs escape reach the server as the same key
+	// (a run of slashes is one, as plain mode reads a path).
+	for key, want := range map[string]string{"bkt/100%": "bkt/100%", "bkt/a?b": "bkt/a?b", "bkt/é": "bkt/é",
+		"bkt//double": "bkt/double", "bkt/trailing/": "bkt/trailing/"} {
 		code, out, msg := op(t, env, "fences", "raise", key, "6", "-o", "json")
-		b, _ := json.Marshal(map[string]string{"resource": key, "token": "6"})
+		b, _ := json.Marshal(map[string]string{"resource": want, "token": "6"})
 		if code != 0 || out != string(b)+"\n" {
 			t.Errorf("raise %q: %d %q %s; want %s", key, code, out, msg, b)
 		}
-		if code, out, _ := op(t, env, "fences", "show", key); code != 0 || !strings.Contains(out, key) {
+		if code, out, _ := op(t, env, "fences", "show", key); code != 0 || !strings.Contains(out, want) {
 			t.Errorf("show %q: %d %q", key, code, out)
 		}
 	}
