@@ -345,7 +345,7 @@ func TestPlainMergesSlashes(t *testing.T) {
 		{"MOVE", "//dir", []string{"Destination: /stolen"}},
 		{"MOVE", "/other/z", []string{"Destination: /dir//sub/x"}},
 	} {
-		if s, cur, res := davSend(t, in, w.method, w.path, "3", "stale", w.headers...); s != http.StatusConflict || cur != "5" || res != "dir/sub/" {
+		if s, cur, res := send(t, in, w.method, w.path, "3", "stale", w.headers...); s != http.StatusConflict || cur != "5" || res != "dir/sub/" {
 			t.Errorf("%s %s %v with token 3: %d, current %q, fence %q; want 409 naming dir/sub/ at 5", w.method, w.path, w.headers, s, cur, res)
 		}
 	}
@@ -361,11 +361,11 @@ func TestPlainMergesSlashes(t *testing.T) {
 	_, srv2 := newDAVBackend(t)
 	in2 := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv2.URL, "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_RESOURCE_DEPTH": "2"})
 	for _, w := range []struct{ method, path, token, body string }{{"MKCOL", "/rd/", "0", ""}, {"MKCOL", "/rd/part-0/", "5", ""}, {http.MethodPut, "/rd/part-0/obj", "5", "new"}} {
-		if s, _, _ := davSend(t, in2, w.method, w.path, w.token, w.body); s >= 300 {
+		if s, _, _ := send(t, in2, w.method, w.path, w.token, w.body); s >= 300 {
 			t.Fatalf("setting up: %s %s: %d", w.method, w.path, s)
 		}
 	}
-	if s, cur, res := davSend(t, in2, http.MethodPut, "/rd//part-0/obj", "3", "stale"); s != http.StatusConflict || cur != "5" || res != "rd/part-0" {
+	if s, cur, res := send(t, in2, http.MethodPut, "/rd//part-0/obj", "3", "stale"); s != http.StatusConflict || cur != "5" || res != "rd/part-0" {
 		t.Errorf("PUT /rd//part-0/obj with token 3 under RESOURCE_DEPTH 2: %d, current %q, resource %q; want 409 naming rd/part-0 at 5", s, cur, res)
 	}
 	if s, body := davGet(t, srv2, "/rd/part-0/obj"); s != http.StatusOK || body != "new" {
