@@ -4,10 +4,12 @@
 // Usage: report -dir bench/results/<run>
 //
 // Per workload and proxy the table gives the median over runs of req/s (2xx
-// answers only), p50 and p99 latency and upload MiB/s, and the largest peak
-// RSS. A ratio compares fenceproxy (or another of its modes) with a baseline
-// run back to back with it in the same repeat (a pair); the ratio reported is
-// the median over the pairs.
+// answers only), the proxy's CPU time per 2xx answer, p50 and p99 latency and
+// upload MiB/s, and the largest peak RSS. A ratio compares fenceproxy (or
+// another of its modes) with a baseline run back to back with it in the same
+// repeat (a pair); the ratio reported is the median over the pairs. A few
+// compare two baselines of the same repeat of one bench/run instead, each run
+// in a pair of its own.
 package main
 
 import (
@@ -32,6 +34,7 @@ type run struct {
 	workload, pair, repeat, proxy   string
 	requests, non2xx, errors        float64
 	rps, p50, p99, rss, mibs, first float64
+	cpu                             float64 // the proxy's CPU time (utime + stime) per 2xx answer, µs
 	other                           float64 // largest share of a CPU used by other processes
 	kept                            bool    // false: repeated because of that share, not counted
 }
@@ -109,8 +112,13 @@ func readRuns(path string) ([]run, error) {
 			return nil, fmt.Errorf("%s: no column %q", path, h)
 		}
 	}
+	// Optional columns: runs.csv files written before them lack them.
 	num := func(rec []string, h string) float64 {
-		v, err := strconv.ParseFloat(rec[col[h]], 64)
+		i, ok := col[h]
+		if !ok {
+			return math.NaN()
+		}
+		v, err := strconv.ParseFloat(rec[i], 64)
 		if err != nil {
 			return math.NaN()
 		}
@@ -124,8 +132,8 @@ func readRuns(path string) ([]run, error) {
 			requests: num(rec, "requests"), non2xx: num(rec, "non2xx"), errors: num(rec, "errors"),
 			rps: num(rec, "rps"), p50: num(rec, "p50_ms"), p99: num(rec, "p99_ms"),
 			rss: num(rec, "peak_rss_mib"), mibs: num(rec, "mib_s"), first: num(rec, "first_ms"),
-			other: num(rec, "other_load"),
-			kept:  !hasKept || rec[col["kept"]] != "0",
+			cpu: num(rec, "cpu_us"), other: num(rec, "other_load"),
+			kept: !hasKept || rec[col["kept"]] != "0",
 		})
 	}
 	return runs, nil
@@ -171,6 +179,7 @@ type row struct {
 	workload, proxy                 string
 	runs                            int
 	rps, p50, p99, mibs, rss, first float64
+	cpu                             float64 // µs of the proxy's CPU per 2xx answer
 	non2xx, errors                  float64
 	other                           float64
 }
@@ -179,12 +188,12 @@ func summarize(runs []run) []row {
 	var rows []row
 	for _, w := range workloads {
 		for _, p := range proxies {
-			var rps, p50, p99, mibs, rss, first, non2xx, errs, other []float64
+			var rps, cpu, p50, p99, mibs, rss, first, non2xx, errs, other []float64
 			for _, r := range runs {
 				if r.workload != w || r.proxy != p {
 					continue
 				}
-				rps, p50, p99 = append(rps, r.rps), append(p50, r.p50), append(p99, r.p99)
+				rps, cpu, p50, p99 = append(rps, r.rps), append(cpu, r.cpu), append(p50, r.p50), append(p99, r.p99)
 				mibs, rss, first = append(mibs, r.mibs), append(rss, r.rss), append(first, r.first)
 				non2xx, errs = append(non2xx, r.non2xx), append(errs, r.errors)
 				other = append(other, r.other)
@@ -194,7 +203,7 @@ func summarize(runs []run) []row {
 			}
 			rows = append(rows, row{
 				workload: w, proxy: p, runs: len(rps),
-				rps: median(rps), p50: median(p50), p99: median(p99), mibs: median(mibs),
+				rps: median(rps), cpu: median(cpu), p50: median(p50), p99: median(p99), mibs: median(mibs),
 				rss: maxOf(rss), first: maxOf(first), non2xx: sum(non2xx), errors: sum(errs), other: median(other),
 			})
 		}
@@ -241,7 +250,7 @@ func pairRatio(runs []run, pair, subject string, f func(run) float64) (med, low,
 	var vs []float64
 	for _, m := range byRepeat {
 		fp, okF := m[subject]
-		if !okF || len(m) != 2 {
+		if !okF || len(m) != 2 || math.IsNaN(f(fp)) {
 			continue
 		}
 		for p, b := range m {
@@ -256,10 +265,40 @@ func pairRatio(runs []run, pair, subject string, f func(run) float64) (med, low,
 	return median(vs), slices.Min(vs), slices.Max(vs), len(vs)
 }
 
+// repeatRatio is the median over repeats of f(subject's run) / f(baseline's
+// run) in workload w, where the two proxies ran in pairs of their own but in
+// the same repeat of the same bench/run: minutes apart at most, not back to
+// back. A proxy that ran more than once in a repeat counts with the median of
+// its runs there.
+func repeatRatio(runs []run, w, subject, baseline string, f func(run) float64) (med, low, high float64, n int) {
+	byRepeat := map[string]map[string][]float64{}
+	for _, r := range runs {
+		if r.workload != w || (r.proxy != subject && r.proxy != baseline) {
+			continue
+		}
+		if byRepeat[r.repeat] == nil {
+			byRepeat[r.repeat] = map[string][]float64{}
+		}
+		byRepeat[r.repeat][r.proxy] = append(byRepeat[r.repeat][r.proxy], f(r))
+	}
+	var vs []float64
+	for _, m := range byRepeat {
+		s, b := median(m[subject]), median(m[baseline])
+		if !math.IsNaN(s) && b > 0 {
+			vs = append(vs, s/b)
+		}
+	}
+	if len(vs) == 0 {
+		return math.NaN(), math.NaN(), math.NaN(), 0
+	}
+	return median(vs), slices.Min(vs), slices.Max(vs), len(vs)
+}
+
 func computeRatios(runs []run, rows []row) []ratio {
 	nan := math.NaN()
 	rps := func(r run) float64 { return r.rps }
 	p99 := func(r run) float64 { return r.p99 }
+	cpu := func(r run) float64 { return r.cpu }
 	// A baseline that ran near the rate of the sink without a proxy was held
 	// back by the load generator and sink, not by itself: a ratio to it is
 	// then an upper bound.
@@ -296,18 +335,30 @@ func computeRatios(runs []run, rows []row) []ratio {
 		}
 		return r
 	}
+	// sr: two proxies of the same repeat, each from a pair of its own.
+	sr := func(name, w, subject, baseline string, f func(run) float64, target float64, atMost bool) ratio {
+		med, lo, hi, n := repeatRatio(runs, w, subject, baseline, f)
+		return ratio{name: name, unit: "x", value: med, low: lo, high: hi, pairs: n, target: target, atMost: atMost, stretch: nan, isRatio: true,
+			note: "runs of the same repeat, not back to back"}
+	}
 	out := []ratio{
 		pr("(a) req/s fenceproxy / fenceproxy-off (cost of fencing)", "a/fenceproxy-off", rps, 0.95, false, nan),
 		pr("(a) req/s fenceproxy S3 pass / S3 off (cost of S3 mode)", "a/fenceproxy", rps, 0.95, false, nan),
-		pr("(a) req/s fenceproxy S3 gateway / S3 pass, signed PUTs (cost of verifying and re-signing)", "a/fenceproxy-s3-signed", rps, 0.8, false, nan),
+		pr("(a) req/s fenceproxy S3 gateway / S3 pass, signed PUTs (cost of verifying and re-signing)", "a/fenceproxy-s3-signed", rps, 0.9, false, nan),
 		pr("(a) req/s fenceproxy with 10,000 prefix fences / without, keys six segments deep", "a/fenceproxy-deep", rps, 0.95, false, nan),
 		pr("(a) req/s fenceproxy / stock ReverseProxy", "a/reverseproxy", rps, 2.0, false, nan),
 		pr("(a) req/s fenceproxy / nginx", "a/nginx", rps, 0.6, false, 0.8),
 		pr("(a) req/s fenceproxy / HAProxy", "a/haproxy", rps, nan, false, nan),
 		pr("(a) p99 fenceproxy / stock ReverseProxy", "a/reverseproxy", p99, 1.2, true, nan),
+		pr("(a) CPU µs/request fenceproxy / nginx", "a/nginx", cpu, 1.2, true, nan),
+		pr("(a) CPU µs/request fenceproxy / HAProxy", "a/haproxy", cpu, nan, true, nan),
+		pr("(a) CPU µs/request fenceproxy / stock ReverseProxy", "a/reverseproxy", cpu, nan, true, nan),
+		sr("(a) CPU µs/request fenceproxy-off / nginx", "a", "fenceproxy-off", "nginx", cpu, nan, true),
+		pr("(a) CPU µs/request fenceproxy S3 pass / S3 off", "a/fenceproxy", cpu, nan, true, nan),
+		pr("(a) CPU µs/request fenceproxy S3 gateway / S3 pass, signed PUTs", "a/fenceproxy-s3-signed", cpu, nan, true, nan),
 		pr("(b) req/s fenceproxy rising / ReverseProxy same-token", "b/reverseproxy", rps, 0.5, false, nan),
 		pr("(e) req/s fenceproxy etcd mode / Badger mode, same token, sent to the owner", "e/fenceproxy", rps, 0.9, false, nan),
-		pr("(e) req/s forwarded / sent to the owner (cost of the hop)", "e/fenceproxy-etcd-owner", rps, nan, false, nan),
+		pr("(e) req/s forwarded / sent to the owner (cost of the hop)", "e/fenceproxy-etcd-owner", rps, 0.45, false, nan),
 		pr("(e) raises/s fenceproxy etcd mode / etcd puts/s, same concurrency", "e-raise/etcd", rps, nan, false, nan),
 	}
 	out = slices.DeleteFunc(out, func(r ratio) bool { return r.pairs == 0 }) // workload not run
@@ -355,9 +406,9 @@ func f(v float64, prec int) string {
 
 func writeCSV(w io.Writer, rows []row, ratios []ratio) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"workload", "proxy", "runs", "rps_2xx", "p50_ms", "p99_ms", "upload_mib_s", "peak_rss_mib", "first_answer_ms", "non2xx", "socket_errors", "other_load"})
+	_ = cw.Write([]string{"workload", "proxy", "runs", "rps_2xx", "cpu_us_per_req", "p50_ms", "p99_ms", "upload_mib_s", "peak_rss_mib", "first_answer_ms", "non2xx", "socket_errors", "other_load"})
 	for _, r := range rows {
-		_ = cw.Write([]string{r.workload, r.proxy, strconv.Itoa(r.runs), f(r.rps, 0), f(r.p50, 2), f(r.p99, 2), f(r.mibs, 0), f(r.rss, 1), f(r.first, 0), f(r.non2xx, 0), f(r.errors, 0), f(r.other, 2)})
+		_ = cw.Write([]string{r.workload, r.proxy, strconv.Itoa(r.runs), f(r.rps, 0), f(r.cpu, 1), f(r.p50, 2), f(r.p99, 2), f(r.mibs, 0), f(r.rss, 1), f(r.first, 0), f(r.non2xx, 0), f(r.errors, 0), f(r.other, 2)})
 	}
 	_ = cw.Write(nil)
 	_ = cw.Write([]string{"measure", "unit", "median", "min", "max", "pairs", "target", "met", "note"})
@@ -385,11 +436,11 @@ func target(r ratio) string {
 
 func writeMarkdown(w io.Writer, rows []row, ratios []ratio, discarded []run) error {
 	var b strings.Builder
-	b.WriteString("| workload | proxy | runs | req/s (2xx) | p50 ms | p99 ms | upload MiB/s | peak RSS MiB | first answer ms | non-2xx | socket errors | other load |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| workload | proxy | runs | req/s (2xx) | CPU µs / request | p50 ms | p99 ms | upload MiB/s | peak RSS MiB | first answer ms | non-2xx | socket errors | other load |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.workload, r.proxy, r.runs,
-			f(r.rps, 0), f(r.p50, 2), f(r.p99, 2), f(r.mibs, 0), f(r.rss, 1), f(r.first, 0), f(r.non2xx, 0), f(r.errors, 0), f(r.other, 2))
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.workload, r.proxy, r.runs,
+			f(r.rps, 0), f(r.cpu, 1), f(r.p50, 2), f(r.p99, 2), f(r.mibs, 0), f(r.rss, 1), f(r.first, 0), f(r.non2xx, 0), f(r.errors, 0), f(r.other, 2))
 	}
 	b.WriteString("\n| measure | median | range over pairs | pairs | target | met | note |\n|---|--:|--:|--:|---|---|---|\n")
 	for _, r := range ratios {
@@ -465,6 +516,7 @@ func writeSVG(w io.Writer, rows []row, ratios []ratio, caption []string) error {
 		}
 	}
 	metric("req/s, 2xx answers only (median)", "req/s", []string{"a", "b", "e", "e-raise"}, func(r row) float64 { return r.rps })
+	metric("CPU time of the proxy per 2xx answer (median)", "µs", []string{"a", "b", "e", "e-raise"}, func(r row) float64 { return r.cpu })
 	metric("p99 latency (median)", "ms", []string{"a", "b", "e", "e-raise"}, func(r row) float64 { return r.p99 })
 	metric("streamed upload throughput (median)", "MiB/s", []string{"c"}, func(r row) float64 { return r.mibs })
 	metric("peak RSS of the proxy (largest)", "MiB", workloads, func(r row) float64 { return r.rss })
