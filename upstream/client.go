@@ -47,6 +47,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -376,18 +377,18 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	out := &http.Response{
-		Status:        fmt.Sprintf("%d %s", resp.StatusCode(), http.StatusText(resp.StatusCode())),
+		Status:        statusLine(resp.StatusCode()),
 		StatusCode:    resp.StatusCode(),
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
-		Header:        make(http.Header, 8),
+		Header:        make(http.Header, resp.Header.Len()),
 		ContentLength: int64(resp.Header.ContentLength()),
 		Close:         resp.ConnectionClose(),
 		Request:       r,
 	}
 	for k, v := range resp.Header.All() {
-		key := http.CanonicalHeaderKey(string(k))
+		key := headerKey(k)
 		switch key {
 		case "Transfer-Encoding":
 			out.TransferEncoding = []string{"chunked"}
@@ -425,6 +426,49 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 var headerValue = strings.NewReplacer("\n", " ", "\r", " ")
+
+// statusLines holds http.Response.Status for the codes 100 to 599, built
+// once: formatting it per response was a visible allocation (pprof).
+var statusLines = func() (s [600]string) {
+	for c := 100; c < len(s); c++ {
+		s[c] = strconv.Itoa(c) + " " + http.StatusText(c)
+	}
+	return s
+}()
+
+// statusLine returns http.Response.Status for code, as net/http forms it.
+func statusLine(code int) string {
+	if code >= 100 && code < len(statusLines) {
+		return statusLines[code]
+	}
+	return strconv.Itoa(code) + " " + http.StatusText(code)
+}
+
+// headerKey returns the canonical form of a response header name; the
+// names every response carries come without an allocation.
+func headerKey(k []byte) string {
+	switch string(k) { // no allocation for the comparison
+	case "Content-Length":
+		return "Content-Length"
+	case "Content-Type":
+		return "Content-Type"
+	case "Date":
+		return "Date"
+	case "Server":
+		return "Server"
+	case "Etag", "ETag":
+		return "Etag"
+	case "Connection":
+		return "Connection"
+	case "Last-Modified":
+		return "Last-Modified"
+	case "X-Amz-Request-Id":
+		return "X-Amz-Request-Id"
+	case "X-Amz-Id-2":
+		return "X-Amz-Id-2"
+	}
+	return http.CanonicalHeaderKey(string(k))
+}
 
 // mapError gives fasthttp's errors the shapes net/http's Transport gives:
 // a timeout is a net.Error whose Timeout() is true. resent: an earlier
