@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/smithy-go"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 func TestCheckResponse(t *testing.T) {
@@ -95,7 +97,7 @@ func TestTransport(t *testing.T) {
 }
 
 func TestLeasesErrors(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newControlStandIn(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.EscapedPath() {
 		case "/v1/leases/a%20b/c":
 			w.WriteHeader(404) // a 404 that is not the API's "Unknown lease"
@@ -121,7 +123,7 @@ func TestLeasesErrors(t *testing.T) {
 
 // Lease errors are decided by the problem's reason, whatever its title says.
 func TestLeasesErrorsByReason(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newControlStandIn(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/problem+json")
 		body := map[string]string{
 			"/v1/leases/held":   `{"title":"x","status":409,"reason":"lease_held","name":"held","holder":"A","expires_at":"2026-01-02T03:04:05Z","grace_ends":"2026-01-02T03:04:07Z","detail":"d"}`,
@@ -204,5 +206,47 @@ func TestRefusalsAreAPIErrors(t *testing.T) {
 		if err := CheckResponse(resp); !errors.As(err, &ae) || ae.ErrorCode() != c.code || ae.ErrorFault() != c.fault || ae.ErrorMessage() != err.Error() {
 			t.Errorf("%d %s: %#v, want a smithy.APIError with code %s, fault %v", c.status, c.reason, err, c.code, c.fault)
 		}
+	}
+}
+
+// newControlStandIn serves h as a control listener stand-in: every answer
+// carries the control listener's header, as the real one's do.
+func newControlStandIn(h http.Handler) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(wire.HeaderListener, wire.ListenerControl)
+		h.ServeHTTP(w, r)
+	}))
+}
+
+// A bearer token is never sent to an address that is not the control API:
+// pointed at a proxy listener (which forwards to its backend), the call
+// fails naming the mix-up, and the backend never sees the credential.
+func TestControlRefusesProxyListener(t *testing.T) {
+	var sawBearer atomic.Int32
+	var calls atomic.Int32
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.Header.Get("Authorization") != "" {
+			sawBearer.Add(1)
+		}
+		w.Write([]byte("ok from the backend"))
+	}))
+	defer backend.Close()
+	c := &Control{BaseURL: backend.URL, AdminBearer: "secret-admin"}
+	_, err := c.ListFences(context.Background(), "", "", 0)
+	if !errors.Is(err, ErrNotControlListener) || !strings.Contains(err.Error(), "FENCEPROXY_CONTROL_LISTEN") {
+		t.Fatalf("ListFences against a non-control address: %v, want ErrNotControlListener naming FENCEPROXY_CONTROL_LISTEN", err)
+	}
+	if _, err := c.RaiseFence(context.Background(), "bkt/a", 5); !errors.Is(err, ErrNotControlListener) {
+		t.Fatalf("RaiseFence: %v, want ErrNotControlListener", err)
+	}
+	if _, err := c.GetFence(context.Background(), "bkt/a"); !errors.Is(err, ErrNotControlListener) {
+		t.Fatalf("GetFence (no bearer): %v, want ErrNotControlListener, not a JSON decoding error", err)
+	}
+	if n := sawBearer.Load(); n != 0 {
+		t.Fatalf("the backend saw the admin bearer %d times", n)
+	}
+	if calls.Load() == 0 {
+		t.Fatal("the stand-in was never called: the test proves nothing")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/wire"
@@ -145,6 +146,63 @@ func (c *Control) do(ctx context.Context, method, url, bearer string, body, out 
 	return h, err
 }
 
+// ErrNotControlListener: the address answered, but not as fenceproxy's
+// control API (every answer of which carries wire.HeaderListener): most
+// often the proxy listener, which forwards to the backend.
+var ErrNotControlListener = errors.New("not a fenceproxy control listener")
+
+// controlBases are the base URLs that answered as the control API.
+var controlBases sync.Map
+
+// apiBase returns url's part before its API path ("/v1/..." or a listener
+// path such as "/healthz"): the base URL a caller configured.
+func apiBase(url string) string {
+	for _, p := range []string{"/v1/", "/healthz"} {
+		if i := strings.Index(url, p); i >= 0 {
+			return url[:i]
+		}
+	}
+	return url
+}
+
+// checkControl makes sure url's base is the control API before a bearer
+// token is sent to it: GET {base}/healthz, once per base and process,
+// must carry wire.HeaderListener. Errors: ErrNotControlListener (wrapped,
+// with what answered), or the transport's.
+func checkControl(ctx context.Context, hc *http.Client, url string) error {
+	base := apiBase(url)
+	if _, ok := controlBases.Load(base); ok {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.Header.Get(wire.HeaderListener) != wire.ListenerControl {
+		return notControl(base+"/healthz", resp)
+	}
+	controlBases.Store(base, struct{}{})
+	return nil
+}
+
+// notControl is the error for an answer without the control listener's
+// header: what answered, and where the control API is.
+func notControl(url string, resp *http.Response) error {
+	what := "an answer " + resp.Status
+	if v := resp.Header.Get(wire.HeaderRefused); v != "" {
+		what += " refused by a fenceproxy proxy listener (" + wire.HeaderRefused + ": " + v + ")"
+	}
+	return fmt.Errorf("%w: %s gave %s without the %s header; the proxy listener (FENCEPROXY_LISTEN, :8080 by default) "+
+		"forwards to the backend, the control API is on FENCEPROXY_CONTROL_LISTEN (:9090 by default); no credential was sent there",
+		ErrNotControlListener, apiBase(url), what, wire.HeaderListener)
+}
+
 // escapeKey percent-encodes each segment of a resource key or lease name,
 // keeping its slashes: the server decodes the path back to the same key.
 func escapeKey(key string) string { return wire.EscapeName(key) }
@@ -177,11 +235,20 @@ func send(ctx context.Context, hc *http.Client, method, url, bearer string, body
 	if hc == nil {
 		hc = http.DefaultClient
 	}
+	if bearer != "" {
+		// A bearer goes only to an address known to be the control API.
+		if err := checkControl(ctx, hc, url); err != nil {
+			return nil, err
+		}
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if resp.Header.Get(wire.HeaderListener) != wire.ListenerControl {
+		return nil, notControl(url, resp)
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer: %w", err)

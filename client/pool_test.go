@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -54,7 +53,7 @@ func (f *fakePoolServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func runPool(t *testing.T, f *fakePoolServer, work func(context.Context, Shard) error) []PoolEvent {
 	t.Helper()
-	srv := httptest.NewServer(f)
+	srv := newControlStandIn(f)
 	defer srv.Close()
 	var mu sync.Mutex
 	var events []PoolEvent

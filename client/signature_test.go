@@ -131,7 +131,7 @@ func TestCheckResponseForbidden(t *testing.T) {
 }
 
 func TestLeasesSignature(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newControlStandIn(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		body := `{"name":"b/k","holder":"A","token":"3","state":"held","ttl":"1s"`
 		switch r.Method {

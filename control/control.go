@@ -133,6 +133,12 @@ var ErrShardUnavailable = errors.New("no replica may run calls on this name's sh
 func Handler(store Store, log *slog.Logger, opts Options) http.Handler {
 	s := &server{store: store, log: log, opts: opts}
 	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			w.Header().Set(wire.HeaderListener, wire.ListenerControl)
+			next.ServeHTTP(w, req)
+		})
+	})
 	if opts.Leases != nil {
 		s.leaseRoutes(r)
 		if opts.Pools != nil {

@@ -43,7 +43,15 @@ const (
 	// as a fence URL names it (EscapeName), so a client reads it also where
 	// the body is S3's <Error> or an SDK consumed it.
 	HeaderResource = "Fencing-Resource"
+	// HeaderListener is on every answer of the control listener, with the
+	// value ListenerControl, so a client tells the control API from the
+	// proxy listener (which forwards to the backend) before it sends a
+	// bearer token.
+	HeaderListener = "Fenceproxy-Listener"
 )
+
+// ListenerControl is HeaderListener's value on the control listener.
+const ListenerControl = "control"
 
 // EscapeName percent-encodes each segment of a resource key or lease name,
 // keeping its slashes: /v1/fences/ + EscapeName(key) names key's fence, and

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,9 +225,11 @@ func TestOperateFencesPaging(t *testing.T) {
 	var mu sync.Mutex
 	var calls []string
 	rec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		calls = append(calls, r.URL.RawQuery)
-		mu.Unlock()
+		if strings.HasPrefix(r.URL.Path, "/v1/") { // not the client's check of the listener
+			mu.Lock()
+			calls = append(calls, r.URL.RawQuery)
+			mu.Unlock()
+		}
 		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
 	}))
 	defer rec.Close()
@@ -663,5 +666,53 @@ func TestBinaryOperate(t *testing.T) {
 	}
 	if m := servertest.FenceMax(t, servertest.NewClient(t), in.Control, "bkt/a"); m != 5 {
 		t.Errorf("fence of bkt/a = %d, want 5", m)
+	}
+}
+
+// TestOperateProxyListener: the operator commands pointed at the proxy
+// listener (a common slip: it is the port a worker uses) fail naming the
+// mix-up and where the control API is, and the admin bearer never leaves
+// for the backend the proxy listener forwards to.
+func TestOperateProxyListener(t *testing.T) {
+	var bearers, calls atomic.Int32
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.Header.Get("Authorization") != "" {
+			bearers.Add(1)
+		}
+		w.Write([]byte("ok"))
+	}))
+	defer backend.Close()
+	in := servertest.Start(t, servertest.Env(map[string]string{
+		"FENCEPROXY_UPSTREAM":    backend.URL,
+		"FENCEPROXY_DATA_DIR":    t.TempDir(),
+		"FENCEPROXY_ADMIN_TOKEN": opAdmin,
+		"FENCEPROXY_LOG_LEVEL":   "warn",
+	}, nil))
+	env := map[string]string{"FENCEPROXY_CONTROL_URL": in.ProxyURL(), "FENCEPROXY_ADMIN_TOKEN": opAdmin}
+	for _, args := range [][]string{
+		{"fences", "list"},
+		{"fences", "raise", "bkt/a", "5"},
+		{"fences", "show", "bkt/a"},
+		{"leases", "list"},
+	} {
+		code, out, msg := op(t, env, args...)
+		if code != 1 || out != "" {
+			t.Errorf("%q against the proxy listener: exit %d, stdout %q; want 1 and nothing", args, code, out)
+		}
+		for _, w := range []string{"not a fenceproxy control listener", "FENCEPROXY_CONTROL_LISTEN", "no credential was sent"} {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%q: error %q lacks %q", args, msg, w)
+			}
+		}
+	}
+	if calls.Load() == 0 {
+		t.Fatal("the backend behind the proxy listener saw no request: the commands did not reach the proxy listener")
+	}
+	if n := bearers.Load(); n != 0 {
+		t.Errorf("the backend saw the admin bearer %d times", n)
+	}
+	if m := servertest.FenceMax(t, servertest.NewClient(t), in.Control, "bkt/a"); m != 0 {
+		t.Errorf("fence of bkt/a = %d, want 0: nothing may be raised", m)
 	}
 }
