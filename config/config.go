@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/textproto"
@@ -261,16 +262,37 @@ func Parse(environ map[string]string) (Config, []string, error) {
 	if v, set := environ[Prefix+"LEASE_REVOKE_AFTER"]; set && v != "" && cfg.LeaseRevokeAfter == 0 {
 		report(Prefix+"LEASE_REVOKE_AFTER", fmt.Errorf("%sLEASE_REVOKE_AFTER: %q would report every holder as suspect at once; unset it for half the lease's TTL", Prefix, v))
 	}
-	// Validate the rest too, so that one run reports every bad variable.
+	// Validate the rest too, so that one run reports every bad variable;
+	// not an error that only follows from a value already reported as
+	// unreadable (LEASE_MAX_TTL=1d is one error, not a second about
+	// LEASE_MIN_TTL above the zero it left).
+	unreadable := maps.Clone(reported)
 	if verr := cfg.Validate(); verr != nil {
 		for _, e := range verr.(interface{ Unwrap() []error }).Unwrap() {
 			name, _, _ := strings.Cut(e.Error(), ":")
-			report(name, e)
+			if !mentionsAny(e.Error(), name, unreadable) {
+				report(name, e)
+			}
 		}
 	}
+	var unknown []string
 	for name := range environ {
 		if strings.HasPrefix(name, Prefix) && known[name] == "" && !kubernetesServiceLink(name) {
-			warnings = append(warnings, fmt.Sprintf("unknown variable %s is ignored", name))
+			unknown = append(unknown, name)
+			warning := fmt.Sprintf("unknown variable %s is ignored", name)
+			if close := closestName(name, known); close != "" {
+				warning += fmt.Sprintf(" (did you mean %s?)", close)
+			}
+			warnings = append(warnings, warning)
+		}
+	}
+	// A required variable not set beside a misspelling of it: say so in
+	// the error itself, which is what a reader sees first.
+	for i, e := range errs {
+		for _, u := range unknown {
+			if close := closestName(u, known); close != "" && strings.HasPrefix(e.Error(), close+" is required") {
+				errs[i] = fmt.Errorf("%w (%s is set: did you mean %s?)", e, u, close)
+			}
 		}
 	}
 	if cfg.Store == "etcd" && cfg.DataDir != "" {
@@ -307,6 +329,71 @@ func Default() Config {
 
 // kubernetesServiceLink reports variables that Kubernetes injects for a Service
 // named fenceproxy (FENCEPROXY_SERVICE_HOST, FENCEPROXY_PORT_8080_TCP, ...).
+// mentionsAny reports whether text names a variable of names other than own
+// (as a whole word: FENCEPROXY_S3 is not in FENCEPROXY_S3_DOMAINS).
+func mentionsAny(text, own string, names map[string]bool) bool {
+	for n := range names {
+		if n == own || n == "" {
+			continue
+		}
+		for i := strings.Index(text, n); i >= 0; {
+			end := i + len(n)
+			if end == len(text) || !(text[end] == '_' || 'A' <= text[end] && text[end] <= 'Z' || '0' <= text[end] && text[end] <= '9') {
+				return true
+			}
+			j := strings.Index(text[end:], n)
+			if j < 0 {
+				break
+			}
+			i = end + j
+		}
+	}
+	return false
+}
+
+// closestName returns the known variable an unknown name most likely
+// misspells: one that is the unknown name's start or end
+// (FENCEPROXY_UPSTREAM_URL) or within two edits of it; "" when none is.
+func closestName(name string, known map[string]string) string {
+	best, bestD := "", 3
+	rest := strings.TrimPrefix(name, Prefix)
+	for k := range known {
+		kr := strings.TrimPrefix(k, Prefix)
+		d := editDistance(rest, kr)
+		if strings.HasPrefix(rest, kr+"_") || strings.HasSuffix(rest, "_"+kr) {
+			d = 1
+		}
+		if d < bestD || d == bestD && best != "" && k < best {
+			best, bestD = k, d
+		}
+	}
+	if bestD > 2 {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
 func kubernetesServiceLink(name string) bool {
 	rest := strings.TrimPrefix(name, Prefix)
 	return strings.HasPrefix(rest, "SERVICE_") || rest == "PORT" || strings.HasPrefix(rest, "PORT_")
@@ -349,6 +436,13 @@ func plainParseError(err error) error {
 	}
 	if strings.Contains(err.Error(), "parse URL") { // caarlos0/env does not wrap url.Parse's error
 		return fmt.Errorf("%v; give an absolute URL such as http://127.0.0.1:9000", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "parse duration") {
+		value := msg
+		if i := strings.LastIndex(msg, ` "`); i >= 0 {
+			value = strings.TrimSuffix(msg[i+1:], `"`) + `"`
+		}
+		return fmt.Errorf("%s is not a duration: write it in Go's units, such as 500ms, 30s, 5m or 24h (a day is 24h)", value)
 	}
 	if strings.Contains(err.Error(), "slog: level string") {
 		return fmt.Errorf("%v; use debug, info, warn or error", err)

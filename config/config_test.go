@@ -640,6 +640,7 @@ func TestParseErrorsArePlain(t *testing.T) {
 		{"RESOURCE_DEPTH", "two", `FENCEPROXY_RESOURCE_DEPTH: "two" must be a whole number`},
 		{"LOG_LEVEL", "verbose", "use debug, info, warn or error"},
 		{"UPSTREAM", "127.0.0.1:9500", "give an absolute URL such as http://127.0.0.1:9000"},
+		{"LEASE_MAX_TTL", "1d", `FENCEPROXY_LEASE_MAX_TTL: "1d" is not a duration: write it in Go's units, such as 500ms, 30s, 5m or 24h`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"FENCEPROXY_UPSTREAM": "http://127.0.0.1:9000", "FENCEPROXY_DATA_DIR": t.TempDir()}
@@ -649,6 +650,43 @@ func TestParseErrorsArePlain(t *testing.T) {
 				t.Fatalf("Parse: %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// An unreadable value is one error, not one more for whatever its zero value
+// breaks: LEASE_MAX_TTL=1d says nothing about LEASE_MIN_TTL.
+func TestParseOneErrorPerBadValue(t *testing.T) {
+	_, _, err := Parse(with("FENCEPROXY_LEASE_MAX_TTL", "1d"))
+	if err == nil {
+		t.Fatal("LEASE_MAX_TTL=1d accepted")
+	}
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 1 || strings.Contains(err.Error(), "LEASE_MIN_TTL") {
+		t.Errorf("LEASE_MAX_TTL=1d gave %d errors: %v; want the one naming LEASE_MAX_TTL", n, err)
+	}
+	// A real conflict between two readable values is still reported.
+	if _, _, err := Parse(with("FENCEPROXY_LEASE_MAX_TTL", "1s", "FENCEPROXY_LEASE_MIN_TTL", "5s")); err == nil {
+		t.Error("LEASE_MIN_TTL above LEASE_MAX_TTL accepted")
+	}
+}
+
+// A misspelt name is pointed at the name it misspells, in the warning, and
+// in the error when the variable it misspells is required and missing.
+func TestParseSuggestsClosestName(t *testing.T) {
+	_, _, err := Parse(with("FENCEPROXY_UPSTREAM", unset, "FENCEPROXY_UPSTREAM_URL", "http://127.0.0.1:9000"))
+	if err == nil || !strings.Contains(err.Error(), "FENCEPROXY_UPSTREAM is required but not set (FENCEPROXY_UPSTREAM_URL is set: did you mean FENCEPROXY_UPSTREAM?)") {
+		t.Errorf("UPSTREAM_URL instead of UPSTREAM: %v", err)
+	}
+	for name, want := range map[string]string{
+		"FENCEPROXY_DRAIN_TIMOUT":  "FENCEPROXY_DRAIN_TIMEOUT",
+		"FENCEPROXY_CONTROLLISTEN": "FENCEPROXY_CONTROL_LISTEN",
+		"FENCEPROXY_ADMINTOKEN":    "FENCEPROXY_ADMIN_TOKEN",
+		"FENCEPROXY_QUUX":          "",
+	} {
+		_, warnings, _ := Parse(with(name, "1"))
+		got := strings.Join(warnings, "; ")
+		if want == "" && strings.Contains(got, "did you mean") || want != "" && !strings.Contains(got, "did you mean "+want+"?") {
+			t.Errorf("%s: warnings %q, want a suggestion of %q", name, got, want)
+		}
 	}
 }
 

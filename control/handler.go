@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 
 	"github.com/fenceproxy/fenceproxy/wire"
 )
@@ -129,6 +130,44 @@ func queryValue(q url.Values, name string) (string, bool, error) {
 // decode reads r's body, at most maxBody bytes, as exactly one JSON object
 // into v: anything else, unknown fields and data after the object are
 // errors, which say what is wrong.
+// jsonError words a decoding error for the caller, not in Go's terms: a
+// value of the wrong JSON type names the field and the type it takes.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field == "" {
+		return err
+	}
+	want := "a JSON " + jsonKind(te.Type)
+	if te.Field == "ttl" {
+		want += ` holding a Go duration such as "30s" or "2m"`
+	}
+	return fmt.Errorf("field %q must be %s, not a JSON %s", te.Field, want, te.Value)
+}
+
+// jsonKind names the JSON type that decodes into t.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "value"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Struct, reflect.Map:
+		return "object"
+	}
+	return "value"
+}
+
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	var tooLarge *http.MaxBytesError
@@ -145,7 +184,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("body: %w", err)
+		return fmt.Errorf("body: %w", jsonError(err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("body: data after the JSON object")

@@ -653,6 +653,16 @@ func TestStrictRequests(t *testing.T) {
 	} {
 		calls = append(calls, call{"POST", "/v1/leases/bkt/a", body, "bad_request", "Bad lease request"})
 	}
+	// A value of the wrong JSON type is named in the caller's terms, not Go's.
+	if a := rawCall(t, rig.srv, "POST", "/v1/leases/bkt/a", "", `{"holder":"A","ttl":10}`); a.status != 400 ||
+		!strings.Contains(problemOf(t, a).Detail, `field "ttl" must be a JSON string holding a Go duration such as "30s"`) ||
+		strings.Contains(problemOf(t, a).Detail, "Go struct") {
+		t.Errorf(`"ttl": 10: %d %q, want 400 naming the field and the string it takes`, a.status, problemOf(t, a).Detail)
+	}
+	if a := rawCall(t, rig.srv, "POST", "/v1/leases/bkt/a", "", `{"holder":7,"ttl":"10s"}`); a.status != 400 ||
+		!strings.Contains(problemOf(t, a).Detail, `field "holder" must be a JSON string, not a JSON number`) {
+		t.Errorf(`"holder": 7: %d %q, want 400 naming the field`, a.status, problemOf(t, a).Detail)
+	}
 	for _, body := range []string{`{"holder":"A","token":"1","x":1}`, `{"holder":"A","token":"01"}`, `{"holder":"A"}`, `{"token":"1"}`} {
 		calls = append(calls, call{"PUT", "/v1/leases/bkt/a", body, "bad_request", "Bad lease request"})
 	}
