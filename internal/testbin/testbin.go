@@ -222,9 +222,8 @@ func build(ctx context.Context, tool Tool, gocmd, dir, out string) error {
 		return err
 	}
 	defer unlock()
-	if _, err := os.Stat(out); err == nil {
-		// Built by another test binary while this one waited.
-		return tool.Check(out)
+	if _, err := os.Stat(out); err == nil && tool.Check(out) == nil {
+		return nil // built by another test binary while this one waited
 	}
 	tmp, err := os.MkdirTemp(dir, "build-")
 	if err != nil {
