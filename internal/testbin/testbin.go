@@ -180,11 +180,17 @@ func Find(ctx context.Context, tool Tool) (bin string, notes []string, err error
 		return cached, notes, nil
 	}
 	start := time.Now()
-	if err := build(ctx, tool, gocmd, dir, cached); err != nil {
+	built, err := build(ctx, tool, gocmd, dir, cached)
+	if err != nil {
 		return "", notes, &missingError{fmt.Sprintf("%s %s is not on PATH nor in %s%s, and building it into %s failed: %v. To provide it, %s; or set %s to its path",
 			tool.Name, tool.Version, strings.Join(looked, " or "), passedNote(passed), dir, err, tool.Provide, tool.Env)}
 	}
-	notes = append(notes, fmt.Sprintf("%s %s was nowhere: %s has it now (%v)", tool.Name, tool.Version, cached, time.Since(start).Round(time.Second)))
+	took := time.Since(start).Round(time.Second)
+	if built {
+		notes = append(notes, fmt.Sprintf("%s %s was nowhere: built %s in %v", tool.Name, tool.Version, cached, took))
+	} else {
+		notes = append(notes, fmt.Sprintf("%s %s was nowhere: waited %v for another test process to build %s", tool.Name, tool.Version, took, cached))
+	}
 	return cached, notes, nil
 }
 
@@ -206,41 +212,42 @@ func CacheDir(tool Tool) (string, error) {
 }
 
 // build builds tool into out, holding an flock on dir/lock: another test
-// binary building it meanwhile is waited for, and its binary used.
-func build(ctx context.Context, tool Tool, gocmd, dir, out string) error {
+// binary building it meanwhile is waited for, and its binary used (built is
+// false).
+func build(ctx context.Context, tool Tool, gocmd, dir, out string) (built bool, err error) {
 	if tool.Build == nil {
-		return errors.New("no build known")
+		return false, errors.New("no build known")
 	}
 	if gocmd == "" {
-		return errors.New("no go command (neither in runtime.GOROOT() nor on PATH)")
+		return false, errors.New("no go command (neither in runtime.GOROOT() nor on PATH)")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return false, err
 	}
 	unlock, err := lock(ctx, filepath.Join(dir, "lock"))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer unlock()
 	if _, err := os.Stat(out); err == nil && tool.Check(out) == nil {
-		return nil // built by another test binary while this one waited
+		return false, nil // built by another test binary while this one waited
 	}
 	tmp, err := os.MkdirTemp(dir, "build-")
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer os.RemoveAll(tmp)
 	start := time.Now()
 	if err := tool.Build(ctx, gocmd, buildEnv(), filepath.Join(tmp, tool.Name)); err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("not done within %v: %w", time.Since(start).Round(time.Second), err)
+			return false, fmt.Errorf("not done within %v: %w", time.Since(start).Round(time.Second), err)
 		}
-		return err
+		return false, err
 	}
 	if err := tool.Check(filepath.Join(tmp, tool.Name)); err != nil {
-		return fmt.Errorf("built, but %w", err)
+		return false, fmt.Errorf("built, but %w", err)
 	}
-	return os.Rename(filepath.Join(tmp, tool.Name), out)
+	return true, os.Rename(filepath.Join(tmp, tool.Name), out)
 }
 
 // lock takes an exclusive flock on path, polling until ctx is done.
