@@ -156,17 +156,23 @@ func TestFindBuildsOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	bins := make([]string, 3)
+	notes := make([][]string, 3)
 	for i := range 3 {
-		wg.Go(func() { bins[i], _, errs[i] = Find(context.Background(), tool) })
+		wg.Go(func() { bins[i], notes[i], errs[i] = Find(context.Background(), tool) })
 	}
 	wg.Wait()
+	built := 0 // the others waited for it, or (late) found it cached
 	for i := range 3 {
 		if errs[i] != nil || bins[i] != p.cached() {
 			t.Fatalf("Find %d = %q, %v; want %q", i, bins[i], errs[i], p.cached())
 		}
+		n := strings.Join(notes[i], "\n")
+		if strings.Contains(n, "built "+p.cached()) {
+			built++
+		}
 	}
-	if n := builds.Load(); n != 1 {
-		t.Fatalf("built %d times, want once", n)
+	if n := builds.Load(); n != 1 || built != 1 {
+		t.Fatalf("built %d times, noted built by %d Finds; want once by one: %q", n, built, notes)
 	}
 	if bin, _, err := Find(context.Background(), tool); err != nil || bin != p.cached() || builds.Load() != 1 {
 		t.Fatalf("Find after the build = %q, %v, %d builds; want the cached one, unbuilt", bin, err, builds.Load())
