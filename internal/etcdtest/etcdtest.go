@@ -4,19 +4,23 @@
 // kill, stop, continue and restart.
 //
 // The binary is etcd v3.7.3 built from the Go module go.etcd.io/etcd/server/v3
-// (its root package is etcd's main), found as "etcd" on PATH. A current
-// release, since Debian's etcd-server (3.4.23) lacks several lease fixes of
-// 3.5 and later, and the cluster mode relies on leases. `go install
-// go.etcd.io/etcd/server/v3@v3.7.3` does not work (the module's go.mod has
-// replace directives), so it is built in a scratch module:
+// (its root package is etcd's main). A current release, since Debian's
+// etcd-server (3.4.23) lacks several lease fixes of 3.5 and later, and the
+// cluster mode relies on leases. It is found by internal/testbin: the path in
+// FENCEPROXY_TEST_ETCD, else etcd on PATH if it is 3.7.3 (another version is
+// passed over), else $(go env GOPATH)/bin/etcd, else the cache
+// (os.UserCacheDir()/fenceproxy/etcd-3.7.3/etcd), else it is built into the
+// cache once. `go install go.etcd.io/etcd/server/v3@v3.7.3` does not work (the
+// module's go.mod has replace directives), so it is built in a scratch module,
+// as .ci/run does into $(go env GOPATH)/bin:
 //
 //	d=$(mktemp -d) && cd "$d" && go mod init etcdbuild &&
 //	go get go.etcd.io/etcd/server/v3@v3.7.3 &&
 //	go build -trimpath -o "$(go env GOPATH)/bin/etcd" go.etcd.io/etcd/server/v3
 //
-// (.ci/run does this). Without the binary a test is skipped with that
-// message, or fails when CI is set (as .ci/run sets it), as for versitygw;
-// with another version it fails.
+// When it is nowhere and cannot be built (no network), a test is skipped
+// with those commands, or fails when CI is set (as .ci/run sets it), as for
+// versitygw.
 package etcdtest
 
 import (
@@ -36,19 +40,33 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testbin"
 )
 
-// Binary is the command looked up on PATH; Version is the version its
-// --version must print.
+// Binary is the command looked up; Version is the version its --version
+// must print; Env may name its path.
 const (
 	Binary  = "etcd"
 	Version = "3.7.3"
+	Env     = "FENCEPROXY_TEST_ETCD"
 )
 
-// Install is how to install the binary, for failure messages.
-const Install = "build etcd " + Version + " from go.etcd.io/etcd/server/v3 (go install refuses the module: it has replace directives): " +
+// Install is how to install the binary, for skip messages.
+const Install = "build etcd " + Version + " from go.etcd.io/etcd/server/v3 in a scratch module (go install refuses the module: it has replace directives): " +
 	`d=$(mktemp -d) && cd "$d" && go mod init etcdbuild && go get go.etcd.io/etcd/server/v3@v` + Version +
-	` && go build -trimpath -o "$(go env GOPATH)/bin/etcd" go.etcd.io/etcd/server/v3` + "; then put $(go env GOPATH)/bin on PATH"
+	` && go build -trimpath -o "$(go env GOPATH)/bin/etcd" go.etcd.io/etcd/server/v3`
+
+// Tool is etcd for internal/testbin: checked by its --version, built as
+// Install says.
+var Tool = testbin.Tool{
+	Name:    Binary,
+	Version: Version,
+	Env:     Env,
+	Check:   checkVersion,
+	Build:   build,
+	Provide: Install,
+}
 
 const (
 	startTimeout = 30 * time.Second
@@ -81,8 +99,8 @@ type Member struct {
 
 // Start runs a one-member etcd and returns once it is healthy; args are
 // added to etcd's command line (e.g. "--max-txn-ops", "10"). Cleanup stops
-// it. Without the binary the test is skipped (fails with CI set); another
-// version fails it.
+// it. When etcd 3.7.3 is nowhere and cannot be built, the test is skipped
+// (fails with CI set).
 func Start(t testing.TB, args ...string) *Cluster {
 	t.Helper()
 	return StartCluster(t, 1, args...)
@@ -346,42 +364,39 @@ func (m *Member) stop() {
 	}
 }
 
-var (
-	checkOnce sync.Once
-	checkErr  error
-)
-
-// lookPath finds the binary and checks its version once per test binary.
-// Without the binary the test is skipped, or fails when CI is set (as
-// .ci/run sets it, which installs it), as for versitygw (internal/s3backend);
-// a wrong version fails.
+// lookPath finds the binary (testbin.Require): without it the test is
+// skipped, or fails when CI is set.
 func lookPath(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath(Binary)
-	if err != nil {
-		msg := fmt.Sprintf("%s is not on PATH: %v. To install it, %s", Binary, err, Install)
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set, so a real etcd is required: %s", msg)
-		}
-		t.Skip(msg)
-	}
-	checkOnce.Do(func() { checkErr = checkVersion(bin) })
-	if checkErr != nil {
-		t.Fatalf("%v. To install it, %s", checkErr, Install)
-	}
-	return bin
+	return testbin.Require(t, Tool)
 }
 
 func checkVersion(bin string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	v, err := testbin.VersionLine(bin)
 	if err != nil {
-		return fmt.Errorf("%s --version: %v: %s", bin, err, out)
+		return err
 	}
-	first, _, _ := strings.Cut(string(out), "\n")
-	if strings.TrimSpace(first) != "etcd Version: "+Version {
-		return fmt.Errorf("%s is %q, want etcd Version: %s", bin, strings.TrimSpace(first), Version)
+	if v != "etcd Version: "+Version {
+		return fmt.Errorf("%s is %q, want etcd Version: %s", bin, v, Version)
+	}
+	return nil
+}
+
+// build builds etcd into out as Install says, in a scratch module.
+func build(ctx context.Context, gocmd string, env []string, out string) error {
+	dir, err := os.MkdirTemp("", "etcdbuild-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for _, args := range [][]string{
+		{"mod", "init", "etcdbuild"},
+		{"get", "go.etcd.io/etcd/server/v3@v" + Version},
+		{"build", "-trimpath", "-o", out, "go.etcd.io/etcd/server/v3"},
+	} {
+		if err := testbin.Run(ctx, dir, env, gocmd, args...); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -2,12 +2,14 @@
 // request's SigV4 signature, as a backend for tests: a process on a loopback
 // port over a temporary posix directory, with root credentials.
 //
-// The binary comes from PATH:
+// The binary, versitygw v1.8.0, is found by internal/testbin (see Tool): on
+// PATH or where go install puts it,
 //
 //	go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 //
-// Without it a test is skipped, unless the environment variable CI is set:
-// then it fails, so CI never passes by skipping.
+// else it is built into the cache once. When it is nowhere and cannot be
+// built, a test is skipped, unless the environment variable CI is set: then
+// it fails, so CI never passes by skipping.
 package s3backend
 
 import (
@@ -23,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -32,6 +35,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fenceproxy/fenceproxy/internal/testbin"
 )
 
 // Binary is the command looked up on PATH; Module and Version are what its
@@ -69,8 +74,8 @@ type Server struct {
 
 // Start runs versitygw on a free loopback port over a new t.TempDir, with
 // fresh random root credentials, and returns once it answers HTTP. It skips
-// the test when the binary is not on PATH (fails when CI is set), and fails
-// it when the binary is another version or does not start within 20s. Its
+// the test when versitygw v1.8.0 is nowhere and cannot be built (fails when
+// CI is set), and fails it when the binary does not start within 20s. Its
 // output is logged when the test fails. Cleanup stops it (SIGTERM, then
 // SIGKILL after 10s).
 func Start(t testing.TB) *Server {
@@ -253,27 +258,27 @@ func createBucket(t testing.TB, server string, c *s3.Client, bucket string) {
 	}
 }
 
-var (
-	checkOnce sync.Once
-	checkErr  error
-)
+// Tool is versitygw for internal/testbin: the path in FENCEPROXY_TEST_VERSITYGW,
+// else versitygw on PATH if it is v1.8.0 (another version is passed over),
+// else $(go env GOPATH)/bin/versitygw, else the cache, else go install'ed into
+// the cache once.
+var Tool = testbin.Tool{
+	Name:    Binary,
+	Version: Version,
+	Env:     "FENCEPROXY_TEST_VERSITYGW",
+	Check:   func(bin string) error { return checkVersion(bin, Module, Version) },
+	Build: func(ctx context.Context, gocmd string, env []string, out string) error {
+		return testbin.Run(ctx, filepath.Dir(out), append(env, "GOBIN="+filepath.Dir(out)), gocmd,
+			"install", Module+"/cmd/"+Binary+"@"+Version)
+	},
+	Provide: "go install " + Module + "/cmd/" + Binary + "@" + Version,
+}
 
-// lookPath finds the binary and checks its version once per test binary.
+// lookPath finds the binary (testbin.Require): without it the test is
+// skipped, or fails when CI is set.
 func lookPath(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath(Binary)
-	if err != nil {
-		msg := fmt.Sprintf("%s is not on PATH (go install %s/cmd/%s@%s): %v", Binary, Module, Binary, Version, err)
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set, so the real S3 server is required: %s", msg)
-		}
-		t.Skip(msg)
-	}
-	checkOnce.Do(func() { checkErr = checkVersion(bin, Module, Version) })
-	if checkErr != nil {
-		t.Fatalf("%v (go install %s/cmd/%s@%s)", checkErr, Module, Binary, Version)
-	}
-	return bin
+	return testbin.Require(t, Tool)
 }
 
 // checkVersion reads the module version go install (or go build in a

@@ -101,8 +101,9 @@ func TestServerVirtualHosted(t *testing.T) {
 	}
 }
 
-// Without the binary on PATH a test skips, and fails when CI is set. The
-// test runs itself with an empty PATH to see both.
+// Without the binary anywhere, and no way to build it (no module proxy), a
+// test skips, and fails when CI is set. The test runs itself with an empty
+// PATH, HOME and cache to see both.
 func TestMissingBinary(t *testing.T) {
 	if os.Getenv("S3BACKEND_CHILD") == "1" {
 		s3backend.Start(t)
@@ -110,7 +111,8 @@ func TestMissingBinary(t *testing.T) {
 	}
 	for _, ci := range []string{"", "1"} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestMissingBinary$", "-test.v")
-		cmd.Env = []string{"PATH=", "S3BACKEND_CHILD=1", "CI=" + ci}
+		home := t.TempDir()
+		cmd.Env = []string{"PATH=", "HOME=" + home, "GOPROXY=off", "S3BACKEND_CHILD=1", "CI=" + ci}
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		switch {
