@@ -124,5 +124,10 @@ Logs (JSON) go to stderr. Stop with Ctrl-C. Try the takeover:
   # reset it, the resource key repeated as confirm: tokens start over
   curl -s -X DELETE -H "Authorization: Bearer $FENCEPROXY_ADMIN_TOKEN" '{CONTROL}/v1/fences/{BUCKET}/report.txt?confirm={BUCKET}/report.txt'
 
+  # S3 clients (boto3, awscli, the Go SDK): the demo store checks no signature,
+  # but an SDK signs nothing without credentials, so give it any:
+  export AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo AWS_DEFAULT_REGION=us-east-1
+  # endpoint {PROXY}, bucket "{BUCKET}"; the token goes in X-Fencing-Token (docs/S3.md, "Clients")
+
 `)
 }
