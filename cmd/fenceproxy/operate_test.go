@@ -462,6 +462,7 @@ func TestOperateUsage(t *testing.T) {
 		{[]string{"demo", "extra"}, "demo takes no arguments", ""},
 		{[]string{"version", "extra"}, "version takes no arguments", "FENCEPROXY_"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`, ""},
+		{[]string{"foo", "bar"}, `unknown command "foo"`, "takes no arguments"},
 		// Flags come after the command: the error shows where.
 		{[]string{"--control", "http://127.0.0.1:1", "fences", "show", "keep"},
 			"flags go after the command: fenceproxy fences show keep --control http://127.0.0.1:1", "takes no arguments"},

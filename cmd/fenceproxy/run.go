@@ -45,7 +45,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return flagFirst(args)
 	case serveOrDemo && len(args) > 1:
 		return usagef("%s takes no arguments (configuration comes from FENCEPROXY_* variables); run fenceproxy -h", cmd)
-	case len(args) > 1:
+	case len(args) > 1 && knownCommand(cmd):
 		return usagef("%s takes no arguments; run fenceproxy -h", cmd)
 	}
 	switch cmd {
@@ -63,6 +63,16 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	default:
 		return usagef("unknown command %q; run fenceproxy -h", cmd)
 	}
+}
+
+// knownCommand reports whether cmd is a command of its own (not fences or
+// leases), so that an unknown one is named as such, with or without arguments.
+func knownCommand(cmd string) bool {
+	switch cmd {
+	case "-h", "-help", "--help", "help", "version", "-version", "--version", "serve", "demo":
+		return true
+	}
+	return false
 }
 
 func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }

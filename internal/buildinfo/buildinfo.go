@@ -16,6 +16,13 @@ import (
 // Unknown is the value of a field the binary carries no information for.
 const Unknown = "unknown"
 
+// Stamped is a version given at link time, for builds the go command
+// stamps none into (-buildvcs=false, a source archive, a container build
+// without .git): go build -ldflags="-X
+// github.com/fenceproxy/fenceproxy/internal/buildinfo.Stamped=v1.2.3". It
+// takes the place of "(devel)", not of a version the go command stamped.
+var Stamped string
+
 // Info is the build information of a binary.
 type Info struct {
 	// Version is the main module's version: a release tag (v1.2.3), a
@@ -45,11 +52,17 @@ func Read() Info {
 // version of "(devel)" and the running Go version for what bi lacks.
 func From(bi *debug.BuildInfo, ok bool) Info {
 	info := Info{Version: "(devel)", GoVersion: runtime.Version()}
+	if Stamped != "" {
+		info.Version = Stamped
+	}
 	if !ok || bi == nil {
 		return info
 	}
 	if bi.Main.Version != "" {
 		info.Version = bi.Main.Version
+	}
+	if info.Version == "(devel)" && Stamped != "" {
+		info.Version = Stamped
 	}
 	if bi.GoVersion != "" {
 		info.GoVersion = bi.GoVersion
@@ -84,6 +97,9 @@ func (i Info) String() string {
 	fmt.Fprintf(&b, "fenceproxy %s\n", i.Version)
 	if i.Revision == "" {
 		fmt.Fprintf(&b, "revision:  %s (built without VCS information)\n", Unknown)
+		if i.Version == "(devel)" {
+			b.WriteString("           (build in a git checkout, or stamp a version: go build -ldflags=\"-X github.com/fenceproxy/fenceproxy/internal/buildinfo.Stamped=v1.2.3\")\n")
+		}
 	} else {
 		fmt.Fprintf(&b, "revision:  %s\n", i.Revision)
 		if i.Time != "" {

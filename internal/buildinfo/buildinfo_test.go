@@ -57,3 +57,23 @@ func TestFrom(t *testing.T) {
 		})
 	}
 }
+
+// A version stamped at link time replaces "(devel)", never a version the go
+// command stamped; without either, the text says how to get one.
+func TestStamped(t *testing.T) {
+	defer func(s string) { Stamped = s }(Stamped)
+	Stamped = ""
+	if s := From(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, true).String(); !strings.Contains(s, "buildinfo.Stamped=") {
+		t.Errorf("a (devel) build without VCS information does not say how to stamp a version:\n%s", s)
+	}
+	Stamped = "v0.9.0"
+	if v := From(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, true).Version; v != "v0.9.0" {
+		t.Errorf("stamped over (devel): %q, want v0.9.0", v)
+	}
+	if v := From(&debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, true).Version; v != "v1.2.3" {
+		t.Errorf("stamped over the go command's v1.2.3: %q", v)
+	}
+	if v := From(nil, false).Version; v != "v0.9.0" {
+		t.Errorf("no build info: %q, want the stamped v0.9.0", v)
+	}
+}
