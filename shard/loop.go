@@ -890,7 +890,14 @@ func (o *Owner) hold(n int, s *session, epoch int64, p pendingAcquire) *holding 
 		o.stats.lockWaits.Add(1)
 		o.stats.lockWaitNanos.Add(w)
 	}
-	o.log.Info("shard acquired", "shard", n, "epoch", h.epoch, "handover", p.kind, "admit_in", time.Duration(p.admitAfter-o.now()).Round(time.Millisecond).String())
+	level := slog.LevelInfo
+	if p.kind == "new" {
+		// A shard no replica held before (a fresh cluster's 64 at start):
+		// nothing handed over, nothing to wait for; fenceproxy_shards_owned
+		// shows the count.
+		level = slog.LevelDebug
+	}
+	o.log.Log(context.Background(), level, "shard acquired", "shard", n, "epoch", h.epoch, "handover", p.kind, "admit_in", time.Duration(p.admitAfter-o.now()).Round(time.Millisecond).String())
 	if o.opts.OnAcquire != nil {
 		o.opts.OnAcquire(n, o.wall(p.admitAfter))
 	}
