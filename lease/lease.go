@@ -410,6 +410,12 @@ func (m *Manager) owned(name string, rec []byte, fenceMax uint64, holder string,
 	case cur == nil:
 		return nil, fmt.Errorf("%w: %q was never acquired", ErrLost, name)
 	case cur.Holder != holder || cur.Token != token:
+		switch m.StateAt(*cur, now) {
+		case StateReleased:
+			return nil, fmt.Errorf("%w: %q is held by no one: %q released it (token %d)", ErrLost, name, cur.Holder, cur.Token)
+		case StateExpired:
+			return nil, fmt.Errorf("%w: %q is held by no one: the lease of %q (token %d) expired at %s", ErrLost, name, cur.Holder, cur.Token, cur.ExpiresAt.Format(time.RFC3339Nano))
+		}
 		return nil, fmt.Errorf("%w: %q is now held by %q with token %d", ErrLost, name, cur.Holder, cur.Token)
 	case fenceMax > token:
 		return nil, fmt.Errorf("%w: the fence of %q was raised to %d", ErrLost, name, fenceMax)

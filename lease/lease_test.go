@@ -456,3 +456,28 @@ func TestWatchOnlyWatched(t *testing.T) {
 		t.Fatalf("Watch reported:\n%s\nwant mine and not theirs", out)
 	}
 }
+
+// A call by another holder on a lease no one holds says so, not that the
+// last holder "now holds" it.
+func TestLostNamesAFreeLease(t *testing.T) {
+	m, _, clk := newTestManager(t, t.TempDir())
+	a, err := m.Acquire(context.Background(), "r", "w1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Release("r", "w1", a.Token); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Renew("r", "w2", a.Token)
+	if !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), `is held by no one: "w1" released it`) {
+		t.Errorf("renew of a released lease by another holder: %v", err)
+	}
+	b, err := m.Acquire(context.Background(), "r", "w1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(time.Hour)
+	if _, err := m.Renew("r", "w2", b.Token); !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "is held by no one") || strings.Contains(err.Error(), "now held by") {
+		t.Errorf("renew of an expired lease by another holder: %v", err)
+	}
+}
