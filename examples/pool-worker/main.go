@@ -92,6 +92,9 @@ func main() {
 		w.log.Error("pool-worker failed", "error", err.Error())
 		os.Exit(1)
 	}
+	if err == nil && w.oneShot {
+		w.log.Info("all done: every shard of the pool is done", "holder", w.holder, "pool", *pool)
+	}
 }
 
 // event logs a pool event: "error" is a failed call (lost, a failed
@@ -147,6 +150,7 @@ func (w *worker) write(ctx context.Context, s client.Shard, part, body string) e
 		w.log.Warn("write failed", "holder", w.holder, "shard", s.Shard, "token", s.Lease.Token, "status", resp.StatusCode)
 		return fmt.Errorf("write: status %d", resp.StatusCode)
 	}
+	w.log.Info("wrote", "holder", w.holder, "shard", s.Shard, "token", s.Lease.Token, "key", key(s, part), "status", resp.StatusCode)
 	return nil
 }
 

@@ -94,3 +94,20 @@ func TestWorkerWritesBelowPrefix(t *testing.T) {
 		t.Errorf("writes to a {pool}/{shard} lease: %q", ps)
 	}
 }
+
+// A write the proxy admits is logged with its key, token and status.
+func TestWritesLogged(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	var buf bytes.Buffer
+	w := &worker{proxy: srv.URL, holder: "w1", log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	s := client.Shard{Pool: "jobs", Shard: "2", Lease: client.Lease{Name: "reports/2/", Token: 9}}
+	if err := w.write(context.Background(), s, "1", "x"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"msg":"wrote"`, `"key":"reports/2/1"`, `"token":9`, `"status":200`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log after an admitted write lacks %s: %s", want, buf.String())
+		}
+	}
+}
