@@ -120,7 +120,7 @@ type Config struct {
 
 	// MaxUploads and MaxConnections bound what hostile or runaway clients
 	// can make the proxy hold (descriptors, goroutines, buffers).
-	MaxUploads     int `env:"MAX_UPLOADS" envDefault:"1024" help:"most requests with a body in the proxy at once (about 60 KiB of memory and 2 descriptors each while in flight, docs/PERFORMANCE.md); one more gets 503 overloaded with Retry-After, nothing forwarded and no maximum touched; 0: no limit"`
+	MaxUploads     int `env:"MAX_UPLOADS" envDefault:"1024" help:"most requests with a body in the proxy at once (up to about 90 KiB of memory, 2 descriptors and 3 goroutines each while in flight, docs/PERFORMANCE.md); one more gets 503 overloaded with Retry-After, nothing forwarded and no maximum touched; 0: no limit"`
 	MaxConnections int `env:"MAX_CONNECTIONS" envDefault:"2048" help:"most client connections the proxy listener holds open; past it the listener stops accepting (further connections wait in the kernel's listen backlog, as with HAProxy's maxconn) and keep-alive is turned off until they drop below 7/8 of it; lowered at start, with a warning, to what the open-file limit allows (2 descriptors per connection plus 512); 0: no limit"`
 
 	// AbandonGrace keeps a resource's barrier closed after the proxy gave up on
