@@ -113,6 +113,17 @@ type Config struct {
 	// UploadIdleTimeout bounds the pause between bytes of a request body.
 	UploadIdleTimeout time.Duration `env:"UPLOAD_IDLE_TIMEOUT" envDefault:"30s" help:"longest pause between bytes of a request body; past it the upload is cut off before its end (the backend never gets the whole body), so a stalled client cannot hold a resource's barrier longer"`
 
+	// UploadMinRate and UploadRateWindow bound how slowly a write's body may
+	// arrive: every window of time spent waiting for the client must bring
+	// UploadMinRate × UploadRateWindow bytes.
+	UploadMinRate    ByteSize      `env:"UPLOAD_MIN_RATE" envDefault:"1KiB" help:"slowest a forwarded write's body may arrive, in bytes per second: every UPLOAD_RATE_WINDOW of time spent waiting for the client's body must bring this rate times the window, or the upload is cut off before its end (408; the backend never gets the whole body); time a slow backend takes to read does not count; at most 1GiB; 0: no minimum (a body trickling a byte within every UPLOAD_IDLE_TIMEOUT is never cut)"`
+	UploadRateWindow time.Duration `env:"UPLOAD_RATE_WINDOW" envDefault:"30s" help:"the window over which UPLOAD_MIN_RATE is measured, the first one a grace for the body's start"`
+
+	// MaxUploads and MaxConnections bound what hostile or runaway clients
+	// can make the proxy hold (descriptors, goroutines, buffers).
+	MaxUploads     int `env:"MAX_UPLOADS" envDefault:"1024" help:"most requests with a body in the proxy at once (up to about 90 KiB of memory, 2 descriptors and 3 goroutines each while in flight, docs/PERFORMANCE.md); one more gets 503 overloaded with Retry-After, nothing forwarded and no maximum touched; 0: no limit"`
+	MaxConnections int `env:"MAX_CONNECTIONS" envDefault:"2048" help:"most client connections the proxy listener holds open; past it the listener stops accepting (further connections wait in the kernel's listen backlog, as with HAProxy's maxconn) and keep-alive is turned off until they drop below 7/8 of it; lowered at start, with a warning, to what the open-file limit allows (2 descriptors per connection plus 512); 0: no limit"`
+
 	// AbandonGrace keeps a resource's barrier closed after the proxy gave up on
 	// a write it had sent upstream whole (response timeout, backend failure): a
 	// slow backend may still apply it. Start-up waits it too, for writes
@@ -463,6 +474,18 @@ func (c Config) Validate() error {
 	}
 	if c.PrefixFencesSize < minCacheSize {
 		bad("PREFIX_FENCES_SIZE", "%s is below the minimum of 1MiB", c.PrefixFencesSize)
+	}
+	if c.MaxUploads < 0 {
+		bad("MAX_UPLOADS", "%d must be 0 (no limit) or a positive number of requests", c.MaxUploads)
+	}
+	if c.MaxConnections < 0 {
+		bad("MAX_CONNECTIONS", "%d must be 0 (no limit) or a positive number of connections", c.MaxConnections)
+	}
+	if c.UploadMinRate > maxUnsent {
+		bad("UPLOAD_MIN_RATE", "%s is above the maximum of 1 GiB per second (give 0 for no minimum)", c.UploadMinRate)
+	}
+	if c.UploadMinRate > 0 && c.UploadRateWindow < 100*time.Millisecond {
+		bad("UPLOAD_RATE_WINDOW", "%s must be at least 100ms while FENCEPROXY_UPLOAD_MIN_RATE is set", c.UploadRateWindow)
 	}
 	if c.UpstreamUnsentMax > maxUnsent {
 		bad("UPSTREAM_UNSENT_MAX", "%s is above the maximum of 1 GiB (the kernel takes a 32-bit value; give 0 for the system's send buffer)", c.UpstreamUnsentMax)

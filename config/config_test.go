@@ -97,7 +97,18 @@ func TestParse(t *testing.T) {
 		notErr []string
 		check  func(t *testing.T, cfg Config, warnings []string)
 	}{
-		{name: "minimal", env: minimal()},
+		{name: "minimal", env: minimal(),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.MaxUploads != 1024 || cfg.MaxConnections != 2048 || cfg.UploadMinRate != 1024 || cfg.UploadRateWindow != 30*time.Second {
+					t.Errorf("overload defaults: MAX_UPLOADS %d, MAX_CONNECTIONS %d, UPLOAD_MIN_RATE %d, UPLOAD_RATE_WINDOW %s",
+						cfg.MaxUploads, cfg.MaxConnections, cfg.UploadMinRate, cfg.UploadRateWindow)
+				}
+			}},
+		{name: "overload limits off", env: with("FENCEPROXY_MAX_UPLOADS", "0", "FENCEPROXY_MAX_CONNECTIONS", "0", "FENCEPROXY_UPLOAD_MIN_RATE", "0",
+			"FENCEPROXY_UPLOAD_RATE_WINDOW", "0s")},
+		{name: "overload limits out of range", env: with("FENCEPROXY_MAX_UPLOADS", "-1", "FENCEPROXY_MAX_CONNECTIONS", "-5",
+			"FENCEPROXY_UPLOAD_MIN_RATE", "2GiB", "FENCEPROXY_UPLOAD_RATE_WINDOW", "10ms"),
+			wantErr: []string{"FENCEPROXY_MAX_UPLOADS: -1", "FENCEPROXY_MAX_CONNECTIONS: -5", "FENCEPROXY_UPLOAD_MIN_RATE: 2.0 GiB", "FENCEPROXY_UPLOAD_RATE_WINDOW: 10ms"}},
 		{name: "cluster minimal", env: cluster(),
 			check: func(t *testing.T, cfg Config, _ []string) {
 				if cfg.Store != "etcd" || cfg.Shards != 64 || cfg.EtcdPrefix != "/fenceproxy/" || cfg.PeerListen != ":8081" ||

@@ -171,6 +171,14 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 		ex.w.Header().Set(wire.HeaderRefused, pb.Reason)
 		p.log.LogAttrs(r.Context(), slog.LevelWarn, "upload cut off: its S3 gateway key was revoked", append(attrs,
 			slog.Int("status", pb.Status), slog.String("key_id", ex.keyID))...)
+	case why == errUploadSlow:
+		p.opts.Metrics.upstreamError("upload_too_slow")
+		pb = wire.Problem{Status: http.StatusRequestTimeout, Title: "Request body too slow",
+			Detail: fmt.Sprintf("the body arrived slower than %d bytes/s over %s; the upload was cut off and the backend did not get it whole",
+				p.opts.UploadMinRate, p.opts.UploadRateWindow)}
+		p.log.LogAttrs(r.Context(), slog.LevelInfo, "upload cut off: client sent its body slower than the minimum upload rate",
+			append(attrs, slog.Int("status", pb.Status), slog.Int64("upload_min_rate", p.opts.UploadMinRate),
+				slog.String("upload_rate_window", p.opts.UploadRateWindow.String()), slog.String("remote", r.RemoteAddr))...)
 	case why == errUploadIdle:
 		p.opts.Metrics.upstreamError("upload_timeout")
 		pb = wire.Problem{Status: http.StatusRequestTimeout, Title: "Request body timeout",
@@ -197,7 +205,7 @@ func (p *Proxy) uploadStopped(ex *exchange, why error) {
 		ex.w.Header().Set("Connection", "close") // the rest of the body is still on the wire
 	}
 	p.writeProblem(ex.w, r, pb)
-	if why != errUploadCut && why != errUploadIdle && ex.rawBody != nil {
+	if why != errUploadCut && why != errUploadIdle && why != errUploadSlow && ex.rawBody != nil {
 		// A signed stream whose chunk failed its signature is still well
 		// framed HTTP: read the rest, so that the client reads the answer
 		// instead of a reset under its write.
@@ -241,6 +249,10 @@ var answers = wire.Answers{
 		Retry:  true, Level: slog.LevelWarn},
 	{Err: ErrShardUnavailable, Status: http.StatusServiceUnavailable, Reason: wire.ReasonShardUnavailable, Title: "Shard unavailable",
 		Retry: true, Level: slog.LevelWarn},
+	// Logged at debug: an attack would flood the log (overloaded warns at
+	// most every 10 s instead).
+	{Err: ErrOverloaded, Status: http.StatusServiceUnavailable, Reason: wire.ReasonOverloaded, Title: "Too many uploads in flight",
+		Retry: true, Level: slog.LevelDebug},
 	{Err: fence.ErrPrefixLimit, Status: http.StatusInsufficientStorage, Reason: wire.ReasonPrefixLimit, Title: "Too many prefix fences",
 		Level: slog.LevelError},
 	{Err: fence.ErrStore, Status: http.StatusServiceUnavailable, Reason: wire.ReasonStoreError, Title: "Fencing store unavailable",

@@ -20,6 +20,10 @@ var (
 	// errUploadIdle: the client paused its upload longer than the upload idle
 	// timeout; the body was cut off before its end (408).
 	errUploadIdle = errors.New("upload cut off: the client sent no body bytes within the upload idle timeout")
+	// errUploadSlow: the client sent its body slower than the upload's
+	// minimum rate over a rate window; the body was cut off before its
+	// end (408).
+	errUploadSlow = errors.New("upload cut off: the client sent its body slower than the minimum upload rate")
 	// errBadBody: the client broke its request body's framing (chunked
 	// coding) or ended it before its length (400 bad_body).
 	errBadBody = errors.New("request body malformed or cut short")
@@ -65,7 +69,8 @@ func checkStreamLength(r *http.Request) error {
 // uploadBody is a forwarded write's request body as the upstream client reads
 // it. It tells the barrier when the whole body has been handed over (from then
 // on a backend may apply the write), cuts the upload off after a pause longer
-// than idle, and stops at once when a larger token cuts its upload. An upload
+// than idle or a body slower than minRate over a window, and stops at once
+// when a larger token cuts its upload. An upload
 // stopped before its end never hands over its last bytes (nor, when chunked,
 // the terminating chunk), so no backend can apply it.
 type uploadBody struct {
@@ -74,6 +79,15 @@ type uploadBody struct {
 	rc        *http.ResponseController
 	idle      time.Duration // 0: no idle timeout
 	remaining int64         // bytes until the end of a Content-Length body; -1: until EOF
+
+	// The minimum rate (Settings.UploadMinRate): every window of time
+	// spent in the client's reads must bring minRate × window bytes.
+	// Time the upstream client spends writing (a slow backend) is not the
+	// client's and is not counted.
+	minRate int64         // bytes/s; 0: no minimum
+	window  time.Duration // above 0 when minRate is
+	waited  time.Duration // time in reads of this window
+	got     int64         // bytes read in this window
 
 	// valid reports why the write may no longer be sent, nil while it may:
 	// in cluster mode this replica's ownership of the write's shard ended
@@ -98,8 +112,27 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	if b.up.State() == fence.Sent {
 		return b.body.Read(p) // handed over whole; what follows is EOF
 	}
-	if b.idle > 0 {
-		_ = b.rc.SetReadDeadline(time.Now().Add(b.idle)) // ErrNotSupported: no idle cut-off
+	var start time.Time
+	if b.idle > 0 || b.minRate > 0 {
+		start = time.Now()
+		var deadline time.Time
+		if b.idle > 0 {
+			deadline = start.Add(b.idle)
+		}
+		if b.minRate > 0 {
+			if b.waited >= b.window {
+				if b.slow() {
+					return 0, b.stop(errUploadSlow)
+				}
+				b.waited, b.got = 0, 0 // a new window
+			}
+			if b.slow() { // woken at the window's end if it still lacks bytes
+				if end := start.Add(b.window - b.waited); deadline.IsZero() || end.Before(deadline) {
+					deadline = end
+				}
+			}
+		}
+		_ = b.rc.SetReadDeadline(deadline) // ErrNotSupported: no idle cut-off
 	}
 	// Checked after setting the deadline: a cut that happened before it would
 	// otherwise have its past deadline overwritten.
@@ -115,11 +148,17 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 	if b.remaining > 0 {
 		b.remaining -= int64(n)
 	}
+	if b.minRate > 0 {
+		b.waited += time.Since(start)
+		b.got += int64(n)
+	}
 	switch {
 	case err != nil && err != io.EOF:
 		switch {
 		case b.up.State() == fence.Cut:
 			err = errUploadCut
+		case errors.Is(err, os.ErrDeadlineExceeded) && b.minRate > 0 && b.waited >= b.window && b.slow():
+			err = errUploadSlow
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			err = errUploadIdle
 		}
@@ -142,6 +181,12 @@ func (b *uploadBody) Read(p []byte) (int, error) {
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
 	return n, err
+}
+
+// slow reports whether this window has brought fewer bytes than the
+// minimum rate asks of a whole window.
+func (b *uploadBody) slow() bool {
+	return b.got < b.minRate*int64(b.window/time.Millisecond)/1000
 }
 
 // stop records why the upload ended early and returns err.

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,13 +17,15 @@ type Metrics struct {
 	// upload_abort (S3: a holder that lost its resource aborted its own
 	// multipart upload, forwarded outside the barrier), or the refusal reason (stale, missing, malformed, bad_resource,
 	// hop_by_hop, unsupported, drain_timeout, store_error, client_gone,
-	// signature, jump).
+	// signature, jump, overloaded).
 	// In observe mode a would-be refusal counts as observe_<reason>.
 	Requests *prometheus.CounterVec
 	// fenceproxy_upstream_errors_total{kind}: failed upstream exchanges by
 	// kind: timeout (504), client_gone (499), other (502), upload_cut (a
 	// larger token cut a smaller token's upload off, 409), upload_timeout
-	// (the client paused its upload past the idle timeout, 408), bad_body
+	// (the client paused its upload past the idle timeout, 408),
+	// upload_too_slow (the body came slower than FENCEPROXY_UPLOAD_MIN_RATE,
+	// 408), bad_body
 	// (the client broke its request body's framing or ended it early, 400),
 	// ownership_ended (cluster mode: the shard's ownership ended during the
 	// upload, 503), key_revoked (S3 gateway mode: the upload's key was
@@ -41,7 +44,16 @@ type Metrics struct {
 	// upload completed or was aborted) and failed (a record that could not
 	// be written or removed; see the log).
 	UploadRecords *prometheus.CounterVec
+	// fenceproxy_uploads_in_flight: requests with a body in the proxy now
+	// (what FENCEPROXY_MAX_UPLOADS bounds).
+	UploadsInFlight prometheus.GaugeFunc
+	// fenceproxy_overload_total{limit}: uploads refused with 503 overloaded
+	// (limit="uploads", FENCEPROXY_MAX_UPLOADS), and connections that found
+	// the proxy listener at FENCEPROXY_MAX_CONNECTIONS and waited in the
+	// listen backlog (limit="connections", counted by package server).
+	Overload *prometheus.CounterVec
 
+	uploads atomic.Pointer[atomic.Int64] // the proxy's count, once New ran
 	// Children of the known label values, looked up once: WithLabelValues
 	// hashes and locks on every call, which showed in the per-request profile.
 	decisions map[string]prometheus.Counter
@@ -57,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"decision"}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_upstream_errors_total",
-			Help: "Failed upstream exchanges by kind: timeout (504), client_gone (499), other (502), upload_cut (409), upload_timeout (408), bad_body (400), ownership_ended (503), key_revoked (403).",
+			Help: "Failed upstream exchanges by kind: timeout (504), client_gone (499), other (502), upload_cut (409), upload_timeout (408), upload_too_slow (408), bad_body (400), ownership_ended (503), key_revoked (403).",
 		}, []string{"kind"}),
 		UpstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fenceproxy_upstream_duration_seconds",
@@ -81,18 +93,34 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, e := range []string{"recorded", "removed", "failed"} {
 		m.UploadRecords.WithLabelValues(e)
 	}
-	reg.MustRegister(m.Requests, m.UpstreamErrors, m.UpstreamDuration, m.RaiseDuration, m.InFlight, m.UploadRecords)
+	m.UploadsInFlight = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fenceproxy_uploads_in_flight",
+		Help: "Requests with a body in the proxy now (bounded by FENCEPROXY_MAX_UPLOADS).",
+	}, func() float64 {
+		if n := m.uploads.Load(); n != nil {
+			return float64(n.Load())
+		}
+		return 0
+	})
+	m.Overload = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fenceproxy_overload_total",
+		Help: "Uploads refused with 503 overloaded (limit=uploads, FENCEPROXY_MAX_UPLOADS) and connections that waited in the listen backlog (limit=connections, FENCEPROXY_MAX_CONNECTIONS).",
+	}, []string{"limit"})
+	m.Overload.WithLabelValues("uploads")
+	m.Overload.WithLabelValues("connections")
+	reg.MustRegister(m.Requests, m.UpstreamErrors, m.UpstreamDuration, m.RaiseDuration, m.InFlight, m.UploadRecords,
+		m.UploadsInFlight, m.Overload)
 	// Known series start at 0, so rates and dashboards work before the first event.
 	for _, d := range []string{"forwarded", "unfenced", "upload_abort", wire.ReasonStale, wire.ReasonMissing, wire.ReasonMalformed, wire.ReasonBadResource, wire.ReasonAmbiguous,
 		wire.ReasonHopByHop, wire.ReasonUnsupported, wire.ReasonDrainTimeout, wire.ReasonStoreError, wire.ReasonClientGone,
-		wire.ReasonSignature, wire.ReasonJump, wire.ReasonPrefixLimit} {
+		wire.ReasonSignature, wire.ReasonJump, wire.ReasonPrefixLimit, wire.ReasonOverloaded} {
 		if m.decisions == nil {
 			m.decisions = make(map[string]prometheus.Counter)
 		}
 		m.decisions[d] = m.Requests.WithLabelValues(d)
 	}
 	m.durations = [2]prometheus.Observer{m.UpstreamDuration.WithLabelValues("false"), m.UpstreamDuration.WithLabelValues("true")}
-	for _, k := range []string{"timeout", "client_gone", "other", "upload_cut", "upload_timeout", "bad_body", "ownership_ended", "key_revoked"} {
+	for _, k := range []string{"timeout", "client_gone", "other", "upload_cut", "upload_timeout", "upload_too_slow", "bad_body", "ownership_ended", "key_revoked"} {
 		m.UpstreamErrors.WithLabelValues(k)
 	}
 	return m
@@ -107,6 +135,21 @@ func (m *Metrics) decision(d string) {
 		return
 	}
 	m.Requests.WithLabelValues(d).Inc() // observe_<reason>
+}
+
+// countUploads makes fenceproxy_uploads_in_flight read n.
+func (m *Metrics) countUploads(n *atomic.Int64) {
+	if m != nil {
+		m.uploads.Store(n)
+	}
+}
+
+// Overloaded counts one refusal or wait at limit ("uploads",
+// "connections") in fenceproxy_overload_total. Safe on a nil *Metrics.
+func (m *Metrics) Overloaded(limit string) {
+	if m != nil {
+		m.Overload.WithLabelValues(limit).Inc()
+	}
 }
 
 func (m *Metrics) multipartRecord(event string) {

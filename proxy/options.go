@@ -50,6 +50,19 @@ type Settings struct {
 	UploadIdleTimeout time.Duration // longest pause between body bytes of a forwarded write; past it 408
 	UpstreamFastPath  bool          // small plain-HTTP requests through package upstream's fast path
 	UpstreamUnsentMax int           // bytes the kernel holds unsent per backend connection (upstream.Options.UnsentMax); 0: the system's
+
+	// UploadMinRate, with UploadRateWindow, is the slowest a forwarded
+	// write's body may arrive (bytes/s, UPLOAD_MIN_RATE): every
+	// UploadRateWindow of time spent waiting for the client's body must
+	// bring UploadMinRate × UploadRateWindow bytes, or the upload is cut
+	// off before its end (408). Time the backend takes to read is not
+	// counted. 0: no minimum.
+	UploadMinRate    int64
+	UploadRateWindow time.Duration // above 0 when UploadMinRate is
+	// MaxUploads bounds the requests with a body in flight (MAX_UPLOADS):
+	// one more is refused with 503 overloaded and Retry-After before
+	// anything of it is forwarded or any maximum touched. 0: no bound.
+	MaxUploads int
 }
 
 // Options configures a Proxy: its Settings, and what it is given besides:

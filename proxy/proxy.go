@@ -47,6 +47,9 @@ type Proxy struct {
 	observe     bool
 	rp          *httputil.ReverseProxy
 	log         *slog.Logger
+
+	uploads    atomic.Int64 // requests with a body in ServeHTTP now (MaxUploads)
+	overloadAt atomic.Int64 // unix nanoseconds of the last "MAX_UPLOADS reached" warning
 }
 
 // New returns a Proxy whose writes go through barrier. It fails, naming the
@@ -72,6 +75,12 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	}
 	if opts.ResourceDepth < 0 {
 		bad = append(bad, "ResourceDepth must not be negative")
+	}
+	if opts.UploadMinRate < 0 || opts.MaxUploads < 0 {
+		bad = append(bad, "UploadMinRate and MaxUploads must not be negative")
+	}
+	if opts.UploadMinRate > 0 && opts.UploadRateWindow <= 0 {
+		bad = append(bad, "UploadRateWindow must be above 0 when UploadMinRate is")
 	}
 	var addressing *s3.Addressing
 	switch opts.S3 {
@@ -122,6 +131,7 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 	for _, m := range opts.UnfencedMethods {
 		p.unfenced[m] = true
 	}
+	opts.Metrics.countUploads(&p.uploads)
 	transport := opts.Transport
 	if transport == nil {
 		transport = upstream.New(opts.Upstream, upstream.Options{FastPath: opts.UpstreamFastPath,
@@ -262,6 +272,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == "PRI" && r.RequestURI == "*" && r.ProtoMajor == 2 {
 		p.priorKnowledge(ex)
 		return
+	}
+	// 0. Uploads in flight: each holds descriptors, goroutines and buffers
+	// for as long as its client takes. Past MaxUploads, refused before
+	// anything is read, forwarded or raised.
+	if hasBody(r) {
+		n := p.uploads.Add(1)
+		defer p.uploads.Add(-1)
+		if p.opts.MaxUploads > 0 && n > int64(p.opts.MaxUploads) {
+			p.overloaded(ex)
+			return
+		}
 	}
 
 	// 1. Classify: a target the proxy forwards at all, no hop-by-hop header
@@ -519,6 +540,7 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 		ex.hasBody = true
 		ex.in.init(r)
 		ex.body.init(ex.w, r, &ex.in, &ex.up, p.opts.UploadIdleTimeout)
+		ex.body.minRate, ex.body.window = p.opts.UploadMinRate, p.opts.UploadRateWindow
 		if ex.ownValid != nil || ex.caller != nil {
 			ex.body.valid = ex.valid
 		}
@@ -533,6 +555,25 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 	}
 	return p.barrier.Admit(r.Context(), ex.resources, ex.token, &ex.up)
 }
+
+// ErrOverloaded: MaxUploads requests with a body were in flight (503
+// overloaded, Retry-After); nothing was forwarded.
+var ErrOverloaded = errors.New("too many uploads in flight (FENCEPROXY_MAX_UPLOADS); nothing was forwarded, retry later")
+
+// overloaded refuses an upload past MaxUploads: the refusal logged at
+// debug, and a warning at most every overloadLogEvery.
+func (p *Proxy) overloaded(ex *exchange) {
+	now := time.Now().UnixNano()
+	if last := p.overloadAt.Load(); now-last >= int64(overloadLogEvery) && p.overloadAt.CompareAndSwap(last, now) {
+		p.log.LogAttrs(ex.client, slog.LevelWarn, "uploads in flight reached FENCEPROXY_MAX_UPLOADS; refusing more with 503 overloaded",
+			slog.Int("max_uploads", p.opts.MaxUploads), slog.String("remote", ex.r.RemoteAddr))
+	}
+	p.opts.Metrics.Overloaded("uploads")
+	p.refuse(ex, ErrOverloaded)
+}
+
+// overloadLogEvery spaces the warnings of MaxUploads reached.
+const overloadLogEvery = 10 * time.Second
 
 // forward sends the request upstream with ReverseProxy (which calls
 // p.rewrite, and p.upstreamError on failure), with the exchange in its

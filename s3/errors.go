@@ -76,6 +76,7 @@ var reasonCodes = map[string]string{
 	wire.ReasonStoreError:       "ServiceUnavailable",           // 503 with Retry-After
 	wire.ReasonPrefixLimit:      "InsufficientStorage",          // 507: FENCEPROXY_PREFIX_FENCES_SIZE reached
 	wire.ReasonShardUnavailable: "ServiceUnavailable",           // 503 with Retry-After
+	wire.ReasonOverloaded:       "SlowDown",                     // 503 with Retry-After: FENCEPROXY_MAX_UPLOADS reached
 	wire.ReasonClientGone:       "RequestCanceled",              // 499, logged; nobody reads it
 	wire.ReasonInternal:         "InternalError",                // 500
 }

@@ -27,5 +27,8 @@ func proxyOptionsFrom(cfg config.Config) proxy.Options {
 		UploadIdleTimeout: cfg.UploadIdleTimeout,
 		UpstreamFastPath:  cfg.UpstreamFastPath,
 		UpstreamUnsentMax: int(cfg.UpstreamUnsentMax),
+		UploadMinRate:     int64(cfg.UploadMinRate),
+		UploadRateWindow:  cfg.UploadRateWindow,
+		MaxUploads:        cfg.MaxUploads,
 	}}
 }

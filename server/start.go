@@ -40,6 +40,8 @@ type starting struct {
 	proxy                *proxy.Proxy
 	pools                *pool.Pools
 	build                buildinfo.Info
+	maxConns             int            // MAX_CONNECTIONS as the open-file limit allows; 0: no limit
+	proxyLimit           *limitListener // the proxy listener's, nil without a limit
 }
 
 // steps are New's steps, in order.
@@ -61,6 +63,10 @@ func (st *starting) listen() (err error) {
 	if st.proxyLn, err = net.Listen("tcp", st.cfg.Listen); err != nil {
 		return fmt.Errorf("FENCEPROXY_LISTEN: %w", err)
 	}
+	if st.maxConns = st.maxConnections(); st.maxConns > 0 {
+		st.proxyLimit = newLimitListener(st.proxyLn, st.maxConns, st.log)
+		st.proxyLn = st.proxyLimit
+	}
 	st.undo = append(st.undo, func() { st.proxyLn.Close() })
 	if st.controlLn, err = net.Listen("tcp", st.cfg.ControlListen); err != nil {
 		return fmt.Errorf("FENCEPROXY_CONTROL_LISTEN: %w", err)
@@ -68,6 +74,30 @@ func (st *starting) listen() (err error) {
 	st.undo = append(st.undo, func() { st.controlLn.Close() })
 	return nil
 }
+
+// maxConnections is MAX_CONNECTIONS as the open-file limit allows it: each
+// connection may hold 2 descriptors (the client's and, during an upload,
+// the backend's), and the store, the control listener and the cluster need
+// some (fdReserve). 0: no limit.
+func (st *starting) maxConnections() int {
+	want := st.cfg.MaxConnections
+	limit := openFileLimit()
+	if want <= 0 || limit == 0 || uint64(want)*2+fdReserve <= limit {
+		return want
+	}
+	allowed := 1
+	if limit > fdReserve+2 {
+		allowed = int((limit - fdReserve) / 2)
+	}
+	st.log.Warn("FENCEPROXY_MAX_CONNECTIONS is above what the open-file limit allows (2 descriptors per connection plus a reserve); "+
+		"lowered to fit: raise the limit (ulimit -n, LimitNOFILE=) to keep the configured value",
+		"max_connections", want, "lowered_to", allowed, "rlimit_nofile", limit, "reserve", fdReserve)
+	return allowed
+}
+
+// fdReserve are the descriptors kept out of MAX_CONNECTIONS' reach: the
+// store's files, the control and peer listeners and their connections.
+const fdReserve = 512
 
 // openStore opens the token store: in etcd with the cluster (cluster mode),
 // else Badger's in DATA_DIR, taking its clean-stop mark.
@@ -118,6 +148,13 @@ func (st *starting) openCluster() error {
 func (st *starting) newMetrics() error {
 	st.metrics = prometheus.NewRegistry()
 	st.proxyMetrics = proxy.NewMetrics(st.metrics)
+	if l := st.proxyLimit; l != nil {
+		l.metrics = st.proxyMetrics
+		st.metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fenceproxy_connections_open",
+			Help: "Client connections the proxy listener holds open now (bounded by FENCEPROXY_MAX_CONNECTIONS).",
+		}, func() float64 { return float64(l.open()) }))
+	}
 	store := st.store
 	st.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -252,7 +289,12 @@ func (st *starting) buildControl() error {
 	}
 	controlHandler := control.Handler(st.ready, st.log, copts)
 	st.proxySrv = st.httpServer(st.proxy, maxHeaderBytes)
-	st.controlSrv = st.httpServer(controlHandler, 0)
+	if l, srv := st.proxyLimit, st.proxySrv; l != nil {
+		// At the cap, idle keep-alive connections close (and answers close
+		// theirs), so that the slots go to the connections waiting.
+		l.full = func(full bool) { srv.SetKeepAlivesEnabled(!full) }
+	}
+	st.controlSrv = st.httpServer(controlHandler, maxHeaderBytes)
 	if st.cluster != nil {
 		// The peer headers on top of the client's.
 		st.peerSrv = st.httpServer(st.cluster.PeerHandler(st.proxy, controlHandler), maxHeaderBytes+4<<10)
@@ -260,8 +302,7 @@ func (st *starting) buildControl() error {
 	return nil
 }
 
-// httpServer is a listener's server of h, with the listener limits;
-// maxHeader 0 is net/http's default.
+// httpServer is a listener's server of h, with the listener limits.
 func (st *starting) httpServer(h http.Handler, maxHeader int) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -300,6 +341,8 @@ func (st *starting) logStarted() {
 		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(), "upstream_fast_path", cfg.UpstreamFastPath,
 		"upstream_unsent_max", cfg.UpstreamUnsentMax.String(),
 		"abandon_grace", cfg.AbandonGrace.String(), "upload_idle_timeout", cfg.UploadIdleTimeout.String(),
+		"upload_min_rate", cfg.UploadMinRate.String(), "upload_rate_window", cfg.UploadRateWindow.String(),
+		"max_uploads", cfg.MaxUploads, "max_connections", st.maxConns,
 		"max_token_jump", cfg.MaxTokenJump, "allow_path_params", cfg.AllowPathParams,
 		"lease_grace", leaseGraceText(cfg.LeaseGrace), "lease_revoke_after", revokeAfterText(cfg.LeaseRevokeAfter),
 		"lease_min_ttl", cfg.LeaseMinTTL.String(), "lease_max_ttl", cfg.LeaseMaxTTL.String(), "lease_token_set", cfg.LeaseToken != "",

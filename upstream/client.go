@@ -332,8 +332,8 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 		// The body is read whole before anything goes upstream: a stalled or
 		// cut upload then never reaches the backend at all, and a request
 		// that met a dead keep-alive connection can be sent on another.
-		buf := bodyBuffers.Get().(*[SmallBodyMax]byte)
-		defer bodyBuffers.Put(buf)
+		buf := getBodyBuffer(int(r.ContentLength))
+		defer putBodyBuffer(buf)
 		_, err := io.ReadFull(r.Body, buf[:r.ContentLength])
 		r.Body.Close()
 		if err != nil {
@@ -672,7 +672,37 @@ func (b *responseBody) Close() error {
 // retryIfErr says.
 const maxAttempts = 8
 
-var bodyBuffers = sync.Pool{New: func() any { return new([SmallBodyMax]byte) }}
+// bodyBuffers hold a fast-path body while it is read whole, in three size
+// classes: a slow client holds its buffer for as long as it takes, and a
+// 1 KiB body held in 64 KiB was most of what a slow upload cost (issue 29).
+var (
+	bodyBuffers4K  = sync.Pool{New: func() any { return new([4 << 10]byte) }}
+	bodyBuffers16K = sync.Pool{New: func() any { return new([16 << 10]byte) }}
+	bodyBuffers    = sync.Pool{New: func() any { return new([SmallBodyMax]byte) }}
+)
+
+// getBodyBuffer lends a buffer of at least n bytes (at most SmallBodyMax);
+// putBodyBuffer takes it back.
+func getBodyBuffer(n int) []byte {
+	switch {
+	case n <= 4<<10:
+		return bodyBuffers4K.Get().(*[4 << 10]byte)[:]
+	case n <= 16<<10:
+		return bodyBuffers16K.Get().(*[16 << 10]byte)[:]
+	}
+	return bodyBuffers.Get().(*[SmallBodyMax]byte)[:]
+}
+
+func putBodyBuffer(b []byte) {
+	switch len(b) {
+	case 4 << 10:
+		bodyBuffers4K.Put((*[4 << 10]byte)(b))
+	case 16 << 10:
+		bodyBuffers16K.Put((*[16 << 10]byte)(b))
+	case SmallBodyMax:
+		bodyBuffers.Put((*[SmallBodyMax]byte)(b))
+	}
+}
 
 // errConnDead: a pooled connection was found closed, or holding bytes no
 // request asked for, before anything of the request was written on it.

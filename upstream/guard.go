@@ -1,7 +1,9 @@
 package upstream
 
 import (
+	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 )
@@ -14,7 +16,7 @@ import (
 // last bytes waited for room never sends them. The guard's error fails the
 // write; the caller then closes the connection (a reset).
 type guardConn struct {
-	net.Conn // the *net.TCPConn, without its ReadFrom (every write comes here)
+	net.Conn // the *net.TCPConn, without its ReadFrom (every write comes here, ReadFrom's too)
 	sc       syscall.Conn
 	guard    atomic.Pointer[func() error]
 }
@@ -40,6 +42,56 @@ func (c *guardConn) Write(p []byte) (int, error) {
 	}
 	return guardedWrite(c, p, *g)
 }
+
+// ReadFrom copies r to c through Write, with a small buffer while r
+// trickles and a pooled 32 KiB one while it streams. net/http's Transport
+// sends a request body with io.Copy to the connection, which would
+// otherwise allocate a 32 KiB buffer and hold it for the whole upload,
+// however slowly its client sends (issue 29). Like io.Copy, it returns nil
+// at r's io.EOF.
+func (c *guardConn) ReadFrom(r io.Reader) (n int64, err error) {
+	small := smallCopyBuffers.Get().(*[512]byte)
+	defer smallCopyBuffers.Put(small)
+	var big *[32 << 10]byte
+	defer func() {
+		if big != nil {
+			bigCopyBuffers.Put(big)
+		}
+	}()
+	buf := small[:]
+	for {
+		nr, rerr := r.Read(buf)
+		if nr > 0 {
+			nw, werr := c.Write(buf[:nr])
+			n += int64(nw)
+			if werr != nil {
+				return n, werr
+			}
+			if nw != nr {
+				return n, io.ErrShortWrite
+			}
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+		switch {
+		case big == nil && nr == len(small): // streaming
+			big = bigCopyBuffers.Get().(*[32 << 10]byte)
+			buf = big[:]
+		case big != nil && nr < len(small): // trickling
+			bigCopyBuffers.Put(big)
+			big, buf = nil, small[:]
+		}
+	}
+}
+
+var (
+	smallCopyBuffers = sync.Pool{New: func() any { return new([512]byte) }}
+	bigCopyBuffers   = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+)
 
 // guardOf finds the guardConn under c (a tlsConn, a fast-path conn, or
 // itself); nil if none.

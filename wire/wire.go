@@ -92,8 +92,11 @@ const (
 	// the resource's shard now (a new owner's lock-delay, an owner cut off from
 	// etcd, a handover), or the write's resources have different owners.
 	ReasonShardUnavailable = "shard_unavailable"
-	ReasonClientGone       = "client_gone" // 499 (logged): the client went away while waiting
-	ReasonInternal         = "internal"    // 500
+	// ReasonOverloaded, 503: FENCEPROXY_MAX_UPLOADS uploads were in flight;
+	// nothing was forwarded and no maximum was touched.
+	ReasonOverloaded = "overloaded"
+	ReasonClientGone = "client_gone" // 499 (logged): the client went away while waiting
+	ReasonInternal   = "internal"    // 500
 )
 
 // Reasons of the control API's problems. It also uses bad_resource (a name
