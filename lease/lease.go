@@ -21,6 +21,8 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -35,6 +37,14 @@ type Store interface {
 	Lease(name string) ([]byte, error)
 	// EachLease calls fn with every stored record, in name order.
 	EachLease(fn func(name string, record []byte) error) error
+	// LeasesFrom calls fn with up to limit stored records whose name starts
+	// with prefix and sorts after after, in name order, reading from after
+	// on (a seek): a page costs its own records.
+	LeasesFrom(prefix, after string, limit int, fn func(name string, record []byte) error) error
+	// RemoveLease runs fn over name's record and fence maximum in one
+	// atomic step and deletes the record (never the fence) when fn returns
+	// true; fn is not called when there is no record.
+	RemoveLease(name string, fn func(record []byte, fenceMax uint64) (remove bool, err error)) error
 }
 
 // Barrier runs a change that raises a resource's fence through the fence
@@ -119,9 +129,17 @@ type Options struct {
 	RevokeAfter time.Duration    // silence after which a holder is suspect [0: half the TTL]
 	Now         func() time.Time // clock [time.Now]
 	Logger      *slog.Logger     // nil: discard
+	// Retention is how long a record of an expired or released lease is
+	// kept, beyond its grace and one more TTL, before Sweep removes it
+	// (FENCEPROXY_LEASE_RETENTION): a record is removable from ExpiresAt +
+	// grace + TTL + Retention on. Removing one never lowers a token: the
+	// fence of the lease's name, kept apart from the record, holds every
+	// token granted, and the next grant passes it.
+	Retention time.Duration
 	// Watched, when set, limits Watch's reports to the leases it accepts
 	// (cluster mode: those of the shards this replica owns, so that each
-	// suspect holder is reported by one replica). nil: every lease.
+	// suspect holder is reported by one replica), and Sweep's removals to
+	// them too. nil: every lease.
 	Watched func(name string) bool
 }
 
@@ -131,6 +149,10 @@ type Manager struct {
 	store   Store
 	barrier Barrier
 	opts    Options
+
+	sweepMu    sync.Mutex
+	sweepAfter string        // where the next Sweep reads on; "" from the start
+	removed    atomic.Uint64 // records Sweep removed
 }
 
 // NewManager returns a Manager over store whose grants raise fences through

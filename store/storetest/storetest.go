@@ -31,6 +31,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) Opener) {
 		{"Raise", raiseTests},
 		{"Lease", leaseTests},
 		{"LeasePage", leasePageTests},
+		{"LeaseSweep", leaseSweepTests},
 		{"List", listTests},
 		{"Prefixes", prefixesTests},
 		{"Reset", resetTests},
