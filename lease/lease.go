@@ -73,7 +73,8 @@ var (
 	// ErrLost: renew or release by a holder that no longer has the lease: wrong
 	// holder or token, expired past its grace, released, or fenced by a larger token (409).
 	ErrLost = errors.New("lease was lost")
-	// ErrNotFound: no lease of that name was ever acquired (404).
+	// ErrNotFound: no lease of that name was ever acquired, or its record
+	// was swept (Sweep) (404).
 	ErrNotFound = errors.New("no such lease")
 	// ErrInvalid: a bad TTL or holder (400).
 	ErrInvalid = errors.New("invalid lease request")
@@ -363,7 +364,7 @@ func (m *Manager) refresh(name, holder string, token uint64) (Lease, error) {
 
 // ForceRelease ends name's lease whoever holds it (an operator's call); its
 // token stays spent and the fence stays where it is. ErrNotFound when name
-// never had a lease.
+// never had a lease, or its record was swept.
 func (m *Manager) ForceRelease(name string) (Lease, error) {
 	l, err := m.change(name, func(rec []byte, _ uint64, now time.Time) (*Lease, error) {
 		cur, err := decode(name, rec)
@@ -401,7 +402,8 @@ func (m *Manager) change(name string, edit func(rec []byte, fenceMax uint64, now
 	return changed, nil
 }
 
-// Get returns name's lease and its state now. ErrNotFound when name never had one.
+// Get returns name's lease and its state now. ErrNotFound when name never
+// had one, or its record was swept.
 func (m *Manager) Get(name string) (Lease, State, error) {
 	rec, err := m.store.Lease(name)
 	if err != nil {
