@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -41,7 +42,8 @@ func (m *Manager) Sweep(batch int) (removed int, err error) {
 		}
 		l, err := decode(name, rec)
 		if err != nil {
-			return err
+			m.opts.Logger.Warn("lease record not swept", "lease", name, "error", err.Error())
+			return nil // kept, and the next ones still swept
 		}
 		if m.removable(*l, now) {
 			candidates = append(candidates, name)
@@ -56,34 +58,59 @@ func (m *Manager) Sweep(batch int) (removed int, err error) {
 	} else {
 		m.sweepAfter = last
 	}
+	// The removals run sweepParallel at a time: a durable store commits
+	// concurrent writes in one sync (Badger's write batches, etcd's raft
+	// batches), where one after another each waits for its own.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, sweepParallel)
 	for _, name := range candidates {
-		var gone bool
-		err := m.store.RemoveLease(name, func(rec []byte, fenceMax uint64) (bool, error) {
-			gone = false
-			l, err := decode(name, rec)
-			if err != nil {
-				return false, err
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if m.remove(name, now) {
+				mu.Lock()
+				removed++
+				mu.Unlock()
 			}
-			if fenceMax < l.Token {
-				return false, fmt.Errorf("lease %q: its fence %d is below its token %d: record kept", name, fenceMax, l.Token)
-			}
-			gone = m.removable(*l, now)
-			return gone, nil
-		})
-		if err != nil {
-			m.opts.Logger.Warn("lease record not removed", "lease", name, "error", err.Error())
-			continue
-		}
-		if gone {
-			removed++
-			m.removed.Add(1)
-		}
+		}()
 	}
+	wg.Wait()
 	if removed > 0 {
 		m.opts.Logger.Debug("expired lease records removed", "removed", removed, "read", read,
 			"retention", m.opts.Retention.String())
 	}
 	return removed, nil
+}
+
+// sweepParallel is how many removals a Sweep runs at once.
+const sweepParallel = 16
+
+// remove removes name's record if it is still removable at now, in one
+// atomic step of the store, and reports whether it did.
+func (m *Manager) remove(name string, now time.Time) bool {
+	var gone bool
+	err := m.store.RemoveLease(name, func(rec []byte, fenceMax uint64) (bool, error) {
+		gone = false
+		l, err := decode(name, rec)
+		if err != nil {
+			return false, err
+		}
+		if fenceMax < l.Token {
+			return false, fmt.Errorf("lease %q: its fence %d is below its token %d: record kept", name, fenceMax, l.Token)
+		}
+		gone = m.removable(*l, now)
+		return gone, nil
+	})
+	if err != nil {
+		m.opts.Logger.Warn("lease record not removed", "lease", name, "error", err.Error())
+		return false
+	}
+	if gone {
+		m.removed.Add(1)
+	}
+	return gone
 }
 
 // Clean runs Sweep with batch every interval until ctx is done, logging
