@@ -16,6 +16,30 @@ var leaseSweepTests = []subtest{
 	{"RemovedNameTokenRises", testSweepTokenRises},
 	{"KeepsLiveAndRecent", testSweepKeeps},
 	{"PoolShards", testSweepPoolShards},
+	{"KeepsRecordAboveItsFence", testSweepKeepsAboveFence},
+}
+
+// A record whose token is above its name's fence (never written so by a
+// grant, which raises the fence with it; a fence lost or reset apart from
+// it) is the only trace of that token: the sweep keeps it, and the next
+// grant passes it.
+func testSweepKeepsAboveFence(r *rig) {
+	t := r.t
+	c := &clock{now: time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)}
+	m := r.manager(c)
+	rec := fmt.Sprintf(`{"holder":"w1","token":41,"ttl":10000000000,"acquired_at":%q,"renewed_at":%q,"expires_at":%q}`,
+		c.Now().Format(time.RFC3339Nano), c.Now().Format(time.RFC3339Nano), c.Now().Add(10*time.Second).Format(time.RFC3339Nano))
+	r.setLease("job/lost-fence", []byte(rec), 3) // the fence at 3, the record at 41
+	c.advance(time.Hour)
+	if n := sweepAll(r, m, 10); n != 0 {
+		t.Fatalf("Sweep removed %d records, want 0: the record is above its fence", n)
+	}
+	if r.lease("job/lost-fence") == nil {
+		t.Fatal("the record above its fence was removed")
+	}
+	if l := r.acquire(m, "job/lost-fence", "w2", 10*time.Second); l.Token != 42 {
+		t.Fatalf("token %d after the record above its fence, want 42", l.Token)
+	}
 }
 
 // retention is the sweep tests' Options.Retention.
