@@ -166,6 +166,12 @@ type Config struct {
 	LeaseMinTTL time.Duration `env:"LEASE_MIN_TTL" envDefault:"1s" help:"shortest lease TTL an acquire may ask for"`
 	LeaseMaxTTL time.Duration `env:"LEASE_MAX_TTL" envDefault:"1h" help:"longest lease TTL an acquire may ask for"`
 
+	// LeaseRetention is how long the record of an expired or released lease
+	// is kept beyond its grace and one more TTL before the background sweep
+	// removes it; the fence of its name stays, so later tokens still pass
+	// every token granted before.
+	LeaseRetention time.Duration `env:"LEASE_RETENTION" envDefault:"15m" help:"how long the record of an expired or released lease is kept, beyond its grace and one more TTL, before a background sweep removes it (the fence of its name stays, so the next holder's token still passes every earlier one); 0s: as soon as grace and TTL have passed"`
+
 	// AdminToken is the bearer token of admin calls; admin calls are refused while it is unset.
 	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls (list, raise and reset fences; force-release leases); admin calls are refused while it is unset"`
 
@@ -604,6 +610,9 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseGrace != nil && *c.LeaseGrace < 0 {
 		bad("LEASE_GRACE", "%s must not be negative", *c.LeaseGrace)
+	}
+	if c.LeaseRetention < 0 {
+		bad("LEASE_RETENTION", "%s must not be negative", c.LeaseRetention)
 	}
 	if c.LeaseRevokeAfter < 0 {
 		bad("LEASE_REVOKE_AFTER", "%s must not be negative", c.LeaseRevokeAfter)

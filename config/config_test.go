@@ -301,6 +301,19 @@ func TestParse(t *testing.T) {
 				}
 			}},
 		{name: "LEASE_GRACE negative", env: with("FENCEPROXY_LEASE_GRACE", "-1s"), wantErr: []string{"FENCEPROXY_LEASE_GRACE", "negative"}},
+		{name: "LEASE_RETENTION default", env: minimal(),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.LeaseRetention != 15*time.Minute {
+					t.Errorf("LeaseRetention = %v, want 15m", cfg.LeaseRetention)
+				}
+			}},
+		{name: "LEASE_RETENTION 0s", env: with("FENCEPROXY_LEASE_RETENTION", "0s"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if cfg.LeaseRetention != 0 {
+					t.Errorf("LeaseRetention = %v, want 0", cfg.LeaseRetention)
+				}
+			}},
+		{name: "LEASE_RETENTION negative", env: with("FENCEPROXY_LEASE_RETENTION", "-1s"), wantErr: []string{"FENCEPROXY_LEASE_RETENTION", "negative"}},
 		{name: "LEASE_GRACE empty", env: with("FENCEPROXY_LEASE_GRACE", ""), wantErr: []string{"FENCEPROXY_LEASE_GRACE"}},
 		// A holder is suspect only before its lease expires.
 		{name: "LEASE_REVOKE_AFTER above LEASE_MAX_TTL", env: with("FENCEPROXY_LEASE_REVOKE_AFTER", "2h"),

@@ -21,6 +21,8 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -35,6 +37,14 @@ type Store interface {
 	Lease(name string) ([]byte, error)
 	// EachLease calls fn with every stored record, in name order.
 	EachLease(fn func(name string, record []byte) error) error
+	// LeasesFrom calls fn with up to limit stored records whose name starts
+	// with prefix and sorts after after, in name order, reading from after
+	// on (a seek): a page costs its own records.
+	LeasesFrom(prefix, after string, limit int, fn func(name string, record []byte) error) error
+	// RemoveLease runs fn over name's record and fence maximum in one
+	// atomic step and deletes the record (never the fence) when fn returns
+	// true; fn is not called when there is no record.
+	RemoveLease(name string, fn func(record []byte, fenceMax uint64) (remove bool, err error)) error
 }
 
 // Barrier runs a change that raises a resource's fence through the fence
@@ -63,7 +73,8 @@ var (
 	// ErrLost: renew or release by a holder that no longer has the lease: wrong
 	// holder or token, expired past its grace, released, or fenced by a larger token (409).
 	ErrLost = errors.New("lease was lost")
-	// ErrNotFound: no lease of that name was ever acquired (404).
+	// ErrNotFound: no lease of that name was ever acquired, or its record
+	// was swept (Sweep) (404).
 	ErrNotFound = errors.New("no such lease")
 	// ErrInvalid: a bad TTL or holder (400).
 	ErrInvalid = errors.New("invalid lease request")
@@ -119,9 +130,17 @@ type Options struct {
 	RevokeAfter time.Duration    // silence after which a holder is suspect [0: half the TTL]
 	Now         func() time.Time // clock [time.Now]
 	Logger      *slog.Logger     // nil: discard
+	// Retention is how long a record of an expired or released lease is
+	// kept, beyond its grace and one more TTL, before Sweep removes it
+	// (FENCEPROXY_LEASE_RETENTION): a record is removable from ExpiresAt +
+	// grace + TTL + Retention on. Removing one never lowers a token: the
+	// fence of the lease's name, kept apart from the record, holds every
+	// token granted, and the next grant passes it.
+	Retention time.Duration
 	// Watched, when set, limits Watch's reports to the leases it accepts
 	// (cluster mode: those of the shards this replica owns, so that each
-	// suspect holder is reported by one replica). nil: every lease.
+	// suspect holder is reported by one replica), and Sweep's removals to
+	// them too. nil: every lease.
 	Watched func(name string) bool
 }
 
@@ -131,6 +150,10 @@ type Manager struct {
 	store   Store
 	barrier Barrier
 	opts    Options
+
+	sweepMu    sync.Mutex
+	sweepAfter string        // where the next Sweep reads on; "" from the start
+	removed    atomic.Uint64 // records Sweep removed
 }
 
 // NewManager returns a Manager over store whose grants raise fences through
@@ -341,7 +364,7 @@ func (m *Manager) refresh(name, holder string, token uint64) (Lease, error) {
 
 // ForceRelease ends name's lease whoever holds it (an operator's call); its
 // token stays spent and the fence stays where it is. ErrNotFound when name
-// never had a lease.
+// never had a lease, or its record was swept.
 func (m *Manager) ForceRelease(name string) (Lease, error) {
 	l, err := m.change(name, func(rec []byte, _ uint64, now time.Time) (*Lease, error) {
 		cur, err := decode(name, rec)
@@ -379,7 +402,8 @@ func (m *Manager) change(name string, edit func(rec []byte, fenceMax uint64, now
 	return changed, nil
 }
 
-// Get returns name's lease and its state now. ErrNotFound when name never had one.
+// Get returns name's lease and its state now. ErrNotFound when name never
+// had one, or its record was swept.
 func (m *Manager) Get(name string) (Lease, State, error) {
 	rec, err := m.store.Lease(name)
 	if err != nil {

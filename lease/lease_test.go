@@ -256,6 +256,9 @@ func TestSuspectReported(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, mf := range mfs {
+			if mf.GetName() != "fenceproxy_leases" {
+				continue
+			}
 			for _, metric := range mf.GetMetric() {
 				if metric.GetLabel()[0].GetValue() == state {
 					return metric.GetGauge().GetValue()

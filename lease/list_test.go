@@ -57,3 +57,53 @@ func TestList(t *testing.T) {
 		}
 	}
 }
+
+// countingStore counts the records its store gives List: a page must ask
+// for its own records only, from after on, never walk from the first.
+type countingStore struct {
+	Store
+	each, from, records int
+}
+
+func (c *countingStore) EachLease(fn func(string, []byte) error) error {
+	c.each++
+	return c.Store.EachLease(func(name string, rec []byte) error { c.records++; return fn(name, rec) })
+}
+
+func (c *countingStore) LeasesFrom(prefix, after string, limit int, fn func(string, []byte) error) error {
+	c.from++
+	return c.Store.LeasesFrom(prefix, after, limit, func(name string, rec []byte) error { c.records++; return fn(name, rec) })
+}
+
+// A page of List costs its own records whatever its position: with 2,000
+// leases, the page after 1,800 reads as many records as the first.
+func TestListPageSeeks(t *testing.T) {
+	m, s, _ := newTestManager(t, t.TempDir())
+	ctx := context.Background()
+	const n = 2000
+	name := func(i int) string { return fmt.Sprintf("atk/%05d", i) }
+	for i := range n {
+		if _, err := m.Acquire(ctx, name(i), "atk", time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs := &countingStore{Store: s}
+	counted := NewManager(cs, newBarrier(s), Options{})
+	for _, at := range []int{0, n / 2, n * 9 / 10} {
+		after := ""
+		if at > 0 {
+			after = name(at - 1)
+		}
+		cs.records, cs.each, cs.from = 0, 0, 0
+		page, err := counted.List("atk/", after, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) != 50 || page[0].Name != name(at) {
+			t.Fatalf("page after %q: %d leases from %q, want 50 from %q", after, len(page), page[0].Name, name(at))
+		}
+		if cs.records != 50 || cs.each != 0 || cs.from != 1 {
+			t.Fatalf("page after %d read %d records (%d walks of every record, %d seeks), want 50 in one seek", at, cs.records, cs.each, cs.from)
+		}
+	}
+}

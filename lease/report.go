@@ -68,14 +68,20 @@ var leasesDesc = prometheus.NewDesc("fenceproxy_leases",
 	"Leases by state (held, suspect: no renew within FENCEPROXY_LEASE_REVOKE_AFTER, grace, expired, released), counted at scrape time.",
 	[]string{"state"}, nil)
 
-// Collector returns a Prometheus collector of fenceproxy_leases{state}.
+var removedDesc = prometheus.NewDesc("fenceproxy_lease_records_removed_total",
+	"Records of leases expired or released for longer than their grace, TTL and FENCEPROXY_LEASE_RETENTION that the sweep removed (their fences stay).",
+	nil, nil)
+
+// Collector returns a Prometheus collector of fenceproxy_leases{state} and
+// fenceproxy_lease_records_removed_total.
 func (m *Manager) Collector() prometheus.Collector { return leaseCollector{m} }
 
 type leaseCollector struct{ m *Manager }
 
-func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- leasesDesc }
+func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- leasesDesc; ch <- removedDesc }
 
 func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(removedDesc, prometheus.CounterValue, float64(c.m.Removed()))
 	counts, err := c.m.States()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(leasesDesc, err)

@@ -203,3 +203,52 @@ func TestLeaseGraceZeroMeansNone(t *testing.T) {
 		})
 	}
 }
+
+// A real server sweeps expired lease records after FENCEPROXY_LEASE_RETENTION
+// (issue 29): the listing and the lease's GET forget them, the metric counts
+// them, and the name acquired again gets a token above every earlier one.
+func TestLeaseRecordsSwept(t *testing.T) {
+	in, _ := startLeaseProxy(t, map[string]string{"FENCEPROXY_LEASE_RETENTION": "0s", "FENCEPROXY_ADMIN_TOKEN": "adm"})
+	base := in.ControlURL() + "/v1/leases/"
+	var top uint64
+	for _, name := range []string{"swept/a", "swept/b", "swept/c"} {
+		status, body := servertest.Call(t, "POST", base+name, `{"holder":"w1","ttl":"100ms"}`, "")
+		if status != 201 {
+			t.Fatalf("acquire %s: %d %v", name, status, body)
+		}
+		top = max(top, servertest.MustUint(t, body["token"].(string)))
+	}
+	// Removable after TTL + grace + TTL + 0s; the sweep runs every second.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		status, body := servertest.Call(t, "GET", in.ControlURL()+"/v1/leases?prefix=swept/", "", "adm")
+		if status != 200 {
+			t.Fatalf("list: %d %v", status, body)
+		}
+		if n := len(body["leases"].([]any)); n == 0 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%d lease records still listed after 15s", n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if status, _ := servertest.Call(t, "GET", base+"swept/a", "", ""); status != 404 {
+		t.Fatalf("GET of a swept lease: %d, want 404", status)
+	}
+	resp, err := http.Get(in.ControlURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "fenceproxy_lease_records_removed_total 3") {
+		t.Fatalf("metrics without fenceproxy_lease_records_removed_total 3")
+	}
+	status, body := servertest.Call(t, "POST", base+"swept/a", `{"holder":"w2","ttl":"1s"}`, "")
+	if status != 201 {
+		t.Fatalf("acquire after the sweep: %d %v", status, body)
+	}
+	if tok := servertest.MustUint(t, body["token"].(string)); tok <= top {
+		t.Fatalf("token %d after the sweep, want above every earlier one (%d)", tok, top)
+	}
+}

@@ -44,6 +44,7 @@ func leaseOptionsFrom(cfg config.Config) lease.Options {
 		MaxTTL:      cfg.LeaseMaxTTL,
 		Grace:       cfg.LeaseGrace,
 		RevokeAfter: cfg.LeaseRevokeAfter,
+		Retention:   cfg.LeaseRetention,
 	}
 }
 

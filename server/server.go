@@ -41,6 +41,14 @@ const storeCloseTimeout = 10 * time.Second
 // leaseWatchInterval is how often the lease watcher looks for suspect holders.
 const leaseWatchInterval = time.Second
 
+// leaseSweepInterval and leaseSweepBatch pace the removal of expired lease
+// records (FENCEPROXY_LEASE_RETENTION): each pass reads at most
+// leaseSweepBatch records on from where the last stopped.
+const (
+	leaseSweepInterval = time.Second
+	leaseSweepBatch    = 512
+)
+
 // ErrClosed is returned by Run called after Close.
 var ErrClosed = errors.New("server: closed")
 
@@ -186,11 +194,15 @@ func (s *Server) Run(ctx context.Context) error {
 		return errors.New("server: Run called twice")
 	}
 	s.running = true
-	s.background.Add(1)
+	s.background.Add(2)
 	s.mu.Unlock()
 	go func() {
 		defer s.background.Done()
 		s.leases.Watch(s.watchCtx, leaseWatchInterval)
+	}()
+	go func() {
+		defer s.background.Done()
+		s.leases.Clean(s.watchCtx, leaseSweepInterval, leaseSweepBatch)
 	}()
 
 	errc := make(chan error, 3)

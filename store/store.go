@@ -109,6 +109,23 @@ type Leases interface {
 	// EachLease calls fn with every lease record, in name (byte) order, from
 	// one consistent view; fn's error stops the walk and is returned as is.
 	EachLease(fn func(name string, record []byte) error) error
+	// LeasesFrom calls fn with up to limit lease records whose name starts
+	// with prefix and sorts strictly after after ("" = from the start), in
+	// name (byte) order, from one consistent view; limit <= 0 calls it for
+	// none. It starts reading at the first such name (a seek, not a walk from
+	// the first record), so a page costs the records it returns, whatever
+	// its position. fn's error stops the walk and is returned as is.
+	LeasesFrom(prefix, after string, limit int, fn func(name string, record []byte) error) error
+	// RemoveLease runs fn in one atomic step over name's lease record and
+	// name's current fence maximum, and when fn returns true deletes the
+	// record, durably before it returns; the fence record stays as it is (a
+	// later grant's token passes it, so removing a record never lets a token
+	// be issued twice). No record: fn is not called, nothing is written. fn
+	// may run more than once (a retry), so it must have no side effects; its
+	// error aborts, writes nothing and is returned as is. It serialises with
+	// UpdateLease on the same name: a record changed after fn read it is
+	// never removed.
+	RemoveLease(name string, fn func(record []byte, fenceMax uint64) (remove bool, err error)) error
 }
 
 // Pools are the shard-pool records (package pool): a kind of their own, no

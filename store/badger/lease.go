@@ -153,3 +153,73 @@ func (s *Store) eachRecord(prefix string, fn func(name string, record []byte) er
 		})
 	})
 }
+
+// LeasesFrom calls fn with up to limit lease records whose name starts with
+// prefix and sorts strictly after after, in name order, from one snapshot:
+// the iterator seeks to the first such name, so a page reads its own
+// records only. fn's error stops the walk and is returned as is.
+// Errors: ErrClosed after Close; Badger read errors.
+func (s *Store) LeasesFrom(prefix, after string, limit int, fn func(name string, record []byte) error) error {
+	if limit <= 0 {
+		return nil
+	}
+	return s.withDB(func(db *badgerdb.DB) error {
+		return db.View(func(txn *badgerdb.Txn) error {
+			opts := badgerdb.DefaultIteratorOptions
+			opts.Prefix = []byte(leasePrefix + prefix)
+			opts.PrefetchSize = min(limit, opts.PrefetchSize)
+			it := txn.NewIterator(opts)
+			defer it.Close()
+			start := opts.Prefix
+			if after >= prefix {
+				start = []byte(leasePrefix + after + "\x00") // the first name strictly after after
+			}
+			n := 0
+			for it.Seek(start); it.Valid() && n < limit; it.Next() {
+				rec, err := it.Item().ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				if err := fn(string(it.Item().Key()[len(leasePrefix):]), rec); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+	})
+}
+
+// RemoveLease runs fn in one transaction over name's lease record and
+// name's fence maximum, and deletes the record, durably, when fn returns
+// true; the fence record stays. No record: fn is not called. A conflict
+// with a concurrent UpdateLease runs it again. Errors: fn's, as is
+// (nothing written); ErrClosed; ErrDirGone; ErrNoSpace; Badger errors.
+func (s *Store) RemoveLease(name string, fn func(record []byte, fenceMax uint64) (remove bool, err error)) error {
+	lk := []byte(leasePrefix + name)
+	var fnErr error
+	err := s.update(func(txn *badgerdb.Txn) error {
+		fnErr = nil
+		rec, err := readRaw(txn, lk)
+		if err != nil || rec == nil {
+			return err
+		}
+		stored, err := s.read(txn, name)
+		if err != nil {
+			return err
+		}
+		remove, err := fn(rec, stored)
+		if err != nil {
+			fnErr = err
+			return err
+		}
+		if !remove {
+			return nil
+		}
+		return txn.Delete(lk)
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	return err
+}

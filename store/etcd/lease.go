@@ -193,3 +193,127 @@ func (s *Store) EachLease(fn func(name string, record []byte) error) error {
 		from = base + kvs[len(kvs)-1].name + "\x00"
 	}
 }
+
+// LeasesFrom calls fn with up to limit lease records whose name starts with
+// prefix and sorts strictly after after, in name (byte) order: ranges that
+// begin at the key after after (never at the first record), of at most
+// listPage records each, every one after the first read at the first one's
+// revision. fn's error stops the walk and is returned as is. Errors:
+// ErrClosed; the client's, wrapped (ErrCompacted's cause when etcd
+// compacted that revision during a long walk).
+func (s *Store) LeasesFrom(prefix, after string, limit int, fn func(name string, record []byte) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	base := s.prefix + kindLease
+	end := clientv3.GetPrefixRangeEnd(base + prefix)
+	from, rev := base+prefix, int64(0)
+	if after >= prefix {
+		from = base + after + "\x00"
+	}
+	for limit > 0 {
+		type kv struct {
+			name string
+			rec  []byte
+		}
+		var kvs []kv
+		more := false
+		err := s.do(func(ctx context.Context) error {
+			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(min(limit, listPage)))}
+			if rev != 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			resp, err := s.kv.Get(ctx, from, opts...)
+			if err != nil {
+				return err
+			}
+			if rev == 0 {
+				rev = resp.Header.Revision
+			}
+			more = resp.More
+			for _, e := range resp.Kvs {
+				kvs = append(kvs, kv{string(e.Key[len(base):]), append([]byte{}, e.Value...)})
+			}
+			return nil
+		})
+		if err != nil {
+			return s.wrap("list leases", prefix, err)
+		}
+		for _, e := range kvs {
+			if err := fn(e.name, e.rec); err != nil {
+				return err
+			}
+		}
+		limit -= len(kvs)
+		if !more || len(kvs) == 0 {
+			return nil
+		}
+		from = base + kvs[len(kvs)-1].name + "\x00"
+	}
+	return nil
+}
+
+// RemoveLease reads name's lease record and fence maximum in one Txn, runs
+// fn, and when it returns true deletes the record in a Txn guarded by both
+// keys' ModRevision (the fence record stays); on a conflict it reads and
+// runs fn again. No record: fn is not called. Calls of this process on one
+// name are serialised with its UpdateLease. Errors: fn's, as is (nothing
+// written); ErrConflict after maxAttempts conflicts; ErrClosed; ErrCorrupt;
+// the client's, wrapped.
+func (s *Store) RemoveLease(name string, fn func(record []byte, fenceMax uint64) (remove bool, err error)) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	mu := &s.leaseMu[maphash.String(leaseSeed, name)%uint64(len(s.leaseMu))]
+	mu.Lock()
+	defer mu.Unlock()
+	fk, lk := s.fenceKey(name), s.leaseKey(name)
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		var fnErr error
+		done := false
+		err := s.do(func(ctx context.Context) error {
+			resp, err := s.kv.Txn(ctx).Then(clientv3.OpGet(fk), clientv3.OpGet(lk)).Commit()
+			if err != nil {
+				return err
+			}
+			kvs := resp.Responses[1].GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				done = true
+				return nil
+			}
+			rec, lrev := append([]byte{}, kvs[0].Value...), kvs[0].ModRevision
+			var stored uint64
+			var frev int64
+			if fkvs := resp.Responses[0].GetResponseRange().GetKvs(); len(fkvs) > 0 {
+				if stored, err = decode(fkvs[0].Value); err != nil {
+					return err
+				}
+				frev = fkvs[0].ModRevision
+			}
+			remove, err := fn(rec, stored)
+			if err != nil || !remove {
+				fnErr, done = err, true
+				return nil
+			}
+			cresp, err := s.kv.Txn(ctx).If(
+				clientv3.Compare(clientv3.ModRevision(fk), "=", frev),
+				clientv3.Compare(clientv3.ModRevision(lk), "=", lrev),
+			).Then(clientv3.OpDelete(lk)).Commit()
+			if err != nil {
+				return err
+			}
+			done = cresp.Succeeded
+			return nil
+		})
+		if fnErr != nil {
+			return fnErr
+		}
+		if err != nil {
+			return s.wrap("remove lease", name, err)
+		}
+		if done {
+			return nil
+		}
+	}
+	return s.wrap("remove lease", name, ErrConflict)
+}

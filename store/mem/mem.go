@@ -46,6 +46,7 @@ type Disk struct {
 	mu        sync.Mutex
 	fences    map[string]uint64 // resource -> maximum; present = it has a record
 	leases    map[string][]byte // name -> lease record
+	names     []string          // the keys of leases, sorted (LeasesFrom's seek)
 	pools     map[string][]byte // pool -> pool record
 	uploads   map[uploadKey]uploadRecord
 	cleanStop bool // the clean-stop mark
@@ -210,7 +211,7 @@ func (s *Store) UpdateLease(name string, fn func(record []byte, fenceMax uint64)
 		return ErrRange
 	}
 	if next != nil {
-		s.d.leases[name] = bytes.Clone(next)
+		s.d.setLease(name, next)
 	}
 	if raise > m {
 		s.d.fences[name] = raise
@@ -227,6 +228,85 @@ func (s *Store) Lease(name string) ([]byte, error) {
 		return nil, ErrClosed
 	}
 	return bytes.Clone(s.d.leases[name]), nil
+}
+
+// setLease stores name's lease record (a copy) and keeps names sorted.
+func (d *Disk) setLease(name string, rec []byte) {
+	if _, ok := d.leases[name]; !ok {
+		i, _ := slices.BinarySearch(d.names, name)
+		d.names = slices.Insert(d.names, i, name)
+	}
+	d.leases[name] = bytes.Clone(rec)
+}
+
+// deleteLease removes name's lease record, if any.
+func (d *Disk) deleteLease(name string) {
+	if _, ok := d.leases[name]; !ok {
+		return
+	}
+	delete(d.leases, name)
+	if i, found := slices.BinarySearch(d.names, name); found {
+		d.names = slices.Delete(d.names, i, i+1)
+	}
+}
+
+// LeasesFrom calls fn with up to limit lease records whose name starts with
+// prefix and sorts after after, in name order, found by a binary search in
+// the sorted names, from copies taken at the call (fn may call the store);
+// fn's error stops the walk and is returned. Errors: ErrClosed after Close.
+func (s *Store) LeasesFrom(prefix, after string, limit int, fn func(name string, record []byte) error) error {
+	type kv struct {
+		name string
+		rec  []byte
+	}
+	s.d.mu.Lock()
+	if s.closed {
+		s.d.mu.Unlock()
+		return ErrClosed
+	}
+	i, found := slices.BinarySearch(s.d.names, max(prefix, after))
+	if found && after >= prefix {
+		i++ // strictly after after
+	}
+	var page []kv
+	for ; i < len(s.d.names) && len(page) < limit; i++ {
+		name := s.d.names[i]
+		if !strings.HasPrefix(name, prefix) {
+			break
+		}
+		page = append(page, kv{name, bytes.Clone(s.d.leases[name])})
+	}
+	s.d.mu.Unlock()
+	for _, e := range page {
+		if err := fn(e.name, e.rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RemoveLease runs fn over name's lease record (a copy) and fence maximum,
+// with the store locked, and deletes the record when fn returns true; the
+// fence stays. No record: fn is not called. Errors: fn's, as is, nothing
+// written; ErrClosed after Close.
+func (s *Store) RemoveLease(name string, fn func(record []byte, fenceMax uint64) (bool, error)) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	rec, ok := s.d.leases[name]
+	if !ok {
+		return nil
+	}
+	remove, err := fn(bytes.Clone(rec), s.d.fences[name])
+	if err != nil {
+		return err
+	}
+	if remove {
+		s.d.deleteLease(name)
+	}
+	return nil
 }
 
 // EachLease calls fn with every lease record, in name order, from a copy
@@ -409,7 +489,7 @@ func (s *Store) Reset(resource string) (uint64, error) {
 		return 0, nil
 	}
 	delete(s.d.fences, resource)
-	delete(s.d.leases, resource)
+	s.d.deleteLease(resource)
 	return m, nil
 }
 

@@ -30,6 +30,8 @@ func Run(t *testing.T, newStorage func(t *testing.T) Opener) {
 	}{
 		{"Raise", raiseTests},
 		{"Lease", leaseTests},
+		{"LeasePage", leasePageTests},
+		{"LeaseSweep", leaseSweepTests},
 		{"List", listTests},
 		{"Prefixes", prefixesTests},
 		{"Reset", resetTests},
@@ -59,11 +61,16 @@ type rig struct {
 	t    *testing.T
 	open Opener
 	s    store.Store // nil between a Close and the next open
+
+	newStorage func(t *testing.T) Opener // for a subtest's rig of its own
 }
+
+// newRigOn returns a rig on new storage of r's kind, for t (a subtest of r's).
+func newRigOn(t *testing.T, r *rig) *rig { return newRig(t, r.newStorage) }
 
 func newRig(t *testing.T, newStorage func(t *testing.T) Opener) *rig {
 	t.Helper()
-	r := &rig{t: t, open: newStorage(t)}
+	r := &rig{t: t, open: newStorage(t), newStorage: newStorage}
 	r.s = r.mustOpen()
 	// Registered after newStorage's cleanups, so it runs before them.
 	t.Cleanup(func() {
