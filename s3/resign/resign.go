@@ -1,9 +1,10 @@
 // Package resign makes a worker's verified S3 request the store's: it
 // addresses the store's endpoint, keeps only what the worker signed (and the
-// framing), and signs the result with the proxy's own credentials
-// (aws-sdk-go-v2's v4 signer). It is the outbound half of gateway mode
-// (FENCEPROXY_S3=resign), where the proxy is the only holder of the store's
-// credentials; the inbound half verifies the worker's signature first.
+// framing), and signs the result with the proxy's own credentials (its own
+// SigV4 signer, identical in output to aws-sdk-go-v2's v4 signer). It is the
+// outbound half of gateway mode (FENCEPROXY_S3=resign), where the proxy is
+// the only holder of the store's credentials; the inbound half verifies the
+// worker's signature first.
 package resign
 
 import (
@@ -14,11 +15,9 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
 // presignPrefix starts the query parameters of presigned-URL authentication
@@ -71,8 +70,10 @@ type Signer struct {
 	// Now is the signing time; nil: time.Now.
 	Now func() time.Time
 
-	once   sync.Once
-	signer *v4.Signer
+	v4 v4Signer
+	// signHTTP replaces v4.sign when set: the tests' reference signer
+	// (aws-sdk-go-v2's SignHTTP).
+	signHTTP func(ctx context.Context, creds aws.Credentials, r *http.Request, payloadHash, region string, t time.Time) error
 }
 
 // Request is what the inbound verification found out about a request.
@@ -116,8 +117,9 @@ var ErrQuery = errors.New("resign: query does not parse or repeats a parameter")
 // fencing headers, X-Forwarded-*, an unsigned Content-Encoding other than
 // aws-chunked, or HTTP trailers), then signed for the store with the
 // payload hash the worker signed. The body is left as it is. Errors:
-// ErrQuery (also for a repeated parameter); the credentials provider's; the
-// signer's.
+// ErrQuery (also for a repeated parameter); ErrBucket; the credentials
+// provider's; ErrHeaderCase (two header names that differ only in case);
+// after an error out must not be sent.
 func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) error {
 	query, err := s.query(out.URL.RawQuery)
 	if err != nil {
@@ -205,8 +207,12 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 		now = s.Now
 	}
 	// S3 signs the path as sent, escaped once (escapePath), not twice.
-	s.once.Do(func() { s.signer = v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }) })
-	if err := s.signer.SignHTTP(ctx, creds, out, in.PayloadHash, "s3", s.Region, now()); err != nil {
+	if s.signHTTP != nil {
+		err = s.signHTTP(ctx, creds, out, in.PayloadHash, s.Region, now())
+	} else {
+		err = s.v4.sign(out, creds, in.PayloadHash, "s3", s.Region, now())
+	}
+	if err != nil {
 		return fmt.Errorf("resign: signing: %w", err)
 	}
 	for k, v := range unsigned {
