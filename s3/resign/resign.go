@@ -48,7 +48,7 @@ const awsChunked = "aws-chunked"
 // unsignedOutbound are headers sent to the store without being signed:
 // Google Cloud Storage's XML API rewrites Accept-Encoding on the way in, so a
 // signature over it fails there.
-var unsignedOutbound = []string{"Accept-Encoding"}
+var unsignedOutbound = [...]string{"Accept-Encoding"}
 
 // Signer re-signs requests for one store. Safe for concurrent use.
 type Signer struct {
@@ -127,20 +127,18 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	}
 	u := *s.Endpoint
 	base := strings.TrimSuffix(u.EscapedPath(), "/")
-	path := base + "/" + escapePath(in.Bucket)
-	if s.VirtualHosted {
+	var path string // each in one concatenation
+	switch {
+	case s.VirtualHosted:
 		if !hostLabel(in.Bucket) {
 			return fmt.Errorf("%w: bucket %q cannot be a host name label (virtual-hosted style)", ErrBucket, in.Bucket)
 		}
 		u.Host = in.Bucket + "." + u.Host
-		path = base
-	}
-	if in.Key != "" || !s.VirtualHosted {
-		if in.Key != "" {
-			path += "/" + escapePath(in.Key)
-		}
-	} else {
-		path += "/"
+		path = base + "/" + escapePath(in.Key) // "/" for the bucket
+	case in.Key != "":
+		path = base + "/" + escapePath(in.Bucket) + "/" + escapePath(in.Key)
+	default:
+		path = base + "/" + escapePath(in.Bucket)
 	}
 	// escapePath's output always unescapes, and is what EscapedPath then sends.
 	p, _ := url.PathUnescape(path)
@@ -152,14 +150,12 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	if h == nil {
 		h = http.Header{}
 	}
-	var unsigned http.Header
-	for _, k := range unsignedOutbound {
-		if v, ok := h[k]; ok {
-			if unsigned == nil {
-				unsigned = http.Header{}
-			}
-			unsigned[k] = v
-		}
+	var unsigned [len(unsignedOutbound)]struct {
+		v  []string
+		ok bool
+	}
+	for i, k := range unsignedOutbound {
+		unsigned[i].v, unsigned[i].ok = h[k]
 	}
 	signedCE := false
 	for k := range h {
@@ -215,8 +211,10 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	if err != nil {
 		return fmt.Errorf("resign: signing: %w", err)
 	}
-	for k, v := range unsigned {
-		out.Header[k] = v
+	for i, k := range unsignedOutbound {
+		if unsigned[i].ok {
+			out.Header[k] = unsigned[i].v
+		}
 	}
 	return nil
 }
@@ -243,7 +241,7 @@ func (s *Signer) forwarded(name string, signedHeaders []string) (signed, keep bo
 	switch {
 	case lower == "", neverForwarded[lower], s.Dropped != nil && s.Dropped(lower):
 		return false, false
-	case slices.ContainsFunc(unsignedOutbound, func(h string) bool { return asciiEqualFold(h, lower) }):
+	case slices.ContainsFunc(unsignedOutbound[:], func(h string) bool { return asciiEqualFold(h, lower) }):
 		return false, false // goes back on after signing
 	}
 	return signed, true

@@ -62,6 +62,7 @@ type signingDate struct {
 
 // scratch is one signature's working memory, pooled.
 type scratch struct {
+	sig   [sha256.Size]byte // not on the stack: Sum's argument escapes
 	buf   []byte
 	hdrs  []signedHeader
 	pairs []queryPair
@@ -216,8 +217,7 @@ func (s *v4Signer) sign(r *http.Request, creds aws.Credentials, payloadHash, ser
 	mac := k.macs.Get().(hash.Hash)
 	mac.Reset()
 	mac.Write(b[stsStart:])
-	var sig [sha256.Size]byte
-	mac.Sum(sig[:0])
+	sig := mac.Sum(sc.sig[:0])
 	k.macs.Put(mac)
 
 	// The Authorization header, in place of the string to sign.
@@ -228,7 +228,7 @@ func (s *v4Signer) sign(r *http.Request, creds aws.Credentials, payloadHash, ser
 	b = append(b, ", SignedHeaders="...)
 	b = append(b, b[signedStart:signedEnd]...)
 	b = append(b, ", Signature="...)
-	b = hex.AppendEncode(b, sig[:])
+	b = hex.AppendEncode(b, sig)
 	h["Authorization"] = append(h["Authorization"][:0], string(b[stsStart:]))
 	if q := b[qStart:qEnd]; string(q) != r.URL.RawQuery {
 		r.URL.RawQuery = string(q)
