@@ -24,6 +24,15 @@ func SDKSign(r *http.Request, creds aws.Credentials, payloadHash, service, regio
 	return sdkSigner().SignHTTP(context.Background(), creds, r, payloadHash, service, region, t)
 }
 
+// SDKSigner returns SDKSign with one signer (and its key cache) for every
+// call.
+func SDKSigner() func(r *http.Request, creds aws.Credentials, payloadHash, service, region string, t time.Time) error {
+	sdk := sdkSigner()
+	return func(r *http.Request, creds aws.Credentials, payloadHash, service, region string, t time.Time) error {
+		return sdk.SignHTTP(context.Background(), creds, r, payloadHash, service, region, t)
+	}
+}
+
 func sdkSigner() *v4.Signer {
 	return v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
 }
