@@ -204,12 +204,11 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	}
 	// S3 signs the path as sent, escaped once (escapePath), not twice.
 	if s.signHTTP != nil {
-		err = s.signHTTP(ctx, creds, out, in.PayloadHash, s.Region, now())
-	} else {
-		err = s.v4.sign(out, creds, in.PayloadHash, "s3", s.Region, now())
-	}
-	if err != nil {
-		return fmt.Errorf("resign: signing: %w", err)
+		if err := s.signHTTP(ctx, creds, out, in.PayloadHash, s.Region, now()); err != nil {
+			return fmt.Errorf("resign: signing: %w", err)
+		}
+	} else if err := s.v4.sign(out, creds, in.PayloadHash, "s3", s.Region, now()); err != nil {
+		return err
 	}
 	for i, k := range unsignedOutbound {
 		if unsigned[i].ok {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash"
 	"net/http"
 	"net/url"
@@ -146,7 +147,7 @@ func (s *v4Signer) sign(r *http.Request, creds aws.Credentials, payloadHash, ser
 	slices.SortFunc(hdrs, func(a, b signedHeader) int { return compareLower(a.name, b.name) })
 	for i := 1; i < len(hdrs); i++ {
 		if compareLower(hdrs[i-1].name, hdrs[i].name) == 0 {
-			return ErrHeaderCase
+			return fmt.Errorf("%w: %.60q and %.60q", ErrHeaderCase, hdrs[i-1].name, hdrs[i].name)
 		}
 	}
 

@@ -344,6 +344,7 @@ func TestSignerConcurrent(t *testing.T) {
 type rewriteCase struct {
 	endpoint string
 	virtual  bool
+	region   string
 	in       resign.Request
 	worker   *http.Request
 	creds    aws.Credentials
@@ -351,8 +352,8 @@ type rewriteCase struct {
 }
 
 func (c rewriteCase) String() string {
-	return fmt.Sprintf("endpoint %s (virtual %v), %+v, worker %s %s headers %q length %d, creds %+v at %s",
-		c.endpoint, c.virtual, c.in, c.worker.Method, c.worker.URL, c.worker.Header, c.worker.ContentLength, c.creds, c.at)
+	return fmt.Sprintf("endpoint %s (virtual %v, region %q), %+v, worker %s %s headers %q length %d, creds %+v at %s",
+		c.endpoint, c.virtual, c.region, c.in, c.worker.Method, c.worker.URL, c.worker.Header, c.worker.ContentLength, c.creds, c.at)
 }
 
 func randRewriteCase(rng *rand.Rand) rewriteCase {
@@ -360,6 +361,7 @@ func randRewriteCase(rng *rand.Rand) rewriteCase {
 		endpoint: pick(rng, []string{"http://s3.example.com", "https://s3.example.com:443", "http://localhost:9000",
 			"http://[::1]:80/prefix", "https://store.example/base/", "http://127.0.0.1:80"}),
 		virtual: rng.IntN(3) == 0,
+		region:  pick(rng, regions),
 		creds:   randCreds(rng),
 		at:      randTime(rng),
 	}
@@ -406,9 +408,9 @@ func compareRewrites(t testing.TB, c rewriteCase) (outcome int) {
 	creds := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return c.creds, nil })
 	dropped := func(name string) bool { return name == "x-fencing-token" }
 	now := func() time.Time { return c.at }
-	own := &resign.Signer{Endpoint: endpoint, Region: "us-east-1", VirtualHosted: c.virtual, Credentials: creds,
+	own := &resign.Signer{Endpoint: endpoint, Region: c.region, VirtualHosted: c.virtual, Credentials: creds,
 		Dropped: dropped, Now: now}
-	sdk := &resign.Signer{Endpoint: endpoint, Region: "us-east-1", VirtualHosted: c.virtual, Credentials: creds,
+	sdk := &resign.Signer{Endpoint: endpoint, Region: c.region, VirtualHosted: c.virtual, Credentials: creds,
 		Dropped: dropped, Now: now}
 	resign.UseSDKSigner(sdk)
 	mine, ref := c.worker.Clone(context.Background()), c.worker.Clone(context.Background())
@@ -447,7 +449,7 @@ func errClass(err error) string {
 // it forwarded with aws-sdk-go-v2's, on 4000 generated worker requests
 // (endpoints with and without default ports and paths, both styles, keys
 // with escapes and Unicode, queries, headers signed or not by the worker,
-// session tokens, dates), or nothing.
+// session tokens, dates, regions), or nothing.
 func TestRewriteMatchesSDK(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	n := 4000
@@ -516,7 +518,7 @@ func FuzzSignerMatchesSDK(f *testing.F) {
 		if _, err := url.Parse(endpoint); err != nil || strings.ContainsAny(host, "/?#") {
 			endpoint = "https://s3.example.com:443"
 		}
-		compareRewrites(t, rewriteCase{endpoint: endpoint, virtual: opaque, worker: worker, creds: creds, at: at,
+		compareRewrites(t, rewriteCase{endpoint: endpoint, virtual: opaque, region: region, worker: worker, creds: creds, at: at,
 			in: resign.Request{Bucket: "bkt", Key: key, SignedHeaders: signed, PayloadHash: hash}})
 	})
 }
