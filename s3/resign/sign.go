@@ -66,6 +66,7 @@ type scratch struct {
 	sig   [sha256.Size]byte // not on the stack: Sum's argument escapes
 	buf   []byte
 	hdrs  []signedHeader
+	order []int // of hdrs, sorted: no pointers moved (write barriers)
 	pairs []queryPair
 }
 
@@ -144,10 +145,15 @@ func (s *v4Signer) sign(r *http.Request, creds aws.Credentials, payloadHash, ser
 		hdrs = append(hdrs, signedHeader{name: name, values: v})
 	}
 	sc.hdrs = hdrs
-	slices.SortFunc(hdrs, func(a, b signedHeader) int { return compareLower(a.name, b.name) })
-	for i := 1; i < len(hdrs); i++ {
-		if compareLower(hdrs[i-1].name, hdrs[i].name) == 0 {
-			return fmt.Errorf("%w: %.60q and %.60q", ErrHeaderCase, hdrs[i-1].name, hdrs[i].name)
+	order := sc.order[:0]
+	for i := range hdrs {
+		order = append(order, i)
+	}
+	sc.order = order
+	slices.SortFunc(order, func(a, b int) int { return compareLower(hdrs[a].name, hdrs[b].name) })
+	for i := 1; i < len(order); i++ {
+		if a, b := hdrs[order[i-1]].name, hdrs[order[i]].name; compareLower(a, b) == 0 {
+			return fmt.Errorf("%w: %.60q and %.60q", ErrHeaderCase, a, b)
 		}
 	}
 
@@ -162,7 +168,8 @@ func (s *v4Signer) sign(r *http.Request, creds aws.Credentials, payloadHash, ser
 	}
 	qEnd := len(b)
 	b = append(b, '\n')
-	for _, e := range hdrs {
+	for _, i := range order {
+		e := &hdrs[i]
 		b = appendLower(b, e.name)
 		b = append(b, ':')
 		switch e.kind {
@@ -186,11 +193,11 @@ func (s *v4Signer) sign(r *http.Request, creds aws.Credentials, payloadHash, ser
 	}
 	b = append(b, '\n')
 	signedStart := len(b)
-	for i, e := range hdrs {
-		if i > 0 {
+	for j, i := range order {
+		if j > 0 {
 			b = append(b, ';')
 		}
-		b = appendLower(b, e.name)
+		b = appendLower(b, hdrs[i].name)
 	}
 	signedEnd := len(b)
 	b = append(b, '\n')
