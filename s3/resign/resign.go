@@ -1,9 +1,10 @@
 // Package resign makes a worker's verified S3 request the store's: it
 // addresses the store's endpoint, keeps only what the worker signed (and the
-// framing), and signs the result with the proxy's own credentials
-// (aws-sdk-go-v2's v4 signer). It is the outbound half of gateway mode
-// (FENCEPROXY_S3=resign), where the proxy is the only holder of the store's
-// credentials; the inbound half verifies the worker's signature first.
+// framing), and signs the result with the proxy's own credentials (its own
+// SigV4 signer, identical in output to aws-sdk-go-v2's v4 signer). It is the
+// outbound half of gateway mode (FENCEPROXY_S3=resign), where the proxy is
+// the only holder of the store's credentials; the inbound half verifies the
+// worker's signature first.
 package resign
 
 import (
@@ -14,11 +15,9 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
 // presignPrefix starts the query parameters of presigned-URL authentication
@@ -49,7 +48,7 @@ const awsChunked = "aws-chunked"
 // unsignedOutbound are headers sent to the store without being signed:
 // Google Cloud Storage's XML API rewrites Accept-Encoding on the way in, so a
 // signature over it fails there.
-var unsignedOutbound = []string{"Accept-Encoding"}
+var unsignedOutbound = [...]string{"Accept-Encoding"}
 
 // Signer re-signs requests for one store. Safe for concurrent use.
 type Signer struct {
@@ -71,8 +70,10 @@ type Signer struct {
 	// Now is the signing time; nil: time.Now.
 	Now func() time.Time
 
-	once   sync.Once
-	signer *v4.Signer
+	v4 v4Signer
+	// signHTTP replaces v4.sign when set: the tests' reference signer
+	// (aws-sdk-go-v2's SignHTTP).
+	signHTTP func(ctx context.Context, creds aws.Credentials, r *http.Request, payloadHash, region string, t time.Time) error
 }
 
 // Request is what the inbound verification found out about a request.
@@ -116,8 +117,9 @@ var ErrQuery = errors.New("resign: query does not parse or repeats a parameter")
 // fencing headers, X-Forwarded-*, an unsigned Content-Encoding other than
 // aws-chunked, or HTTP trailers), then signed for the store with the
 // payload hash the worker signed. The body is left as it is. Errors:
-// ErrQuery (also for a repeated parameter); the credentials provider's; the
-// signer's.
+// ErrQuery (also for a repeated parameter); ErrBucket; the credentials
+// provider's; ErrHeaderCase (two header names that differ only in case);
+// after an error out must not be sent.
 func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) error {
 	query, err := s.query(out.URL.RawQuery)
 	if err != nil {
@@ -125,20 +127,18 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	}
 	u := *s.Endpoint
 	base := strings.TrimSuffix(u.EscapedPath(), "/")
-	path := base + "/" + escapePath(in.Bucket)
-	if s.VirtualHosted {
+	var path string // each in one concatenation
+	switch {
+	case s.VirtualHosted:
 		if !hostLabel(in.Bucket) {
 			return fmt.Errorf("%w: bucket %q cannot be a host name label (virtual-hosted style)", ErrBucket, in.Bucket)
 		}
 		u.Host = in.Bucket + "." + u.Host
-		path = base
-	}
-	if in.Key != "" || !s.VirtualHosted {
-		if in.Key != "" {
-			path += "/" + escapePath(in.Key)
-		}
-	} else {
-		path += "/"
+		path = base + "/" + escapePath(in.Key) // "/" for the bucket
+	case in.Key != "":
+		path = base + "/" + escapePath(in.Bucket) + "/" + escapePath(in.Key)
+	default:
+		path = base + "/" + escapePath(in.Bucket)
 	}
 	// escapePath's output always unescapes, and is what EscapedPath then sends.
 	p, _ := url.PathUnescape(path)
@@ -150,14 +150,12 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 	if h == nil {
 		h = http.Header{}
 	}
-	var unsigned http.Header
-	for _, k := range unsignedOutbound {
-		if v, ok := h[k]; ok {
-			if unsigned == nil {
-				unsigned = http.Header{}
-			}
-			unsigned[k] = v
-		}
+	var unsigned [len(unsignedOutbound)]struct {
+		v  []string
+		ok bool
+	}
+	for i, k := range unsignedOutbound {
+		unsigned[i].v, unsigned[i].ok = h[k]
 	}
 	signedCE := false
 	for k := range h {
@@ -205,12 +203,17 @@ func (s *Signer) Rewrite(ctx context.Context, out *http.Request, in Request) err
 		now = s.Now
 	}
 	// S3 signs the path as sent, escaped once (escapePath), not twice.
-	s.once.Do(func() { s.signer = v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }) })
-	if err := s.signer.SignHTTP(ctx, creds, out, in.PayloadHash, "s3", s.Region, now()); err != nil {
-		return fmt.Errorf("resign: signing: %w", err)
+	if s.signHTTP != nil {
+		if err := s.signHTTP(ctx, creds, out, in.PayloadHash, s.Region, now()); err != nil {
+			return fmt.Errorf("resign: signing: %w", err)
+		}
+	} else if err := s.v4.sign(out, creds, in.PayloadHash, "s3", s.Region, now()); err != nil {
+		return err
 	}
-	for k, v := range unsigned {
-		out.Header[k] = v
+	for i, k := range unsignedOutbound {
+		if unsigned[i].ok {
+			out.Header[k] = unsigned[i].v
+		}
 	}
 	return nil
 }
@@ -237,7 +240,7 @@ func (s *Signer) forwarded(name string, signedHeaders []string) (signed, keep bo
 	switch {
 	case lower == "", neverForwarded[lower], s.Dropped != nil && s.Dropped(lower):
 		return false, false
-	case slices.ContainsFunc(unsignedOutbound, func(h string) bool { return asciiEqualFold(h, lower) }):
+	case slices.ContainsFunc(unsignedOutbound[:], func(h string) bool { return asciiEqualFold(h, lower) }):
 		return false, false // goes back on after signing
 	}
 	return signed, true
