@@ -104,10 +104,12 @@ func (c *Cluster) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Scheme, out.URL.Host = "http", in.Context().Value(peerAddrKey{}).(string)
 	out.Host = in.Host
 	// The target's bytes as received: a re-encoded path could name another
-	// resource or break a signature over it.
+	// resource or break a signature over it. ReverseProxy drops query
+	// parameters it cannot parse (";", bad escapes): the query goes whole.
 	if raw, _, _ := strings.Cut(in.RequestURI, "?"); strings.HasPrefix(raw, "/") && !strings.HasPrefix(raw, "//") {
 		out.URL.Opaque = raw
 	}
+	out.URL.RawQuery = in.URL.RawQuery
 	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
 		if v, ok := in.Header[h]; ok {
 			out.Header[h] = v

@@ -60,27 +60,31 @@ func forward(c *Cluster, addr, target, rawPath string) *httptest.ResponseRecorde
 }
 
 // A forwarded request reaches the owner's target handler as the client
-// sent it (the path's bytes, Host, X-Forwarded-*), without the peer
-// headers and marked as coming from a peer; any secret of the owner's list
-// is accepted.
+// sent it (the target's bytes, a query ReverseProxy would clean included;
+// Host, X-Forwarded-*), without the peer headers and marked as coming from
+// a peer; any secret of the owner's list is accepted.
 func TestForwardReachesOwner(t *testing.T) {
 	addr, got := owner(t, testCluster(t, false, "old-secret-0123456789", "new-secret-0123456789"))
 	c := testCluster(t, false, "new-secret-0123456789")
+	n := 0
 	for _, target := range []string{"proxy", "control"} {
-		rec := forward(c, addr, target, "/bkt/a%2Fb/../x?q=1")
-		if rec.Code != http.StatusOK || rec.Body.String() != "applied by "+target {
-			t.Fatalf("%s: %d %s", target, rec.Code, rec.Body)
-		}
-		s := <-got
-		if s.target != target || s.uri != "/bkt/a%2Fb/../x?q=1" || s.host != "bucket.example" || !s.fromPeer {
-			t.Fatalf("%s: the owner saw %+v", target, s)
-		}
-		if s.header.Get(headerPeerSecret) != "" || s.header.Get(headerPeerTarget) != "" || s.header.Get("X-Forwarded-For") != "192.0.2.1" {
-			t.Fatalf("%s: the owner's handler saw the headers %v", target, s.header)
+		for _, uri := range []string{"/bkt/a%2Fb/../x?q=1", "/bkt/x?a;b=1&%zz&&"} {
+			rec := forward(c, addr, target, uri)
+			if rec.Code != http.StatusOK || rec.Body.String() != "applied by "+target {
+				t.Fatalf("%s %s: %d %s", target, uri, rec.Code, rec.Body)
+			}
+			n++
+			s := <-got
+			if s.target != target || s.uri != uri || s.host != "bucket.example" || !s.fromPeer {
+				t.Fatalf("%s %s: the owner saw %+v", target, uri, s)
+			}
+			if s.header.Get(headerPeerSecret) != "" || s.header.Get(headerPeerTarget) != "" || s.header.Get("X-Forwarded-For") != "192.0.2.1" {
+				t.Fatalf("%s: the owner's handler saw the headers %v", target, s.header)
+			}
 		}
 	}
-	if v := testutil.ToFloat64(c.forwards.WithLabelValues("ok")); v != 2 {
-		t.Fatalf("ok forwards counted %v, want 2", v)
+	if v := testutil.ToFloat64(c.forwards.WithLabelValues("ok")); v != float64(n) {
+		t.Fatalf("ok forwards counted %v, want %d", v, n)
 	}
 }
 
