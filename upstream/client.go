@@ -141,11 +141,18 @@ type Options struct {
 	// (FENCEPROXY_UPSTREAM_UNSENT_MAX). Zero or negative: the system's
 	// send buffer (up to 4 MiB on Linux).
 	UnsentMax int
+	// ExpectContinueTimeout is how long the Transport holds back the body
+	// of a request with Expect: 100-continue for the server's "100
+	// Continue" or its answer (http.Transport.ExpectContinueTimeout). [1s]
+	ExpectContinueTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 10 * time.Second
+	}
+	if o.ExpectContinueTimeout <= 0 {
+		o.ExpectContinueTimeout = time.Second
 	}
 	return o
 }
