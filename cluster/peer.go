@@ -5,15 +5,17 @@ import (
 	"crypto/subtle"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/proxy"
 	"github.com/fenceproxy/fenceproxy/s3"
 	"github.com/fenceproxy/fenceproxy/shard"
+	"github.com/fenceproxy/fenceproxy/upstream"
 	"github.com/fenceproxy/fenceproxy/wire"
 )
 
@@ -38,20 +40,27 @@ var errPeerSecret = errors.New("the owner replica refused this replica's FENCEPR
 // listener: it is never forwarded again.
 type fromPeerKey struct{}
 
-// The forwarding's context values: the owner's peer address, the target
-// handler ("proxy" or "control") and the resource, for the error answers.
-type (
-	peerAddrKey     struct{}
-	peerTargetKey   struct{}
-	peerResourceKey struct{}
-)
+// forwardKey holds a forward's *forwarding in its request's context.
+type forwardKey struct{}
+
+// forwarding is one forward: the owner's peer address, the target handler
+// ("proxy" or "control") and the resource, for the error answers.
+type forwarding struct{ addr, target, resource string }
+
+// forwardOf is the forwarding of r's context; an empty one outside a forward.
+func forwardOf(r *http.Request) *forwarding {
+	if f, ok := r.Context().Value(forwardKey{}).(*forwarding); ok {
+		return f
+	}
+	return &forwarding{}
+}
 
 // newForwarding prepares the forwarding to owners.
 func (c *Cluster) newForwarding() {
 	o := c.opts
 	c.peer = &httputil.ReverseProxy{
 		Rewrite:        c.rewrite,
-		Transport:      peerTransport(o.DialTimeout, o.DrainTimeout, o.DrainTimeout+o.ResponseTimeout+5*time.Second),
+		Transport:      newPeerTransport(o.DialTimeout, o.DrainTimeout, o.DrainTimeout+o.ResponseTimeout+5*time.Second),
 		FlushInterval:  -1,
 		BufferPool:     proxy.CopyBuffers,
 		ErrorHandler:   c.forwardError,
@@ -60,30 +69,74 @@ func (c *Cluster) newForwarding() {
 	}
 }
 
-// peerTransport sends forwarded requests: no proxy from the environment, no
-// compression added, connections kept for reuse. A client's Expect:
-// 100-continue holds its body back until the owner admits the write (up to
-// expect, the owner's longest wait at its barrier), as without the hop. An
-// owner that stalls (a frozen process still accepts connections) is given
-// up on after answer: its longest wait at the barrier plus the backend's.
-func peerTransport(dial, expect, answer time.Duration) *http.Transport {
-	return &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		DisableCompression:    true,
-		ExpectContinueTimeout: expect,
-		ResponseHeaderTimeout: answer,
-	}
+// peerTransport sends forwarded requests, to each owner's peer address
+// over an upstream.Client of its own (made at the first forward there): the
+// common shape (a Content-Length body of at most upstream.SmallBodyMax
+// bytes, no Expect, no trailers) through fasthttp's HostClient, on the
+// calling goroutine over kept-alive connections, the body read whole before
+// anything is sent (an upload that stalls or breaks never reaches the
+// owner); the rest (larger or chunked bodies, Expect: 100-continue, no body,
+// trailers, a path only URL.Opaque spells) through net/http's Transport,
+// streamed. Both send the request as ReverseProxy made it (header names and
+// values as they are, the target's bytes: see rewrite) and add nothing: no
+// compression, no proxy from the environment.
+//
+// A failure to connect is an upstream.DialError: nothing was sent. A
+// request is sent once: the fast path carries only requests with a body
+// (see forwardTo) and sends one again, on another connection, only when the
+// kept-alive one it took was found closed before anything was written on
+// it; the Transport sends a bodyless read (GET, HEAD, OPTIONS, TRACE, or
+// one with an Idempotency-Key) again when its kept-alive connection failed,
+// as net/http does, and a resend that cannot connect is then no DialError.
+// A client's Expect: 100-continue holds its body back until the owner
+// admits the write (up to expect, the owner's longest wait at its barrier),
+// as without the hop. An owner that stalls (a frozen process still accepts
+// connections) is given up on after answer: its longest wait at the barrier
+// plus the backend's. Informational (1xx) answers reach the client through
+// the Transport; the fast path drops them, as the owner's own fast path to
+// the backend does. Connections close with a reset (see upstream).
+type peerTransport struct {
+	opts    upstream.Options
+	clients sync.Map // peer address -> *upstream.Client
 }
 
+func newPeerTransport(dial, expect, answer time.Duration) *peerTransport {
+	return &peerTransport{opts: upstream.Options{FastPath: true, DialTimeout: dial, ResponseTimeout: answer,
+		ExpectContinueTimeout: expect}}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *peerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c, ok := t.clients.Load(r.URL.Host)
+	if !ok {
+		c, _ = t.clients.LoadOrStore(r.URL.Host, upstream.New(&url.URL{Scheme: "http", Host: r.URL.Host}, t.opts))
+	}
+	return c.(*upstream.Client).RoundTrip(r)
+}
+
+// CloseIdleConnections closes the kept-alive connections to every peer.
+func (t *peerTransport) CloseIdleConnections() {
+	t.clients.Range(func(_, c any) bool {
+		c.(*upstream.Client).CloseIdleConnections()
+		return true
+	})
+}
+
+// noEnd is the validity of a forward (upstream.WithValidUntil): none but
+// its context's.
+func noEnd() time.Time { return time.Time{} }
+
 // forwardTo returns the handler that sends a request on resource whole to
-// the owner m's handler target ("proxy" or "control").
+// the owner m's handler target ("proxy" or "control"). The forward follows
+// the client's context on both of peerTransport's paths
+// (upstream.WithValidUntil without an end): when the client goes away
+// before the owner's answer came, the exchange with the owner ends at once,
+// its connection closed with a reset, as net/http's Transport ends it.
 func (c *Cluster) forwardTo(m shard.Member, target, resource string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := context.WithValue(r.Context(), peerAddrKey{}, m.Addr)
-		ctx = context.WithValue(context.WithValue(ctx, peerTargetKey{}, target), peerResourceKey{}, resource)
-		c.peer.ServeHTTP(w, r.WithContext(ctx))
+		f := &forwarding{addr: m.Addr, target: target, resource: resource}
+		r = r.WithContext(upstream.WithValidUntil(context.WithValue(r.Context(), forwardKey{}, f), noEnd))
+		c.peer.ServeHTTP(w, r)
 	})
 }
 
@@ -97,16 +150,19 @@ func (c *Cluster) checkPeerAnswer(resp *http.Response) error {
 }
 
 // rewrite is the forwarding's Rewrite: the request as the client sent it
-// (Host, the path's bytes, query, headers, X-Forwarded-* included), to the
+// (Host, the target's bytes, headers, X-Forwarded-* included), to the
 // owner's peer address, with the peer secret and the target handler.
 func (c *Cluster) rewrite(pr *httputil.ProxyRequest) {
 	in, out := pr.In, pr.Out
-	out.URL.Scheme, out.URL.Host = "http", in.Context().Value(peerAddrKey{}).(string)
+	f := forwardOf(in)
+	out.URL.Scheme, out.URL.Host = "http", f.addr
 	out.Host = in.Host
 	// The target's bytes as received: a re-encoded path could name another
-	// resource or break a signature over it. ReverseProxy drops query
-	// parameters it cannot parse (";", bad escapes): the query goes whole.
-	if raw, _, _ := strings.Cut(in.RequestURI, "?"); strings.HasPrefix(raw, "/") && !strings.HasPrefix(raw, "//") {
+	// resource or break a signature over it. The path is sent as the URL
+	// spells it when that is the same bytes, else verbatim (URL.Opaque,
+	// which only the Transport sends); ReverseProxy drops query parameters
+	// it cannot parse (";", bad escapes), so the query is put back whole.
+	if raw, _, _ := strings.Cut(in.RequestURI, "?"); out.URL.EscapedPath() != raw && strings.HasPrefix(raw, "/") && !strings.HasPrefix(raw, "//") {
 		out.URL.Opaque = raw
 	}
 	out.URL.RawQuery = in.URL.RawQuery
@@ -116,7 +172,7 @@ func (c *Cluster) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	out.Header.Set(headerPeerSecret, c.opts.PeerSecrets[0])
-	out.Header.Set(headerPeerTarget, in.Context().Value(peerTargetKey{}).(string))
+	out.Header.Set(headerPeerTarget, f.target)
 }
 
 // forwardError answers a forward that failed: 503 shard_unavailable (with
@@ -124,10 +180,10 @@ func (c *Cluster) rewrite(pr *httputil.ProxyRequest) {
 // refused this replica's peer secret (which it checks before anything else);
 // 502 when the request was sent and no answer came (its outcome unknown).
 func (c *Cluster) forwardError(w http.ResponseWriter, r *http.Request, err error) {
-	addr, _ := r.Context().Value(peerAddrKey{}).(string)
-	resource, _ := r.Context().Value(peerResourceKey{}).(string)
-	attrs := []any{"peer", addr, "resource", resource, "method", r.Method, "error", err.Error()}
-	var op *net.OpError
+	f := forwardOf(r)
+	resource := f.resource
+	attrs := []any{"peer", f.addr, "resource", resource, "method", r.Method, "error", err.Error()}
+	var dial *upstream.DialError
 	switch {
 	case errors.Is(err, errPeerSecret):
 		c.forwards.WithLabelValues("refused").Inc()
@@ -135,7 +191,7 @@ func (c *Cluster) forwardError(w http.ResponseWriter, r *http.Request, err error
 		c.refuse(w, r, wire.Problem{Status: http.StatusServiceUnavailable, Reason: wire.ReasonShardUnavailable, Title: "Shard unavailable",
 			Resource: resource, Detail: "the replica that owns this resource's shard refused this replica's peer secret (a configuration error); nothing was forwarded"})
 		return
-	case errors.As(err, &op) && op.Op == "dial":
+	case errors.As(err, &dial):
 		c.forwards.WithLabelValues("unreachable").Inc()
 		c.log.Warn("write refused: the owner replica is unreachable", attrs...)
 		c.refuse(w, r, wire.Problem{Status: http.StatusServiceUnavailable, Reason: wire.ReasonShardUnavailable, Title: "Shard unavailable",
@@ -162,7 +218,7 @@ func (c *Cluster) refuse(w http.ResponseWriter, r *http.Request, p wire.Problem)
 // writeProblem answers p as the proxy would: an S3 <Error> in S3 mode on
 // the proxy listener, else a problem.
 func (c *Cluster) writeProblem(w http.ResponseWriter, r *http.Request, p wire.Problem) {
-	if c.opts.S3 && r.Context().Value(peerTargetKey{}) == "proxy" {
+	if c.opts.S3 && forwardOf(r).target == "proxy" {
 		s3.WriteError(w, p.Status, s3.ErrorOf(p, r.URL.Path))
 		return
 	}

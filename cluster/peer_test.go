@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -60,15 +62,16 @@ func forward(c *Cluster, addr, target, rawPath string) *httptest.ResponseRecorde
 }
 
 // A forwarded request reaches the owner's target handler as the client
-// sent it (the target's bytes, a query ReverseProxy would clean included;
-// Host, X-Forwarded-*), without the peer headers and marked as coming from
-// a peer; any secret of the owner's list is accepted.
+// sent it (the target's bytes, a path Go would escape and a query
+// ReverseProxy would clean included; Host, X-Forwarded-*), without the peer
+// headers and marked as coming from a peer; any secret of the owner's list
+// is accepted.
 func TestForwardReachesOwner(t *testing.T) {
 	addr, got := owner(t, testCluster(t, false, "old-secret-0123456789", "new-secret-0123456789"))
 	c := testCluster(t, false, "new-secret-0123456789")
 	n := 0
 	for _, target := range []string{"proxy", "control"} {
-		for _, uri := range []string{"/bkt/a%2Fb/../x?q=1", "/bkt/x?a;b=1&%zz&&"} {
+		for _, uri := range []string{"/bkt/a%2Fb/../x?q=1", "/bkt/x|y%7e?a;b=1&%zz&&"} {
 			rec := forward(c, addr, target, uri)
 			if rec.Code != http.StatusOK || rec.Body.String() != "applied by "+target {
 				t.Fatalf("%s %s: %d %s", target, uri, rec.Code, rec.Body)
@@ -151,5 +154,82 @@ func TestForwardRefusals(t *testing.T) {
 	case s := <-got:
 		t.Fatalf("a handler of the owner ran: %+v", s)
 	default:
+	}
+}
+
+// A forward follows its client on both ways of the hop (a small body and a
+// large one): when the client goes away before the owner answered, the
+// forward ends at once, not when the owner's answer or its timeout comes,
+// and the owner's request is cancelled.
+func TestForwardFollowsClient(t *testing.T) {
+	c := testCluster(t, false, "the-secret-0123456789")
+	cancelled := make(chan bool, 1)
+	srv := httptest.NewServer(c.PeerHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // read whole: the server then watches the connection
+		select {
+		case <-r.Context().Done():
+			cancelled <- true
+		case <-time.After(15 * time.Second):
+			cancelled <- false
+		}
+	}), http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	for _, size := range []int{1024, 200 << 10} {
+		ctx, cancel := context.WithCancel(context.Background())
+		req := httptest.NewRequest(http.MethodPut, "/bkt/x", bytes.NewReader(make([]byte, size))).WithContext(ctx)
+		time.AfterFunc(300*time.Millisecond, cancel)
+		start := time.Now()
+		c.forwardTo(shard.Member{ID: "owner", Addr: strings.TrimPrefix(srv.URL, "http://")}, "proxy", "bkt/x").ServeHTTP(httptest.NewRecorder(), req)
+		if took := time.Since(start); took > 3*time.Second { // the owner's answer timeout is 7s
+			t.Fatalf("size %d: the forward returned %s after its client went away", size, took)
+		}
+		if !<-cancelled {
+			t.Fatalf("size %d: the owner's request was not cancelled", size)
+		}
+	}
+}
+
+// A small body is read whole before anything is sent to the owner: an
+// upload that stalls does not reach the owner, and one the client cuts
+// short never does. A large body streams to the owner as it comes.
+func TestForwardSmallBodyWhole(t *testing.T) {
+	c := testCluster(t, false, "the-secret-0123456789")
+	reached := make(chan int64, 2)
+	srv := httptest.NewServer(c.PeerHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached <- r.ContentLength
+		io.Copy(io.Discard, r.Body)
+	}), http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for _, size := range []int64{1024, 200 << 10} {
+		pr, pw := io.Pipe()
+		req := httptest.NewRequest(http.MethodPut, "/bkt/x", pr)
+		req.ContentLength = size
+		rec := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.forwardTo(shard.Member{ID: "owner", Addr: addr}, "proxy", "bkt/x").ServeHTTP(rec, req)
+		}()
+		pw.Write(make([]byte, 512))
+		select {
+		case n := <-reached:
+			if size <= 64<<10 {
+				t.Fatalf("size %d: the owner got the request (Content-Length %d) before its body was whole", size, n)
+			}
+		case <-time.After(300 * time.Millisecond):
+			if size > 64<<10 {
+				t.Fatalf("size %d: the owner did not get the request while its body streamed", size)
+			}
+		}
+		pw.CloseWithError(io.ErrUnexpectedEOF) // the client cuts its upload short
+		<-done
+		if size <= 64<<10 {
+			select {
+			case n := <-reached:
+				t.Fatalf("size %d: the owner got a cut upload (Content-Length %d)", size, n)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 	}
 }
