@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/proxy"
@@ -44,8 +46,14 @@ type fromPeerKey struct{}
 type forwardKey struct{}
 
 // forwarding is one forward: the owner's peer address, the target handler
-// ("proxy" or "control") and the resource, for the error answers.
-type forwarding struct{ addr, target, resource string }
+// ("proxy" or "control") and the resource, for the error answers; and the
+// client's body, read through it so that a failure to read it is told from
+// the owner's.
+type forwarding struct {
+	addr, target, resource string
+	body                   io.ReadCloser // nil: no body
+	bodyErr                atomic.Pointer[error]
+}
 
 // forwardOf is the forwarding of r's context; an empty one outside a forward.
 func forwardOf(r *http.Request) *forwarding {
@@ -53,6 +61,25 @@ func forwardOf(r *http.Request) *forwarding {
 		return f
 	}
 	return &forwarding{}
+}
+
+// Read reads the client's body, noting a failure other than its end.
+func (f *forwarding) Read(p []byte) (int, error) {
+	n, err := f.body.Read(p)
+	if err != nil && err != io.EOF {
+		f.bodyErr.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+func (f *forwarding) Close() error { return f.body.Close() }
+
+// bodyFailed is the failure to read the client's body, or nil.
+func (f *forwarding) bodyFailed() error {
+	if e := f.bodyErr.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // newForwarding prepares the forwarding to owners.
@@ -136,6 +163,9 @@ func (c *Cluster) forwardTo(m shard.Member, target, resource string) http.Handle
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f := &forwarding{addr: m.Addr, target: target, resource: resource}
 		r = r.WithContext(upstream.WithValidUntil(context.WithValue(r.Context(), forwardKey{}, f), noEnd))
+		if r.Body != nil && r.Body != http.NoBody {
+			f.body, r.Body = r.Body, f
+		}
 		c.peer.ServeHTTP(w, r)
 	})
 }
@@ -178,7 +208,9 @@ func (c *Cluster) rewrite(pr *httputil.ProxyRequest) {
 // forwardError answers a forward that failed: 503 shard_unavailable (with
 // Retry-After) when the owner could not be reached, so nothing was sent, or
 // refused this replica's peer secret (which it checks before anything else);
-// 502 when the request was sent and no answer came (its outcome unknown).
+// 400 bad_body when the client's body broke or ended early, so the owner
+// did not get it whole; 502 when the request was sent and no answer came
+// (its outcome unknown).
 func (c *Cluster) forwardError(w http.ResponseWriter, r *http.Request, err error) {
 	f := forwardOf(r)
 	resource := f.resource
@@ -200,6 +232,20 @@ func (c *Cluster) forwardError(w http.ResponseWriter, r *http.Request, err error
 	}
 	if r.Context().Err() != nil {
 		return // the client went away
+	}
+	if berr := f.bodyFailed(); berr != nil {
+		// The client broke its body (an early end, bad chunked framing): a
+		// small one was read whole before anything was sent, a larger one
+		// cut short on its way, which the owner does not apply.
+		c.log.Info("request body malformed or cut short; the owner replica did not get it whole",
+			"peer", f.addr, "resource", resource, "method", r.Method, "remote", r.RemoteAddr, "error", berr.Error())
+		w.Header().Set(wire.HeaderRefused, wire.ReasonBadBody)
+		if r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close") // the rest of the body is still on the wire
+		}
+		c.writeProblem(w, r, wire.Problem{Status: http.StatusBadRequest, Reason: wire.ReasonBadBody, Title: "Malformed request body",
+			Resource: resource, Detail: "the request body was malformed or cut short; the replica that owns this resource's shard did not get it whole"})
+		return
 	}
 	c.forwards.WithLabelValues("failed").Inc()
 	c.log.Warn("forward to the owner replica failed", attrs...)

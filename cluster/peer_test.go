@@ -191,7 +191,8 @@ func TestForwardFollowsClient(t *testing.T) {
 
 // A small body is read whole before anything is sent to the owner: an
 // upload that stalls does not reach the owner, and one the client cuts
-// short never does. A large body streams to the owner as it comes.
+// short never does; it is 400 bad_body (the owner did not get it whole),
+// not a 502. A large body streams to the owner as it comes.
 func TestForwardSmallBodyWhole(t *testing.T) {
 	c := testCluster(t, false, "the-secret-0123456789")
 	reached := make(chan int64, 2)
@@ -225,6 +226,9 @@ func TestForwardSmallBodyWhole(t *testing.T) {
 		pw.CloseWithError(io.ErrUnexpectedEOF) // the client cuts its upload short
 		<-done
 		if size <= 64<<10 {
+			if rec.Code != http.StatusBadRequest || rec.Header().Get(wire.HeaderRefused) != wire.ReasonBadBody {
+				t.Fatalf("size %d: a cut upload was answered %d %v %s, want 400 bad_body", size, rec.Code, rec.Header(), rec.Body)
+			}
 			select {
 			case n := <-reached:
 				t.Fatalf("size %d: the owner got a cut upload (Content-Length %d)", size, n)
