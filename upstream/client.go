@@ -263,6 +263,9 @@ func (c *Client) Fast(r *http.Request) bool {
 	if strings.Contains(r.URL.RawQuery, "#") || strings.Contains(r.URL.RawPath, "#") {
 		return false // fasthttp would cut the target at "#" (a fragment); net/http sends it as is
 	}
+	if r.URL.ForceQuery && r.URL.RawQuery == "" {
+		return false // fasthttp would drop a bare "?"; net/http sends it
+	}
 	if r.ContentLength < 0 || r.ContentLength > SmallBodyMax || len(r.TransferEncoding) > 0 || len(r.Trailer) > 0 || r.Close {
 		return false
 	}
