@@ -193,7 +193,7 @@ func newClient(base *url.URL, fallback http.RoundTripper, fast bool, opts Option
 			if err != nil {
 				return nil, err // a *DialError: nothing was sent
 			}
-			cn := &conn{Conn: nc, owner: c}
+			cn := &conn{Conn: nc, owner: c, gc: guardOf(nc)}
 			if ap, ok := addrPort(nc.LocalAddr()); ok {
 				cn.key = ap
 				c.conns.Store(ap, cn)
@@ -381,7 +381,7 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 		// and the body streams without one, as with the Transport.
 		if ap, ok := addrPort(resp.LocalAddr()); ok {
 			if cn, ok := c.conns.Load(ap); ok {
-				cn.(*conn).Conn.SetReadDeadline(time.Time{})
+				cn.(*conn).SetReadDeadline(time.Time{})
 			}
 		}
 	}
@@ -457,19 +457,21 @@ func (c *Client) mapError(err error, resent bool, watched *watchedBody) error {
 // watchedBody sends a fast-path write that has a validity (WithValidUntil)
 // as a body stream: at its first Read fasthttp has picked the connection and
 // named it in the response (Response.LocalAddr), so the exchange's watch
-// goes on that connection: when ctx is done, the connection's deadline is
-// set to now, which ends the exchange wherever it is and closes the
-// connection (a reset), and marks the connection so that it is never used
-// again. fasthttp does not resend a body stream, so do sends again itself
+// goes on that connection (conn.startWatch): when ctx is done while the
+// exchange still holds the connection, the connection's deadline is set to
+// now, which ends the exchange wherever it is and closes the connection (a
+// reset), and marks the connection so that it is never used again. A watch
+// that fires later does nothing: the connection may carry another exchange
+// by then. fasthttp does not resend a body stream, so do sends again itself
 // when a pooled connection was found dead before anything was written.
 type watchedBody struct {
 	client *Client
 	ctx    context.Context
 	body   []byte
 	guard  func() error // validityGuard, put on the connection's writes
-	gc     *guardConn   // the connection's, once known
 
 	resp *fasthttp.Response
+	cn   *conn // the connection watched, once known
 	r    bytes.Reader
 	stop func() bool // ends the watch; nil until the first Read
 	cut  atomic.Bool // the watch fired
@@ -481,13 +483,11 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		if ap, ok := addrPort(b.resp.LocalAddr()); ok {
 			if cn, ok := b.client.conns.Load(ap); ok {
 				cn := cn.(*conn)
-				if b.gc = guardOf(cn); b.gc != nil {
-					b.gc.setGuard(b.guard)
-				}
+				b.cn = cn
+				cn.startWatch(b)
 				b.stop = context.AfterFunc(b.ctx, func() {
 					b.cut.Store(true)
-					cn.cut.Store(true)
-					_ = cn.Conn.SetDeadline(time.Now())
+					cn.cutBy(b)
 				})
 			}
 		}
@@ -503,16 +503,15 @@ func (b *watchedBody) ended() bool { return b.cut.Load() }
 // the request was written on it.
 func (b *watchedBody) do(req *fasthttp.Request, resp *fasthttp.Response) error {
 	for attempt := 1; ; attempt++ {
-		b.resp, b.stop = resp, nil
+		b.resp, b.stop, b.cn = resp, nil, nil
 		b.r.Reset(b.body)
 		req.SetBodyStream(b, len(b.body))
 		err := b.client.hc.Do(req, resp)
 		if b.stop != nil {
 			b.stop()
 		}
-		if b.gc != nil {
-			b.gc.setGuard(nil)
-			b.gc = nil
+		if b.cn != nil {
+			b.cn.endWatch(b)
 		}
 		if !errors.Is(err, errConnDead) || attempt == maxAttempts || b.ended() {
 			return err
@@ -654,11 +653,22 @@ type conn struct {
 	net.Conn
 	owner *Client
 	key   netip.AddrPort
+	gc    *guardConn // under it; nil if none
 	once  sync.Once
 	read  bool // a response was read since the last write: the next write starts a request on a reused connection
 	// cut: a validity watch set a past deadline on it (watchedBody); it
 	// may be back in the pool, but is never written on again.
 	cut atomic.Bool
+
+	// The watch on the exchange that holds the connection (startWatch):
+	// watch is its watchedBody, armed once the exchange wrote on the
+	// connection (a watch still armed when the next request starts is the
+	// last exchange's, and ends there). watched mirrors watch != nil, for
+	// the writes and deadlines of connections without one.
+	wmu     sync.Mutex
+	watch   *watchedBody
+	armed   bool
+	watched atomic.Bool
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -670,13 +680,90 @@ func (c *conn) Write(p []byte) (int, error) {
 	if c.cut.Load() {
 		return 0, errConnDead
 	}
+	next := c.read // a new request starts on the reused connection
 	if c.read {
 		c.read = false
 		if !idle(c.Conn) {
 			return 0, errConnDead
 		}
 	}
+	if c.watched.Load() {
+		c.wmu.Lock()
+		if next && c.armed {
+			c.endWatchLocked() // the last exchange's
+		}
+		c.armed = c.watch != nil
+		c.wmu.Unlock()
+	}
 	return c.Conn.Write(p)
+}
+
+// startWatch makes b the watch of the exchange that holds c now, with its
+// guard on c's writes.
+func (c *conn) startWatch(b *watchedBody) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.watch, c.armed = b, false
+	c.watched.Store(true)
+	if c.gc != nil {
+		c.gc.setGuard(b.guard)
+	}
+}
+
+// endWatch ends b's watch on c, if c still has it.
+func (c *conn) endWatch(b *watchedBody) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.watch == b {
+		c.endWatchLocked()
+	}
+}
+
+func (c *conn) endWatchLocked() {
+	c.watch, c.armed = nil, false
+	c.watched.Store(false)
+	if c.gc != nil {
+		c.gc.setGuard(nil)
+	}
+}
+
+// cutBy ends the exchange on c when b's watch fired while it holds c: a
+// past deadline, and c is never written on again.
+func (c *conn) cutBy(b *watchedBody) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.watch != b {
+		return
+	}
+	c.cut.Store(true)
+	_ = c.Conn.SetDeadline(time.Now())
+}
+
+// SetReadDeadline, SetWriteDeadline and SetDeadline keep a cut
+// connection's deadline past: fasthttp sets the read deadline after it
+// wrote the request, which would otherwise undo a cut made meanwhile.
+func (c *conn) SetReadDeadline(t time.Time) error {
+	return c.setDeadline(t, c.Conn.SetReadDeadline)
+}
+
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	return c.setDeadline(t, c.Conn.SetWriteDeadline)
+}
+
+func (c *conn) SetDeadline(t time.Time) error {
+	return c.setDeadline(t, c.Conn.SetDeadline)
+}
+
+func (c *conn) setDeadline(t time.Time, set func(time.Time) error) error {
+	if !c.watched.Load() && !c.cut.Load() {
+		return set(t) // no watch can cut it meanwhile: startWatch runs on the exchange's goroutine
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.cut.Load() {
+		t = time.Now()
+	}
+	return set(t)
 }
 
 func (c *conn) Close() error {

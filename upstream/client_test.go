@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -775,4 +776,57 @@ func TestTransportWriteGuardedByValidity(t *testing.T) {
 		t.Fatalf("the backend got %d of %d bytes (RoundTrip: %v), want the body cut at the validity", n, size, rerr)
 	}
 	t.Logf("the backend got %d of %d bytes; RoundTrip: %v", n, size, rerr)
+}
+
+// A watch (WithValidUntil) cuts only its own exchange: many writes share the
+// pooled connections while the contexts of some end at any moment (before,
+// during and after their exchange), and every write whose context did not
+// end is answered, none failed by another's watch, none sent a second time
+// after it may have been written. Answers with and without a body (a 204
+// returns its connection to the pool inside fasthttp's Do) alternate.
+func TestFastPathWatchCutsOnlyItsOwnExchange(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
+		if rand.IntN(2) == 0 {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(backend.Close)
+	u, _ := url.Parse(backend.URL)
+	c := withFallback(u, stdTransport(), Options{ResponseTimeout: 10 * time.Second})
+	t.Cleanup(c.CloseIdleConnections)
+	noEnd := func() time.Time { return time.Time{} }
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 150 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%3 == 0 {
+					time.AfterFunc(time.Duration(rand.IntN(2000))*time.Microsecond, cancel)
+				}
+				r := outbound(t, backend.URL, "PUT", "/bkt/obj", bytes.Repeat([]byte("b"), 1024), nil)
+				r = r.WithContext(WithValidUntil(ctx, noEnd))
+				resp, err := c.RoundTrip(r)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				if err != nil && ctx.Err() == nil {
+					failed.Add(1)
+					t.Errorf("a write whose context did not end failed: %v", err)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d writes failed by other exchanges' watches", n)
+	}
 }
