@@ -119,9 +119,13 @@ func (c *Cluster) newForwarding() {
 // admits the write (up to expect, the owner's longest wait at its barrier),
 // as without the hop. An owner that stalls (a frozen process still accepts
 // connections) is given up on after answer: its longest wait at the barrier
-// plus the backend's. Informational (1xx) answers reach the client through
-// the Transport; the fast path drops them, as the owner's own fast path to
-// the backend does. Connections close with a reset (see upstream).
+// plus the backend's. The fast path reads the owner's answer as the
+// owner's own fast path reads the backend's, with the same differences from
+// net/http (docs/PERFORMANCE.md, The upstream client), which show only when
+// the owner relays such an answer from its backend through its Transport
+// (an https backend): 1xx answers dropped, a header block over 64 KiB or a
+// trailer fasthttp forbids a 502, a repeated Content-Type or Server line
+// the last one. Connections close with a reset (see upstream).
 type peerTransport struct {
 	opts    upstream.Options
 	clients sync.Map // peer address -> *upstream.Client

@@ -5,10 +5,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -236,4 +238,38 @@ func TestForwardSmallBodyWhole(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Clients that go away at any moment end their own forwards only: the
+// others, sharing the kept-alive connections to the owner, are answered.
+func TestForwardCancelsOnlyItsOwn(t *testing.T) {
+	c := testCluster(t, false, "the-secret-0123456789")
+	srv := httptest.NewServer(c.PeerHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
+		io.WriteString(w, "applied")
+	}), http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	m := shard.Member{ID: "owner", Addr: strings.TrimPrefix(srv.URL, "http://")}
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%3 == 0 {
+					time.AfterFunc(time.Duration(rand.IntN(2000))*time.Microsecond, cancel)
+				}
+				req := httptest.NewRequest(http.MethodPut, "/bkt/x", bytes.NewReader(make([]byte, 1024))).WithContext(ctx)
+				rec := httptest.NewRecorder()
+				c.forwardTo(m, "proxy", "bkt/x").ServeHTTP(rec, req)
+				if ctx.Err() == nil && rec.Code != http.StatusOK {
+					t.Errorf("a forward whose client stayed: %d %s", rec.Code, rec.Body)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
 }
