@@ -204,8 +204,8 @@ func newClient(base *url.URL, fallback http.RoundTripper, fast bool, opts Option
 		MaxIdleConnDuration:           opts.IdleTimeout,
 		ReadTimeout:                   opts.ResponseTimeout,
 		ReadBufferSize:                MaxResponseHeaderBytes,
-		MaxIdemponentCallAttempts:     maxAttempts,
-		RetryIfErr:                    retryIfErr,
+		MaxIdemponentCallAttempts:     math.MaxInt32, // bounded by retryIfErr
+		RetryIfErr:                    c.retryIfErr,
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
 		NoDefaultUserAgentHeader:      true,
@@ -214,14 +214,22 @@ func newClient(base *url.URL, fallback http.RoundTripper, fast bool, opts Option
 	return c
 }
 
-// retryIfErr sends a request a second time only as net/http's Transport
-// would: a read (GET, HEAD, OPTIONS, TRACE; no body) whose connection closed
-// before any answer, as happens when a backend restarted or dropped an idle
+// retryIfErr sends a request again on another connection when the pooled
+// one it took was found dead before anything was written (see
+// deadAttempts), and a second time only as net/http's Transport would: a
+// read (GET, HEAD, OPTIONS, TRACE; no body) whose connection closed before
+// any answer, as happens when a backend restarted or dropped an idle
 // connection. Writes are never resent (the first copy may be applied); the
 // proxy sends replayable writes through the Transport, which reports resends.
-func retryIfErr(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+func (c *Client) retryIfErr(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
 	if errors.Is(err, errConnDead) {
-		return false, true // nothing was written: safe for any request
+		// Nothing was written: safe for any request.
+		limit, ok := req.UserValue(deadLimitKey{}).(int)
+		if !ok {
+			limit = attempts - 1 + c.deadAttempts()
+			req.SetUserValue(deadLimitKey{}, limit)
+		}
+		return false, attempts < limit
 	}
 	if attempts > 1 || req.IsBodyStream() || len(req.Body()) > 0 {
 		return false, false
@@ -237,6 +245,10 @@ func retryIfErr(req *fasthttp.Request, attempts int, err error) (resetTimeout, r
 	req.SetUserValue(resentKey{}, true) // the first copy may have been written: see RoundTrip
 	return false, true
 }
+
+// deadLimitKey holds a fast-path request's bound on its attempts, fixed at
+// the first pooled connection it found dead (see deadAttempts).
+type deadLimitKey struct{}
 
 // resentKey marks a fast-path request that is being sent again after an
 // attempt that may have reached the backend.
@@ -499,9 +511,10 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 func (b *watchedBody) ended() bool { return b.cut.Load() }
 
 // do sends req with b as its body stream, again on another connection
-// (at most maxAttempts) while a pooled one is found dead before anything of
+// (see deadAttempts) while a pooled one is found dead before anything of
 // the request was written on it.
 func (b *watchedBody) do(req *fasthttp.Request, resp *fasthttp.Response) error {
+	limit := b.client.deadAttempts()
 	for attempt := 1; ; attempt++ {
 		b.resp, b.stop, b.cn = resp, nil, nil
 		b.r.Reset(b.body)
@@ -512,8 +525,13 @@ func (b *watchedBody) do(req *fasthttp.Request, resp *fasthttp.Response) error {
 		}
 		if b.cn != nil {
 			b.cn.endWatch(b)
+			if err == nil && b.cn.cut.Load() {
+				// Cut after its answer had come: the exchange is over, but
+				// the connection must not go back to the pool.
+				resp.SetConnectionClose()
+			}
 		}
-		if !errors.Is(err, errConnDead) || attempt == maxAttempts || b.ended() {
+		if !errors.Is(err, errConnDead) || attempt >= limit || b.ended() {
 			return err
 		}
 	}
@@ -632,10 +650,17 @@ func (b *responseBody) Close() error {
 	return err
 }
 
-// maxAttempts bounds the sends of one request: dead pooled connections (a
-// backend restart closes them all) are skipped without a send, the rest as
-// retryIfErr says.
+// maxAttempts bounds the attempts of one request beyond the connections
+// open: dead pooled connections (a backend restart closes them all) are
+// skipped without a send, each closed as it is found, so a request gets
+// through a pool of any size; the rest as retryIfErr says.
 const maxAttempts = 8
+
+// deadAttempts is how many attempts a request may spend on pooled
+// connections found dead before anything was written on them, counted from
+// when it takes its first: every connection open then, and maxAttempts
+// more.
+func (c *Client) deadAttempts() int { return maxAttempts + c.hc.ConnsCount() }
 
 var bodyBuffers = sync.Pool{New: func() any { return new([SmallBodyMax]byte) }}
 

@@ -830,3 +830,72 @@ func TestFastPathWatchCutsOnlyItsOwnExchange(t *testing.T) {
 		t.Fatalf("%d writes failed by other exchanges' watches", n)
 	}
 }
+
+// A backend that restarted leaves every pooled connection dead, however
+// many: a write (with a validity or without) is still sent once, on a new
+// connection, and not failed after a few dead ones.
+func TestFastPathGetsThroughAPoolOfDeadConnections(t *testing.T) {
+	const n = 24
+	arrived := make(chan struct{}, n)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var seen []string
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, string(b))
+		mu.Unlock()
+		if string(b) == "fill" {
+			arrived <- struct{}{}
+			<-release
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(backend.Close)
+	u, _ := url.Parse(backend.URL)
+	c := withFallback(u, stdTransport(), Options{})
+	t.Cleanup(c.CloseIdleConnections)
+	noEnd := func() time.Time { return time.Time{} }
+	for _, watched := range []bool{false, true} {
+		// n writes at once: n pooled connections.
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := c.RoundTrip(outbound(t, backend.URL, "PUT", "/bkt/fill", []byte("fill"), nil))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+			}()
+		}
+		for range n {
+			<-arrived
+		}
+		release <- struct{}{}
+		for range n - 1 {
+			release <- struct{}{}
+		}
+		wg.Wait()
+		backend.CloseClientConnections() // the restart
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		r := outbound(t, backend.URL, "PUT", "/bkt/obj", []byte("after"), nil)
+		if watched {
+			r = r.WithContext(WithValidUntil(context.Background(), noEnd))
+		}
+		resp, err := c.RoundTrip(r)
+		if err != nil {
+			t.Fatalf("watched %v: a write after the backend closed %d pooled connections: %v", watched, n, err)
+		}
+		resp.Body.Close()
+		mu.Lock()
+		if !slices.Equal(seen, []string{"after"}) {
+			t.Fatalf("watched %v: the backend saw %q, want the write once", watched, seen)
+		}
+		mu.Unlock()
+	}
+}
