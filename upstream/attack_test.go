@@ -509,6 +509,32 @@ func TestAttackQueryWithHashByte(t *testing.T) {
 	}
 }
 
+// The request target's bare "?" (an empty query) is sent as net/http sends
+// it: fasthttp would drop it, so such a request takes the Transport.
+func TestBareQueryMarkKept(t *testing.T) {
+	backend := newRawBackend(t)
+	base := "http://" + backend.ln.Addr().String()
+	u, _ := url.Parse(base)
+	fast := withFallback(u, stdTransport(), Options{})
+	std := stdTransport()
+	t.Cleanup(fast.CloseIdleConnections)
+	t.Cleanup(std.CloseIdleConnections)
+	var got [2]string
+	for i, rt := range []http.RoundTripper{fast, std} {
+		r := outbound(t, base, "PUT", "/bkt/obj", []byte("x"), nil)
+		r.URL.ForceQuery = true // as net/http's server parses "/bkt/obj?"
+		resp, err := rt.RoundTrip(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got[i] = strings.SplitN(backend.last(), "\n", 2)[0]
+	}
+	if got[0] != got[1] || !strings.HasPrefix(got[0], "PUT /bkt/obj? ") {
+		t.Fatalf("request line:\nfast path: %q\nTransport: %q", got[0], got[1])
+	}
+}
+
 // Known difference (docs/PERFORMANCE.md): informational responses. ReverseProxy relays a backend's 103 Early
 // Hints to its client through the Got1xxResponse trace hook, which the
 // Transport calls; the fast path reads and drops them silently.

@@ -142,11 +142,18 @@ type Options struct {
 	// (FENCEPROXY_UPSTREAM_UNSENT_MAX). Zero or negative: the system's
 	// send buffer (up to 4 MiB on Linux).
 	UnsentMax int
+	// ExpectContinueTimeout is how long the Transport holds back the body
+	// of a request with Expect: 100-continue for the server's "100
+	// Continue" or its answer (http.Transport.ExpectContinueTimeout). [1s]
+	ExpectContinueTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 10 * time.Second
+	}
+	if o.ExpectContinueTimeout <= 0 {
+		o.ExpectContinueTimeout = time.Second
 	}
 	return o
 }
@@ -187,7 +194,7 @@ func newClient(base *url.URL, fallback http.RoundTripper, fast bool, opts Option
 			if err != nil {
 				return nil, err // a *DialError: nothing was sent
 			}
-			cn := &conn{Conn: nc, owner: c}
+			cn := &conn{Conn: nc, owner: c, gc: guardOf(nc)}
 			if ap, ok := addrPort(nc.LocalAddr()); ok {
 				cn.key = ap
 				c.conns.Store(ap, cn)
@@ -198,8 +205,8 @@ func newClient(base *url.URL, fallback http.RoundTripper, fast bool, opts Option
 		MaxIdleConnDuration:           opts.IdleTimeout,
 		ReadTimeout:                   opts.ResponseTimeout,
 		ReadBufferSize:                MaxResponseHeaderBytes,
-		MaxIdemponentCallAttempts:     maxAttempts,
-		RetryIfErr:                    retryIfErr,
+		MaxIdemponentCallAttempts:     math.MaxInt32, // bounded by retryIfErr
+		RetryIfErr:                    c.retryIfErr,
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
 		NoDefaultUserAgentHeader:      true,
@@ -208,14 +215,22 @@ func newClient(base *url.URL, fallback http.RoundTripper, fast bool, opts Option
 	return c
 }
 
-// retryIfErr sends a request a second time only as net/http's Transport
-// would: a read (GET, HEAD, OPTIONS, TRACE; no body) whose connection closed
-// before any answer, as happens when a backend restarted or dropped an idle
+// retryIfErr sends a request again on another connection when the pooled
+// one it took was found dead before anything was written (see
+// deadAttempts), and a second time only as net/http's Transport would: a
+// read (GET, HEAD, OPTIONS, TRACE; no body) whose connection closed before
+// any answer, as happens when a backend restarted or dropped an idle
 // connection. Writes are never resent (the first copy may be applied); the
 // proxy sends replayable writes through the Transport, which reports resends.
-func retryIfErr(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+func (c *Client) retryIfErr(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
 	if errors.Is(err, errConnDead) {
-		return false, true // nothing was written: safe for any request
+		// Nothing was written: safe for any request.
+		limit, ok := req.UserValue(deadLimitKey{}).(int)
+		if !ok {
+			limit = attempts - 1 + c.deadAttempts()
+			req.SetUserValue(deadLimitKey{}, limit)
+		}
+		return false, attempts < limit
 	}
 	if attempts > 1 || req.IsBodyStream() || len(req.Body()) > 0 {
 		return false, false
@@ -231,6 +246,10 @@ func retryIfErr(req *fasthttp.Request, attempts int, err error) (resetTimeout, r
 	req.SetUserValue(resentKey{}, true) // the first copy may have been written: see RoundTrip
 	return false, true
 }
+
+// deadLimitKey holds a fast-path request's bound on its attempts, fixed at
+// the first pooled connection it found dead (see deadAttempts).
+type deadLimitKey struct{}
 
 // resentKey marks a fast-path request that is being sent again after an
 // attempt that may have reached the backend.
@@ -256,6 +275,9 @@ func (c *Client) Fast(r *http.Request) bool {
 	}
 	if strings.Contains(r.URL.RawQuery, "#") || strings.Contains(r.URL.RawPath, "#") {
 		return false // fasthttp would cut the target at "#" (a fragment); net/http sends it as is
+	}
+	if r.URL.ForceQuery && r.URL.RawQuery == "" {
+		return false // fasthttp would drop a bare "?"; net/http sends it
 	}
 	if r.ContentLength < 0 || r.ContentLength > SmallBodyMax || len(r.TransferEncoding) > 0 || len(r.Trailer) > 0 || r.Close {
 		return false
@@ -372,7 +394,7 @@ func (c *Client) RoundTrip(r *http.Request) (*http.Response, error) {
 		// and the body streams without one, as with the Transport.
 		if ap, ok := addrPort(resp.LocalAddr()); ok {
 			if cn, ok := c.conns.Load(ap); ok {
-				cn.(*conn).Conn.SetReadDeadline(time.Time{})
+				cn.(*conn).SetReadDeadline(time.Time{})
 			}
 		}
 	}
@@ -491,19 +513,21 @@ func (c *Client) mapError(err error, resent bool, watched *watchedBody) error {
 // watchedBody sends a fast-path write that has a validity (WithValidUntil)
 // as a body stream: at its first Read fasthttp has picked the connection and
 // named it in the response (Response.LocalAddr), so the exchange's watch
-// goes on that connection: when ctx is done, the connection's deadline is
-// set to now, which ends the exchange wherever it is and closes the
-// connection (a reset), and marks the connection so that it is never used
-// again. fasthttp does not resend a body stream, so do sends again itself
+// goes on that connection (conn.startWatch): when ctx is done while the
+// exchange still holds the connection, the connection's deadline is set to
+// now, which ends the exchange wherever it is and closes the connection (a
+// reset), and marks the connection so that it is never used again. A watch
+// that fires later does nothing: the connection may carry another exchange
+// by then. fasthttp does not resend a body stream, so do sends again itself
 // when a pooled connection was found dead before anything was written.
 type watchedBody struct {
 	client *Client
 	ctx    context.Context
 	body   []byte
 	guard  func() error // validityGuard, put on the connection's writes
-	gc     *guardConn   // the connection's, once known
 
 	resp *fasthttp.Response
+	cn   *conn // the connection watched, once known
 	r    bytes.Reader
 	stop func() bool // ends the watch; nil until the first Read
 	cut  atomic.Bool // the watch fired
@@ -515,13 +539,11 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		if ap, ok := addrPort(b.resp.LocalAddr()); ok {
 			if cn, ok := b.client.conns.Load(ap); ok {
 				cn := cn.(*conn)
-				if b.gc = guardOf(cn); b.gc != nil {
-					b.gc.setGuard(b.guard)
-				}
+				b.cn = cn
+				cn.startWatch(b)
 				b.stop = context.AfterFunc(b.ctx, func() {
 					b.cut.Store(true)
-					cn.cut.Store(true)
-					_ = cn.Conn.SetDeadline(time.Now())
+					cn.cutBy(b)
 				})
 			}
 		}
@@ -533,22 +555,27 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 func (b *watchedBody) ended() bool { return b.cut.Load() }
 
 // do sends req with b as its body stream, again on another connection
-// (at most maxAttempts) while a pooled one is found dead before anything of
+// (see deadAttempts) while a pooled one is found dead before anything of
 // the request was written on it.
 func (b *watchedBody) do(req *fasthttp.Request, resp *fasthttp.Response) error {
+	limit := b.client.deadAttempts()
 	for attempt := 1; ; attempt++ {
-		b.resp, b.stop = resp, nil
+		b.resp, b.stop, b.cn = resp, nil, nil
 		b.r.Reset(b.body)
 		req.SetBodyStream(b, len(b.body))
 		err := b.client.hc.Do(req, resp)
 		if b.stop != nil {
 			b.stop()
 		}
-		if b.gc != nil {
-			b.gc.setGuard(nil)
-			b.gc = nil
+		if b.cn != nil {
+			b.cn.endWatch(b)
+			if err == nil && b.cn.cut.Load() {
+				// Cut after its answer had come: the exchange is over, but
+				// the connection must not go back to the pool.
+				resp.SetConnectionClose()
+			}
 		}
-		if !errors.Is(err, errConnDead) || attempt == maxAttempts || b.ended() {
+		if !errors.Is(err, errConnDead) || attempt >= limit || b.ended() {
 			return err
 		}
 	}
@@ -667,9 +694,10 @@ func (b *responseBody) Close() error {
 	return err
 }
 
-// maxAttempts bounds the sends of one request: dead pooled connections (a
-// backend restart closes them all) are skipped without a send, the rest as
-// retryIfErr says.
+// maxAttempts bounds the attempts of one request beyond the connections
+// open: dead pooled connections (a backend restart closes them all) are
+// skipped without a send, each closed as it is found, so a request gets
+// through a pool of any size; the rest as retryIfErr says.
 const maxAttempts = 8
 
 // bodyBuffers hold a fast-path body while it is read whole, in three size
@@ -704,6 +732,12 @@ func putBodyBuffer(b []byte) {
 	}
 }
 
+// deadAttempts is how many attempts a request may spend on pooled
+// connections found dead before anything was written on them, counted from
+// when it takes its first: every connection open then, and maxAttempts
+// more.
+func (c *Client) deadAttempts() int { return maxAttempts + c.hc.ConnsCount() }
+
 // errConnDead: a pooled connection was found closed, or holding bytes no
 // request asked for, before anything of the request was written on it.
 var errConnDead = errors.New("upstream: pooled connection closed by the backend (nothing sent on it)")
@@ -718,11 +752,22 @@ type conn struct {
 	net.Conn
 	owner *Client
 	key   netip.AddrPort
+	gc    *guardConn // under it; nil if none
 	once  sync.Once
 	read  bool // a response was read since the last write: the next write starts a request on a reused connection
 	// cut: a validity watch set a past deadline on it (watchedBody); it
 	// may be back in the pool, but is never written on again.
 	cut atomic.Bool
+
+	// The watch on the exchange that holds the connection (startWatch):
+	// watch is its watchedBody, armed once the exchange wrote on the
+	// connection (a watch still armed when the next request starts is the
+	// last exchange's, and ends there). watched mirrors watch != nil, for
+	// the writes and deadlines of connections without one.
+	wmu     sync.Mutex
+	watch   *watchedBody
+	armed   bool
+	watched atomic.Bool
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -734,13 +779,90 @@ func (c *conn) Write(p []byte) (int, error) {
 	if c.cut.Load() {
 		return 0, errConnDead
 	}
+	next := c.read // a new request starts on the reused connection
 	if c.read {
 		c.read = false
 		if !idle(c.Conn) {
 			return 0, errConnDead
 		}
 	}
+	if c.watched.Load() {
+		c.wmu.Lock()
+		if next && c.armed {
+			c.endWatchLocked() // the last exchange's
+		}
+		c.armed = c.watch != nil
+		c.wmu.Unlock()
+	}
 	return c.Conn.Write(p)
+}
+
+// startWatch makes b the watch of the exchange that holds c now, with its
+// guard on c's writes.
+func (c *conn) startWatch(b *watchedBody) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.watch, c.armed = b, false
+	c.watched.Store(true)
+	if c.gc != nil {
+		c.gc.setGuard(b.guard)
+	}
+}
+
+// endWatch ends b's watch on c, if c still has it.
+func (c *conn) endWatch(b *watchedBody) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.watch == b {
+		c.endWatchLocked()
+	}
+}
+
+func (c *conn) endWatchLocked() {
+	c.watch, c.armed = nil, false
+	c.watched.Store(false)
+	if c.gc != nil {
+		c.gc.setGuard(nil)
+	}
+}
+
+// cutBy ends the exchange on c when b's watch fired while it holds c: a
+// past deadline, and c is never written on again.
+func (c *conn) cutBy(b *watchedBody) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.watch != b {
+		return
+	}
+	c.cut.Store(true)
+	_ = c.Conn.SetDeadline(time.Now())
+}
+
+// SetReadDeadline, SetWriteDeadline and SetDeadline keep a cut
+// connection's deadline past: fasthttp sets the read deadline after it
+// wrote the request, which would otherwise undo a cut made meanwhile.
+func (c *conn) SetReadDeadline(t time.Time) error {
+	return c.setDeadline(t, c.Conn.SetReadDeadline)
+}
+
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	return c.setDeadline(t, c.Conn.SetWriteDeadline)
+}
+
+func (c *conn) SetDeadline(t time.Time) error {
+	return c.setDeadline(t, c.Conn.SetDeadline)
+}
+
+func (c *conn) setDeadline(t time.Time, set func(time.Time) error) error {
+	if !c.watched.Load() && !c.cut.Load() {
+		return set(t) // no watch can cut it meanwhile: startWatch runs on the exchange's goroutine
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.cut.Load() {
+		t = time.Now()
+	}
+	return set(t)
 }
 
 func (c *conn) Close() error {

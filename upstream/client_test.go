@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -775,4 +776,126 @@ func TestTransportWriteGuardedByValidity(t *testing.T) {
 		t.Fatalf("the backend got %d of %d bytes (RoundTrip: %v), want the body cut at the validity", n, size, rerr)
 	}
 	t.Logf("the backend got %d of %d bytes; RoundTrip: %v", n, size, rerr)
+}
+
+// A watch (WithValidUntil) cuts only its own exchange: many writes share the
+// pooled connections while the contexts of some end at any moment (before,
+// during and after their exchange), and every write whose context did not
+// end is answered, none failed by another's watch, none sent a second time
+// after it may have been written. Answers with and without a body (a 204
+// returns its connection to the pool inside fasthttp's Do) alternate.
+func TestFastPathWatchCutsOnlyItsOwnExchange(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
+		if rand.IntN(2) == 0 {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(backend.Close)
+	u, _ := url.Parse(backend.URL)
+	c := withFallback(u, stdTransport(), Options{ResponseTimeout: 10 * time.Second})
+	t.Cleanup(c.CloseIdleConnections)
+	noEnd := func() time.Time { return time.Time{} }
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 150 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%3 == 0 {
+					time.AfterFunc(time.Duration(rand.IntN(2000))*time.Microsecond, cancel)
+				}
+				r := outbound(t, backend.URL, "PUT", "/bkt/obj", bytes.Repeat([]byte("b"), 1024), nil)
+				r = r.WithContext(WithValidUntil(ctx, noEnd))
+				resp, err := c.RoundTrip(r)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				if err != nil && ctx.Err() == nil {
+					failed.Add(1)
+					t.Errorf("a write whose context did not end failed: %v", err)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d writes failed by other exchanges' watches", n)
+	}
+}
+
+// A backend that restarted leaves every pooled connection dead, however
+// many: a write (with a validity or without) is still sent once, on a new
+// connection, and not failed after a few dead ones.
+func TestFastPathGetsThroughAPoolOfDeadConnections(t *testing.T) {
+	const n = 24
+	arrived := make(chan struct{}, n)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var seen []string
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, string(b))
+		mu.Unlock()
+		if string(b) == "fill" {
+			arrived <- struct{}{}
+			<-release
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(backend.Close)
+	u, _ := url.Parse(backend.URL)
+	c := withFallback(u, stdTransport(), Options{})
+	t.Cleanup(c.CloseIdleConnections)
+	noEnd := func() time.Time { return time.Time{} }
+	for _, watched := range []bool{false, true} {
+		// n writes at once: n pooled connections.
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := c.RoundTrip(outbound(t, backend.URL, "PUT", "/bkt/fill", []byte("fill"), nil))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+			}()
+		}
+		for range n {
+			<-arrived
+		}
+		release <- struct{}{}
+		for range n - 1 {
+			release <- struct{}{}
+		}
+		wg.Wait()
+		backend.CloseClientConnections() // the restart
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		r := outbound(t, backend.URL, "PUT", "/bkt/obj", []byte("after"), nil)
+		if watched {
+			r = r.WithContext(WithValidUntil(context.Background(), noEnd))
+		}
+		resp, err := c.RoundTrip(r)
+		if err != nil {
+			t.Fatalf("watched %v: a write after the backend closed %d pooled connections: %v", watched, n, err)
+		}
+		resp.Body.Close()
+		mu.Lock()
+		if !slices.Equal(seen, []string{"after"}) {
+			t.Fatalf("watched %v: the backend saw %q, want the write once", watched, seen)
+		}
+		mu.Unlock()
+	}
 }

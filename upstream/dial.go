@@ -170,7 +170,7 @@ func newTransport(opts Options) *http.Transport {
 		MaxIdleConnsPerHost:   512,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   opts.DialTimeout, // applied by dialTLSContext: the Transport does not with a DialTLSContext
-		ExpectContinueTimeout: time.Second,
+		ExpectContinueTimeout: opts.ExpectContinueTimeout,
 		ResponseHeaderTimeout: opts.ResponseTimeout,
 		DisableCompression:    true,  // would add Accept-Encoding and change the signed request
 		TLSClientConfig:       d.tls, // what dialTLSContext uses
