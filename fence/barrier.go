@@ -51,7 +51,9 @@ type Options struct {
 	// PrefixOwnName: a prefix fence P/ also covers the resource P, its own
 	// name without the "/" (S3 mode, where P is the alias class of the
 	// object P/, a directory marker below the prefix, and a posix store
-	// opens P and P/ as one object). False: P is beside the prefix.
+	// opens P and P/ as one object; plain mode, where a WebDAV or
+	// file-system store opens /P/ as /P, Resolver.Alias). False: P is
+	// beside the prefix.
 	PrefixOwnName bool
 	// Collections: a name ending in "/" is also a collection, and a write
 	// on it must pass every prefix fence below it too, as must a write

@@ -161,7 +161,7 @@ func (p *prefixes) above(resource string, t uint64) (name string, m uint64, wait
 		case resource[i] == '/' && i < len(resource)-1:
 			prefix = resource[:i+1]
 		case i == len(resource)-1 && p.ownName && resource[i] != '/':
-			prefix = resource + "/" // allocates only in S3 mode with prefix fences held
+			prefix = resource + "/" // allocates only while prefix fences are held
 		default:
 			continue
 		}

@@ -16,7 +16,8 @@ import (
 // the shard's prefix fences), "collection-admission" (a collection write
 // is not checked against the prefix fences at or below it) and
 // "collection-drain" (a prefix raise neither cuts nor waits for the
-// collection writes above it). Only the teeth build has it.
+// collection writes above it) and "slash-alias" (a plain-mode write to P/
+// is not also a write to P, Resolver.Alias). Only the teeth build has it.
 func protected(name string) bool {
 	return !strings.Contains(","+os.Getenv("FENCEPROXY_TEST_FENCE_UNPROTECTED")+",", ","+name+",")
 }

@@ -125,6 +125,19 @@ func (r Resolver) Key(path string) (string, error) {
 	return key, nil
 }
 
+// Alias returns the second resource key a write to key must pass: with
+// MergeSlashes (plain mode), P for a key P/ (not cut short by Depth), since
+// golang.org/x/net/webdav, nginx and file-system stores open /P/ as /P, so a
+// stale PUT, DELETE or MOVE of /w/part-7/ would change w/part-7. "" when
+// key has none. P/ keeps its own key too: it names the collection and the
+// prefix fence P/ (a raise of it fences what lies below).
+func (r Resolver) Alias(key string) string {
+	if !r.MergeSlashes || len(key) < 2 || key[len(key)-1] != '/' || !protected("slash-alias") {
+		return ""
+	}
+	return key[:len(key)-1]
+}
+
 // Name returns the resource key that raw names: raw is the rest of an API
 // URL's path after its prefix (/v1/fences/, /v1/leases/) as received, still
 // percent-encoded. The bytes are checked as for Target; the decoded name is

@@ -142,7 +142,8 @@ func (p *Proxy) unfencedRequest(r *http.Request) bool {
 // resources returns the resource keys a fenced write touches: in S3 mode
 // those of the objects it changes (s3.Request.Changes: the path's object, a
 // rename's source) or of its bucket for a bucket write, else its path's as
-// received; and for a WebDAV COPY or MOVE also its Destination's.
+// received; and for a WebDAV COPY or MOVE also its Destination's; in plain
+// mode a key P/ brings its alias P too (fence.Resolver.Alias).
 // fence.ErrBadResource for a target the fence cannot name; ErrUnsupported and
 // ErrFormUpload for writes whose keys are in the body, errBodyKeys in S3 mode
 // for a DeleteObjects, whose keys deleteResources reads.
@@ -155,6 +156,9 @@ func (p *Proxy) resources(ex *exchange) ([]string, error) {
 			return nil, err
 		}
 		keys = []string{key}
+		if alias := p.resolver.Alias(key); alias != "" {
+			keys = append(keys, alias)
+		}
 		posts := r.Method == http.MethodPost || (hasMethodOverride(r) && slices.Contains(methods(r), http.MethodPost))
 		switch s3.InBody(posts, r.URL.RawQuery, r.Header, key) {
 		case s3.BulkDelete:
@@ -219,6 +223,9 @@ func (p *Proxy) resources(ex *exchange) ([]string, error) {
 			return keys, fmt.Errorf("Destination: %w", err)
 		}
 		keys = append(keys, dk)
+		if alias := p.resolver.Alias(dk); alias != "" {
+			keys = append(keys, alias)
+		}
 	}
 	return keys, nil
 }

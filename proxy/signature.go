@@ -32,9 +32,10 @@ var (
 // touches, one X-Fencing-Token-Signature value that signs its token for that
 // resource or for a prefix fence above it (a name ending in "/" that the
 // resource starts with: a lease on a partition signs for every key below
-// it). With prefixOwnName (S3 mode, fence.Options.PrefixOwnName) a prefix
-// fence P/ also signs for the resource P, which it covers: the directory
-// marker P/ of the partition's holder resolves to P. A MOVE carries one per
+// it). With prefixOwnName (fence.Options.PrefixOwnName) a prefix fence P/
+// also signs for the resource P, which it covers: the directory marker P/ of
+// the partition's holder resolves to P in S3 mode, and a plain-mode write to
+// P/ is one to P as well (fence.Resolver.Alias). A MOVE carries one per
 // resource, on separate header lines or comma-separated; the base64url
 // alphabet has no comma. Other requests pass. The error is a
 // *fence.ResourceError naming the resource that lacks one, wrapping

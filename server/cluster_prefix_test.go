@@ -234,3 +234,47 @@ func TestClusterPrefixFence(t *testing.T) {
 		t.Fatalf("stale writes applied below prefix fences: %v", stale)
 	}
 }
+
+// In cluster mode too a plain-mode write to P/ is one to P (the WebDAV
+// reading, fence.Resolver.Alias): with SHARD_DEPTH both have one owner, and
+// a stale holder's write to out/part-7/f/ through any replica is refused at
+// the fence of out/part-7/f. A shallower P/ whose P has another owner is
+// refused, never applied.
+func TestClusterTrailingSlashAlias(t *testing.T) {
+	c := etcdtest.Start(t)
+	backend := &lenientStore{objects: map[string]string{}}
+	srv := httptest.NewServer(backend)
+	t.Cleanup(srv.Close)
+	reps := startReplicas(t, c, srv.URL, 3, map[string]string{"FENCEPROXY_SHARD_DEPTH": strconv.Itoa(clusterDepth)})
+	client := servertest.NewClient(t)
+	settle(t, client, reps, []string{"/out/part-7/settled"})
+	if s, _, _ := send(t, reps[0], http.MethodPut, "/out/part-7/f", "5", "new"); s >= 300 {
+		t.Fatalf("PUT /out/part-7/f with token 5: %d", s)
+	}
+	if s, _, _ := send(t, reps[0], http.MethodPut, "/top", "5", "top"); s >= 300 {
+		t.Fatalf("PUT /top with token 5: %d", s)
+	}
+	for i, in := range reps {
+		for _, path := range []string{"/out/part-7/f/", "/out//part-7/f%2F"} {
+			if s, cur, res := send(t, in, http.MethodPut, path, "3", "stale"); s != http.StatusConflict || cur != "5" || res != "out/part-7/f" {
+				t.Errorf("stale PUT %s through replica %d: %d, current %q, resource %q; want 409 naming out/part-7/f at 5", path, i, s, cur, res)
+			}
+		}
+		if s, _, _ := send(t, in, http.MethodDelete, "/top/", "3", ""); s != http.StatusConflict && s != http.StatusServiceUnavailable {
+			t.Errorf("stale DELETE /top/ through replica %d: %d, want 409, or 503 when top and top/ have two owners", i, s)
+		}
+	}
+	backend.mu.Lock()
+	defer backend.mu.Unlock()
+	if got := backend.objects["/out/part-7/f"]; got != "5:new" {
+		t.Errorf("the backend holds /out/part-7/f as %q, want 5:new", got)
+	}
+	for k := range backend.objects {
+		if strings.HasSuffix(k, "/") {
+			t.Errorf("a stale write reached the backend as %s", k)
+		}
+	}
+	if got := backend.objects["/top"]; got != "5:top" {
+		t.Errorf("the backend holds /top as %q, want 5:top", got)
+	}
+}

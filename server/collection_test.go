@@ -372,3 +372,82 @@ func TestPlainMergesSlashes(t *testing.T) {
 		t.Errorf("/rd/part-0/obj after the stale write: %d %q, want new", s, body)
 	}
 }
+
+// The attack review's finding: in plain mode a trailing "/" made another
+// key, and golang.org/x/net/webdav (as nginx and file-system stores) opens
+// /w/part-7/ as the file /w/part-7 and /w/ as the collection /w. With w and
+// w/part-7 fenced at 5, a stale holder's (token 3) writes to either spelt
+// with a trailing "/" (or "%2F", or a run of slashes), as a target or a
+// Destination, are refused (409 at 5) and the store keeps the holder's data.
+// Teeth (FENCEPROXY_TEST_FENCE_UNPROTECTED=slash-alias): some are applied.
+func TestPlainTrailingSlashIsTheObject(t *testing.T) {
+	_, srv := newDAVBackend(t)
+	in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": srv.URL, "FENCEPROXY_DATA_DIR": t.TempDir()})
+	for _, w := range []struct{ method, path, token, body string }{
+		{"MKCOL", "/w", "5", ""}, {http.MethodPut, "/w/part-7", "5", "new"}, {http.MethodPut, "/w/keep", "5", "keep"},
+		{"MKCOL", "/other", "1", ""}, {http.MethodPut, "/other/z", "1", "stale-z"},
+	} {
+		if s, _, _ := send(t, in, w.method, w.path, w.token, w.body); s >= 300 {
+			t.Fatalf("setting up: %s %s: %d", w.method, w.path, s)
+		}
+	}
+	teeth := fenceUnprotected("slash-alias")
+	var applied []string
+	for _, w := range []struct {
+		method, path, body string
+		headers            []string
+	}{
+		{http.MethodPut, "/w/part-7/", "stale", nil},
+		{http.MethodPut, "/w/part-7%2F", "stale", nil},
+		{http.MethodPut, "//w//part-7//", "stale", nil},
+		{http.MethodDelete, "/w/part-7/", "", nil},
+		{"COPY", "/other/z", "", []string{"Destination: /w/part-7/", "Overwrite: T"}},
+		{"MOVE", "/other/z", "", []string{"Destination: http://" + in.Proxy + "/w/part-7/", "Overwrite: T"}},
+		{"PROPPATCH", "/w/part-7/", proppatch, []string{"Content-Type: application/xml"}},
+		{http.MethodDelete, "/w/", "", nil},
+		{"MOVE", "/w/", "", []string{"Destination: /stolen/"}},
+	} {
+		s, current, resource := send(t, in, w.method, w.path, "3", w.body, w.headers...)
+		if s == http.StatusConflict && current == "5" {
+			continue
+		}
+		if !teeth {
+			t.Errorf("stale %s %s %v: %d, current %q, resource %q; want 409 at 5", w.method, w.path, w.headers, s, current, resource)
+		}
+		if s < 300 {
+			applied = append(applied, fmt.Sprint(w.method, " ", w.path, w.headers, " ", s))
+		}
+		// Put the tree back on the server itself for the next write.
+		for _, w := range []struct{ method, path, body string }{
+			{http.MethodDelete, "/stolen", ""}, {"MKCOL", "/w", ""}, {http.MethodDelete, "/w/part-7", ""},
+			{http.MethodPut, "/w/part-7", "new"}, {http.MethodPut, "/w/keep", "keep"}, {http.MethodPut, "/other/z", "stale-z"},
+		} {
+			req, _ := http.NewRequest(w.method, srv.URL+w.path, strings.NewReader(w.body))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}
+	if teeth {
+		if len(applied) == 0 {
+			t.Fatal("teeth: with the alias off, no stale write through a trailing slash was applied")
+		}
+		t.Logf("teeth: with the alias off, %d stale writes over w and w/part-7 (5) were applied with token 3: %v", len(applied), applied)
+		return
+	}
+	if len(applied) > 0 {
+		t.Errorf("stale writes applied over the fences at 5: %v", applied)
+	}
+	for path, want := range map[string]string{"/w/part-7": "new", "/w/keep": "keep"} {
+		if s, body := davGet(t, srv, path); s != http.StatusOK || body != want {
+			t.Errorf("after the stale writes the WebDAV server holds %s as %d %q, want 200 %q", path, s, body, want)
+		}
+	}
+	// The holder's token passes through either spelling.
+	if s, _, _ := send(t, in, http.MethodPut, "/w/part-7/", "5", "newer"); s >= 300 {
+		t.Errorf("PUT /w/part-7/ with token 5: %d, want it applied", s)
+	}
+	if s, body := davGet(t, srv, "/w/part-7"); s != http.StatusOK || body != "newer" {
+		t.Errorf("/w/part-7 after the holder's PUT /w/part-7/: %d %q, want newer", s, body)
+	}
+}

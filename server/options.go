@@ -28,8 +28,9 @@ func fenceOptionsFrom(cfg config.Config) fence.Options {
 		NoPrefixFences: cfg.Store == "etcd" && cfg.ShardDepth == 0,
 		PrefixSegments: shardDepth(cfg),
 		// In S3 mode the resource P is also the object P/ (a directory
-		// marker), which lies below the prefix fence P/.
-		PrefixOwnName: cfg.S3 != "off",
+		// marker), which lies below the prefix fence P/; in plain mode a
+		// WebDAV or file-system store opens P/ as P (fence.Resolver.Alias).
+		PrefixOwnName: true,
 		// Outside S3 mode the backend may be a WebDAV or REST server, which
 		// applies a DELETE, MOVE or COPY of a collection to what lies below.
 		Collections: cfg.S3 == "off",

@@ -184,7 +184,7 @@ func (st *starting) signedTokens() error {
 		return fmt.Errorf("FENCEPROXY_TOKEN_KEY: %w", err)
 	}
 	// In S3 mode a prefix fence P/ covers the resource P too (PrefixOwnName).
-	st.authenticate, st.signer = proxy.SignedTokens(keys, st.cfg.S3 != "off"), keys
+	st.authenticate, st.signer = proxy.SignedTokens(keys, fenceOptionsFrom(st.cfg).PrefixOwnName), keys
 	return nil
 }
 
