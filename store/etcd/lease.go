@@ -146,52 +146,7 @@ func (s *Store) Lease(name string) ([]byte, error) {
 // is. Errors: ErrClosed; the client's, wrapped (ErrCompacted's cause when
 // etcd compacted that revision during a long walk).
 func (s *Store) EachLease(fn func(name string, record []byte) error) error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	base := s.prefix + kindLease
-	end := clientv3.GetPrefixRangeEnd(base)
-	from, rev := base, int64(0)
-	for {
-		var kvs []struct {
-			name string
-			rec  []byte
-		}
-		more := false
-		err := s.do(func(ctx context.Context) error {
-			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
-			if rev != 0 {
-				opts = append(opts, clientv3.WithRev(rev))
-			}
-			resp, err := s.kv.Get(ctx, from, opts...)
-			if err != nil {
-				return err
-			}
-			if rev == 0 {
-				rev = resp.Header.Revision
-			}
-			more = resp.More
-			for _, kv := range resp.Kvs {
-				kvs = append(kvs, struct {
-					name string
-					rec  []byte
-				}{string(kv.Key[len(base):]), append([]byte{}, kv.Value...)})
-			}
-			return nil
-		})
-		if err != nil {
-			return s.wrap("each lease", "", err)
-		}
-		for _, kv := range kvs {
-			if err := fn(kv.name, kv.rec); err != nil {
-				return err
-			}
-		}
-		if !more || len(kvs) == 0 {
-			return nil
-		}
-		from = base + kvs[len(kvs)-1].name + "\x00"
-	}
+	return s.leaseRange("each lease", "", nil, math.MaxInt, fn)
 }
 
 // LeasesFrom calls fn with up to limit lease records whose name starts with
@@ -202,14 +157,20 @@ func (s *Store) EachLease(fn func(name string, record []byte) error) error {
 // ErrClosed; the client's, wrapped (ErrCompacted's cause when etcd
 // compacted that revision during a long walk).
 func (s *Store) LeasesFrom(prefix, after string, limit int, fn func(name string, record []byte) error) error {
+	return s.leaseRange("list leases", prefix, &after, limit, fn)
+}
+
+// leaseRange is LeasesFrom (after nil: from the first record on), its
+// errors wrapped as op's.
+func (s *Store) leaseRange(op, prefix string, after *string, limit int, fn func(name string, record []byte) error) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
 	base := s.prefix + kindLease
 	end := clientv3.GetPrefixRangeEnd(base + prefix)
 	from, rev := base+prefix, int64(0)
-	if after >= prefix {
-		from = base + after + "\x00"
+	if after != nil && *after >= prefix {
+		from = base + *after + "\x00"
 	}
 	for limit > 0 {
 		type kv struct {
@@ -237,7 +198,7 @@ func (s *Store) LeasesFrom(prefix, after string, limit int, fn func(name string,
 			return nil
 		})
 		if err != nil {
-			return s.wrap("list leases", prefix, err)
+			return s.wrap(op, prefix, err)
 		}
 		for _, e := range kvs {
 			if err := fn(e.name, e.rec); err != nil {
@@ -268,52 +229,63 @@ func (s *Store) RemoveLease(name string, fn func(record []byte, fenceMax uint64)
 	mu.Lock()
 	defer mu.Unlock()
 	fk, lk := s.fenceKey(name), s.leaseKey(name)
-	for attempt := 1; attempt <= maxAttempts; attempt++ {
+	return s.casRetry("remove lease", name, func(ctx context.Context) (done bool, fnErr, err error) {
+		resp, err := s.kv.Txn(ctx).Then(clientv3.OpGet(fk), clientv3.OpGet(lk)).Commit()
+		if err != nil {
+			return false, nil, err
+		}
+		kvs := resp.Responses[1].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return true, nil, nil
+		}
+		rec, lrev := append([]byte{}, kvs[0].Value...), kvs[0].ModRevision
+		var stored uint64
+		var frev int64
+		if fkvs := resp.Responses[0].GetResponseRange().GetKvs(); len(fkvs) > 0 {
+			if stored, err = decode(fkvs[0].Value); err != nil {
+				return false, nil, err
+			}
+			frev = fkvs[0].ModRevision
+		}
+		remove, err := fn(rec, stored)
+		if err != nil || !remove {
+			return true, err, nil
+		}
+		cresp, err := s.kv.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(fk), "=", frev),
+			clientv3.Compare(clientv3.ModRevision(lk), "=", lrev),
+		).Then(clientv3.OpDelete(lk)).Commit()
+		if err != nil {
+			return false, nil, err
+		}
+		return cresp.Succeeded, nil, nil
+	})
+}
+
+// casRetry runs attempt, through do (so again while etcd is unavailable),
+// until it reports done (its transaction committed, or there was nothing to
+// write), at most maxAttempts times: each time it is not done, a guarded
+// transaction lost to a concurrent change. fnErr is the caller's callback
+// refusing, returned as is. Errors: fnErr; attempt's, wrapped as op's on
+// name; ErrConflict, wrapped so, after maxAttempts attempts.
+func (s *Store) casRetry(op, name string, attempt func(ctx context.Context) (done bool, fnErr, err error)) error {
+	for range maxAttempts {
+		var done bool
 		var fnErr error
-		done := false
 		err := s.do(func(ctx context.Context) error {
-			resp, err := s.kv.Txn(ctx).Then(clientv3.OpGet(fk), clientv3.OpGet(lk)).Commit()
-			if err != nil {
-				return err
-			}
-			kvs := resp.Responses[1].GetResponseRange().GetKvs()
-			if len(kvs) == 0 {
-				done = true
-				return nil
-			}
-			rec, lrev := append([]byte{}, kvs[0].Value...), kvs[0].ModRevision
-			var stored uint64
-			var frev int64
-			if fkvs := resp.Responses[0].GetResponseRange().GetKvs(); len(fkvs) > 0 {
-				if stored, err = decode(fkvs[0].Value); err != nil {
-					return err
-				}
-				frev = fkvs[0].ModRevision
-			}
-			remove, err := fn(rec, stored)
-			if err != nil || !remove {
-				fnErr, done = err, true
-				return nil
-			}
-			cresp, err := s.kv.Txn(ctx).If(
-				clientv3.Compare(clientv3.ModRevision(fk), "=", frev),
-				clientv3.Compare(clientv3.ModRevision(lk), "=", lrev),
-			).Then(clientv3.OpDelete(lk)).Commit()
-			if err != nil {
-				return err
-			}
-			done = cresp.Succeeded
-			return nil
+			var err error
+			done, fnErr, err = attempt(ctx)
+			return err
 		})
 		if fnErr != nil {
 			return fnErr
 		}
 		if err != nil {
-			return s.wrap("remove lease", name, err)
+			return s.wrap(op, name, err)
 		}
 		if done {
 			return nil
 		}
 	}
-	return s.wrap("remove lease", name, ErrConflict)
+	return s.wrap(op, name, ErrConflict)
 }

@@ -17,47 +17,30 @@ func (s *Store) UpdatePool(pool string, fn func(record []byte) (next []byte, err
 		return ErrClosed
 	}
 	k := s.poolKey(pool)
-	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		var fnErr error
-		done := false
-		err := s.do(func(ctx context.Context) error {
-			resp, err := s.kv.Get(ctx, k)
-			if err != nil {
-				return err
-			}
-			var rec []byte
-			var rev int64
-			if len(resp.Kvs) > 0 {
-				rec, rev = append([]byte{}, resp.Kvs[0].Value...), resp.Kvs[0].ModRevision
-			}
-			next, err := fn(rec)
-			if err != nil {
-				fnErr = err
-				return nil
-			}
-			if next == nil {
-				done = true
-				return nil
-			}
-			cresp, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
-				Then(clientv3.OpPut(k, string(next))).Commit()
-			if err != nil {
-				return err
-			}
-			done = cresp.Succeeded
-			return nil
-		})
-		if fnErr != nil {
-			return fnErr
-		}
+	return s.casRetry("update pool", pool, func(ctx context.Context) (done bool, fnErr, err error) {
+		resp, err := s.kv.Get(ctx, k)
 		if err != nil {
-			return s.wrap("update pool", pool, err)
+			return false, nil, err
 		}
-		if done {
-			return nil
+		var rec []byte
+		var rev int64
+		if len(resp.Kvs) > 0 {
+			rec, rev = append([]byte{}, resp.Kvs[0].Value...), resp.Kvs[0].ModRevision
 		}
-	}
-	return s.wrap("update pool", pool, ErrConflict)
+		next, err := fn(rec)
+		if err != nil {
+			return true, err, nil
+		}
+		if next == nil {
+			return true, nil, nil
+		}
+		cresp, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
+			Then(clientv3.OpPut(k, string(next))).Commit()
+		if err != nil {
+			return false, nil, err
+		}
+		return cresp.Succeeded, nil, nil
+	})
 }
 
 // Pool returns pool's record, nil when there is none (one linearizable
