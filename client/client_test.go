@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,4 +251,116 @@ func TestControlRefusesProxyListener(t *testing.T) {
 	if calls.Load() == 0 {
 		t.Fatal("the stand-in was never called: the test proves nothing")
 	}
+}
+
+// bearerLog records, per path, the requests a test server got and those
+// that carried an Authorization header.
+type bearerLog struct {
+	mu      sync.Mutex
+	calls   map[string]int
+	bearers map[string]int
+}
+
+func newBearerLog() *bearerLog {
+	return &bearerLog{calls: map[string]int{}, bearers: map[string]int{}}
+}
+
+func (l *bearerLog) record(r *http.Request) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls[r.URL.Path]++
+	if r.Header.Get("Authorization") != "" {
+		l.bearers[r.URL.Path]++
+	}
+}
+
+func (l *bearerLog) counts() (calls, bearers map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.calls), maps.Clone(l.bearers)
+}
+
+// A redirect is never followed: the check before a bearer is sent refuses
+// an address whose /healthz redirects to a control API (or something that
+// answers like one), and a call to a verified control API that answers
+// with a redirect, to its own host or another, fails naming it. Nothing
+// with the bearer reaches the redirect's target, nor, for the check, the
+// address itself.
+func TestControlRefusesRedirects(t *testing.T) {
+	ctx := context.Background()
+	// newFake starts a stand-in control API for the redirects to point to.
+	newFake := func(t *testing.T) (*httptest.Server, *bearerLog) {
+		log := newBearerLog()
+		fake := newControlStandIn(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			log.record(r)
+			io.WriteString(w, `{"fences":[]}`)
+		}))
+		t.Cleanup(fake.Close)
+		return fake, log
+	}
+
+	t.Run("check", func(t *testing.T) {
+		fake, fakeLog := newFake(t)
+		frontLog := newBearerLog()
+		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			frontLog.record(r)
+			http.Redirect(w, r, fake.URL+r.URL.RequestURI(), http.StatusFound)
+		}))
+		defer front.Close()
+		c := &Control{BaseURL: front.URL, AdminBearer: "secret-admin"}
+		_, err := c.ListFences(ctx, "", "", 0)
+		if !errors.Is(err, ErrNotControlListener) || !errors.Is(err, ErrRedirect) || !strings.Contains(err.Error(), fake.URL) {
+			t.Errorf("ListFences through a redirecting address: %v, want ErrNotControlListener and ErrRedirect naming the target", err)
+		}
+		lease := &Leases{BaseURL: front.URL, Bearer: "secret-lease"}
+		if _, err := lease.Acquire(ctx, "jobs/a", "A", time.Minute); !errors.Is(err, ErrRedirect) {
+			t.Errorf("Leases.Acquire through a redirecting address: %v, want ErrRedirect", err)
+		}
+		calls, bearers := frontLog.counts()
+		if calls["/healthz"] == 0 {
+			t.Fatal("the redirecting address was never asked: the test proves nothing")
+		}
+		if len(bearers) != 0 || len(calls) != 1 {
+			t.Errorf("the redirecting address got %v (with a bearer: %v), want /healthz only, never a bearer", calls, bearers)
+		}
+		if calls, _ := fakeLog.counts(); len(calls) != 0 {
+			t.Errorf("the redirect's target got %v: the redirect was followed", calls)
+		}
+	})
+
+	t.Run("calls", func(t *testing.T) {
+		fake, fakeLog := newFake(t)
+		ctlLog := newBearerLog()
+		ctl := newControlStandIn(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctlLog.record(r)
+			switch r.URL.Path {
+			case "/healthz":
+				io.WriteString(w, `{"status":"ok"}`)
+			case "/v1/fences": // to its own host: net/http would resend the bearer
+				http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+			case "/v1/leases":
+				http.Redirect(w, r, fake.URL+"/v1/leases", http.StatusPermanentRedirect)
+			default:
+				io.WriteString(w, `{"fences":[]}`)
+			}
+		}))
+		defer ctl.Close()
+		c := &Control{BaseURL: ctl.URL, AdminBearer: "secret-admin"}
+		if _, err := c.ListFences(ctx, "", "", 0); !errors.Is(err, ErrRedirect) || !strings.Contains(err.Error(), "/elsewhere") {
+			t.Errorf("ListFences answered with a redirect to its own host: %v, want ErrRedirect naming /elsewhere", err)
+		}
+		if _, err := c.ListLeases(ctx, "", "", 0); !errors.Is(err, ErrRedirect) {
+			t.Errorf("ListLeases answered with a redirect to another host: %v, want ErrRedirect", err)
+		}
+		calls, bearers := ctlLog.counts()
+		if bearers["/v1/fences"] != 1 || bearers["/v1/leases"] != 1 {
+			t.Fatalf("the control stand-in got %v (with a bearer: %v): the calls never reached it; the test proves nothing", calls, bearers)
+		}
+		if calls["/elsewhere"] != 0 {
+			t.Errorf("the same-host redirect was followed: /elsewhere got %d requests (%d with the bearer)", calls["/elsewhere"], bearers["/elsewhere"])
+		}
+		if calls, _ := fakeLog.counts(); len(calls) != 0 {
+			t.Errorf("the other host got %v: the redirect was followed", calls)
+		}
+	})
 }

@@ -30,7 +30,8 @@ const maxAnswer = 64 << 20
 type Control struct {
 	// BaseURL is the control listener's base URL, e.g. http://127.0.0.1:9090.
 	BaseURL string
-	// HTTP sends the calls; nil means http.DefaultClient.
+	// HTTP sends the calls; nil means http.DefaultClient. Its CheckRedirect
+	// is not used: the calls follow no redirect (ErrRedirect).
 	HTTP *http.Client
 	// AdminBearer is FENCEPROXY_ADMIN_TOKEN, sent as "Authorization: Bearer
 	// <it>" on the admin calls: ListFences, RaiseFence, ResetFence,
@@ -165,10 +166,18 @@ func apiBase(url string) string {
 	return url
 }
 
+// ErrRedirect: the address answered with a redirect (3xx). Control API
+// answers never redirect, so a redirect is refused, not followed: no
+// credential goes where it points (net/http would resend the bearer on a
+// redirect to the same host). Errors that wrap it wrap
+// ErrNotControlListener too.
+var ErrRedirect = errors.New("redirect refused: fenceproxy's control API never redirects")
+
 // checkControl makes sure url's base is the control API before a bearer
 // token is sent to it: GET {base}/healthz, once per base and process,
-// must carry wire.HeaderListener. Errors: ErrNotControlListener (wrapped,
-// with what answered), or the transport's.
+// must carry wire.HeaderListener and not be a redirect (hc must follow
+// none: noRedirects). Errors: ErrNotControlListener (wrapped, with what
+// answered; ErrRedirect too for a 3xx), or the transport's.
 func checkControl(ctx context.Context, hc *http.Client, url string) error {
 	base := apiBase(url)
 	if _, ok := controlBases.Load(base); ok {
@@ -184,16 +193,38 @@ func checkControl(ctx context.Context, hc *http.Client, url string) error {
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
-	if resp.Header.Get(wire.HeaderListener) != wire.ListenerControl {
+	if !fromControl(resp) {
 		return notControl(base+"/healthz", resp)
 	}
 	controlBases.Store(base, struct{}{})
 	return nil
 }
 
-// notControl is the error for an answer without the control listener's
-// header: what answered, and where the control API is.
+// fromControl reports whether resp is an answer of the control API: not a
+// redirect, and marked with wire.HeaderListener.
+func fromControl(resp *http.Response) bool {
+	return resp.StatusCode/100 != 3 && resp.Header.Get(wire.HeaderListener) == wire.ListenerControl
+}
+
+// noRedirects returns a copy of hc (nil: http.DefaultClient) that follows
+// no redirect: a 3xx is returned as the answer, for fromControl to refuse.
+func noRedirects(hc *http.Client) *http.Client {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	c := *hc
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &c
+}
+
+// notControl is the error for an answer that is not the control API's
+// (fromControl): what answered, and where the control API is.
 func notControl(url string, resp *http.Response) error {
+	if resp.StatusCode/100 == 3 {
+		return fmt.Errorf("%w: %w: %s answered %s to %q, not followed; no credential was sent there. "+
+			"Point the client at the control listener (FENCEPROXY_CONTROL_LISTEN, :9090 by default) itself",
+			ErrNotControlListener, ErrRedirect, url, resp.Status, resp.Header.Get("Location"))
+	}
 	what := "an answer " + resp.Status
 	if v := resp.Header.Get(wire.HeaderRefused); v != "" {
 		what += " refused by a fenceproxy proxy listener (" + wire.HeaderRefused + ": " + v + ")"
@@ -209,9 +240,11 @@ func escapeKey(key string) string { return wire.EscapeName(key) }
 
 // send makes one control API call with body as JSON (nil: none) and
 // decodes a 2xx answer's JSON into out. Any other answer is an *APIError
-// from its problem body (or its status alone). It returns the answer's
-// headers; other errors (transport, reading, decoding) are returned as
-// they are, for the caller to name the call.
+// from its problem body (or its status alone), but a redirect, which is
+// not followed, and an answer without wire.HeaderListener are
+// ErrNotControlListener (notControl). It returns the answer's headers;
+// other errors (transport, reading, decoding) are returned as they are,
+// for the caller to name the call.
 func send(ctx context.Context, hc *http.Client, method, url, bearer string, body, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
@@ -232,9 +265,7 @@ func send(ctx context.Context, hc *http.Client, method, url, bearer string, body
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	if hc == nil {
-		hc = http.DefaultClient
-	}
+	hc = noRedirects(hc)
 	if bearer != "" {
 		// A bearer goes only to an address known to be the control API.
 		if err := checkControl(ctx, hc, url); err != nil {
@@ -246,7 +277,7 @@ func send(ctx context.Context, hc *http.Client, method, url, bearer string, body
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.Header.Get(wire.HeaderListener) != wire.ListenerControl {
+	if !fromControl(resp) {
 		return nil, notControl(url, resp)
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))

@@ -86,7 +86,8 @@ type Lease struct {
 type Leases struct {
 	// BaseURL is the control listener's base URL, e.g. http://127.0.0.1:9090.
 	BaseURL string
-	// HTTP sends the calls; nil means http.DefaultClient.
+	// HTTP sends the calls; nil means http.DefaultClient. Its CheckRedirect
+	// is not used: the calls follow no redirect (ErrRedirect).
 	HTTP *http.Client
 	// Bearer, when set, is sent as "Authorization: Bearer <it>" (FENCEPROXY_LEASE_TOKEN).
 	Bearer string

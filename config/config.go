@@ -116,7 +116,7 @@ type Config struct {
 	// UploadMinRate and UploadRateWindow bound how slowly a write's body may
 	// arrive: every window of time spent waiting for the client must bring
 	// UploadMinRate × UploadRateWindow bytes.
-	UploadMinRate    ByteSize      `env:"UPLOAD_MIN_RATE" envDefault:"1KiB" help:"slowest a forwarded write's body may arrive, in bytes per second: every UPLOAD_RATE_WINDOW of time spent waiting for the client's body must bring this rate times the window, or the upload is cut off before its end (408; the backend never gets the whole body); time a slow backend takes to read does not count; at most 1GiB; 0: no minimum (a body trickling a byte within every UPLOAD_IDLE_TIMEOUT is never cut)"`
+	UploadMinRate    ByteSize      `env:"UPLOAD_MIN_RATE" envDefault:"1KiB" help:"slowest a request body (a fenced write's or any other's) may arrive, in bytes per second: every UPLOAD_RATE_WINDOW of time spent waiting for the client's body must bring this rate times the window, or the upload is cut off before its end (408; the backend never gets the whole body); time a slow backend takes to read does not count; at most 1GiB; 0: no minimum (a body trickling a byte within every UPLOAD_IDLE_TIMEOUT is never cut)"`
 	UploadRateWindow time.Duration `env:"UPLOAD_RATE_WINDOW" envDefault:"30s" help:"the window over which UPLOAD_MIN_RATE is measured, the first one a grace for the body's start"`
 
 	// MaxUploads and MaxConnections bound what hostile or runaway clients

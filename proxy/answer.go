@@ -19,8 +19,14 @@ import (
 // refuse is the one place where the proxy's own refusals become HTTP
 // responses: a problem (problemFor), Fencing-Refused, and for a 409
 // Fencing-Current-Token and Fencing-Resource, written by writeProblem (an S3 <Error> in S3 mode).
-// It logs once; internal causes (store errors) stay out of the body.
+// It logs once; internal causes (store errors) stay out of the body. A body
+// cut while read before forwarding is answered as one cut on its way
+// upstream (uploadStopped).
 func (p *Proxy) refuse(ex *exchange, err error) {
+	if err == errUploadIdle || err == errUploadSlow { // a body read before forwarding (DeleteObjects)
+		p.uploadStopped(ex, err)
+		return
+	}
 	pb, a := p.problemFor(err)
 	pb.Token = ex.tokenText
 	if pb.Resource == "" {

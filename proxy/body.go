@@ -66,19 +66,21 @@ func checkStreamLength(r *http.Request) error {
 	return nil
 }
 
-// uploadBody is a forwarded write's request body as the upstream client reads
-// it. It tells the barrier when the whole body has been handed over (from then
-// on a backend may apply the write), cuts the upload off after a pause longer
-// than idle or a body slower than minRate over a window, and stops at once
-// when a larger token cuts its upload. An upload
-// stopped before its end never hands over its last bytes (nor, when chunked,
-// the terminating chunk), so no backend can apply it.
+// uploadBody is a forwarded request's body as the upstream client reads it,
+// for every request with a body: each holds an upload slot (MaxUploads)
+// while its client sends, so each is cut off after a pause longer than idle
+// or a body slower than minRate over a window. For an admitted write it also
+// tells the barrier when the whole body has been handed over (from then on a
+// backend may apply the write), and stops at once when a larger token cuts
+// its upload; for any other request up is its own, which nothing cuts. An
+// upload stopped before its end never hands over its last bytes (nor, when
+// chunked, the terminating chunk), so no backend can apply it.
 type uploadBody struct {
 	body      *clientBody
 	up        *fence.Upload
-	rc        *http.ResponseController
-	idle      time.Duration // 0: no idle timeout
-	remaining int64         // bytes until the end of a Content-Length body; -1: until EOF
+	rc        http.ResponseController // a value: no allocation per request
+	idle      time.Duration           // 0: no idle timeout
+	remaining int64                   // bytes until the end of a Content-Length body; -1: until EOF
 
 	// The minimum rate (Settings.UploadMinRate): every window of time
 	// spent in the client's reads must bring minRate × window bytes.
@@ -98,15 +100,20 @@ type uploadBody struct {
 	// Read runs on the upstream client's goroutine, which may still be
 	// reading when the exchange has already failed for another reason.
 	mu      sync.Mutex
-	stopped error // errUploadCut, errUploadIdle or the client's read error
+	stopped error // errUploadCut, errUploadIdle, errUploadSlow or the client's read error
 }
 
-// init makes b wrap body, r's, for up (r.ContentLength -1: read to EOF).
-func (b *uploadBody) init(w http.ResponseWriter, r *http.Request, body *clientBody, up *fence.Upload, idle time.Duration) {
-	b.body, b.up, b.rc, b.idle, b.remaining = body, up, http.NewResponseController(w), idle, r.ContentLength
-	// A past deadline wakes a read blocked on a stalled client.
-	up.Interrupt = func() { _ = b.rc.SetReadDeadline(time.Now()) }
+// init makes b wrap body, r's, for up (r.ContentLength -1: read to EOF),
+// with the idle timeout idle and the minimum rate minRate (bytes/s; 0: none)
+// over window. A barrier that may cut up needs up.Interrupt = b.interrupt.
+func (b *uploadBody) init(w http.ResponseWriter, r *http.Request, body *clientBody, up *fence.Upload, idle time.Duration,
+	minRate int64, window time.Duration) {
+	b.body, b.up, b.rc, b.idle, b.remaining = body, up, *http.NewResponseController(w), idle, r.ContentLength
+	b.minRate, b.window = minRate, window
 }
+
+// interrupt wakes a read blocked on a stalled client (a past deadline).
+func (b *uploadBody) interrupt() { _ = b.rc.SetReadDeadline(time.Now()) }
 
 func (b *uploadBody) Read(p []byte) (int, error) {
 	if b.up.State() == fence.Sent {
@@ -266,21 +273,6 @@ func (b *clientBody) readErr() error {
 }
 
 func (b *clientBody) Close() error { return b.body.Close() }
-
-// idleReader reads r, each read given at most idle (0: no limit) through
-// the connection's read deadline.
-type idleReader struct {
-	r    io.Reader
-	rc   *http.ResponseController
-	idle time.Duration
-}
-
-func (ir idleReader) Read(p []byte) (int, error) {
-	if ir.idle > 0 {
-		_ = ir.rc.SetReadDeadline(time.Now().Add(ir.idle)) // ErrNotSupported: no idle cut-off
-	}
-	return ir.r.Read(p)
-}
 
 // Bounds of lingerDrain: enough for an SDK's usual part or object, short
 // enough that a refused client holds a handler only briefly.

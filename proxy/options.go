@@ -47,12 +47,12 @@ type Settings struct {
 
 	DialTimeout       time.Duration // upstream connect; past it 502
 	ResponseTimeout   time.Duration // upstream response headers after the request was sent; past it 504
-	UploadIdleTimeout time.Duration // longest pause between body bytes of a forwarded write; past it 408
+	UploadIdleTimeout time.Duration // longest pause between body bytes of any request (fenced or not); past it 408
 	UpstreamFastPath  bool          // small plain-HTTP requests through package upstream's fast path
 	UpstreamUnsentMax int           // bytes the kernel holds unsent per backend connection (upstream.Options.UnsentMax); 0: the system's
 
-	// UploadMinRate, with UploadRateWindow, is the slowest a forwarded
-	// write's body may arrive (bytes/s, UPLOAD_MIN_RATE): every
+	// UploadMinRate, with UploadRateWindow, is the slowest any request's
+	// body, fenced or not, may arrive (bytes/s, UPLOAD_MIN_RATE): every
 	// UploadRateWindow of time spent waiting for the client's body must
 	// bring UploadMinRate × UploadRateWindow bytes, or the upload is cut
 	// off before its end (408). Time the backend takes to read is not

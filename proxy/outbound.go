@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/fenceproxy/fenceproxy/upstream"
+	"github.com/fenceproxy/fenceproxy/wire"
 )
 
 // forwardedHeaders are dropped by ReverseProxy when Rewrite is set; the client's
@@ -83,13 +84,20 @@ func replayable(r *http.Request) bool {
 // backend's "100 Continue", which ReverseProxy relays although net/http sends
 // its own when the body is first read (a client should get one, not two), and
 // it stops net/http from sniffing a Content-Type the backend did not send.
+// One header never passes: wire.HeaderListener, which marks the control
+// listener's answers. Every answer of the proxy listener (the backend's in
+// every mode, 1xx included, and an owner replica's in cluster mode) goes
+// through WriteHeader, so none can make this listener pass for the control
+// API, to which clients send their admin and lease bearers.
 type responseWriter struct{ http.ResponseWriter }
 
 func (w responseWriter) WriteHeader(code int) {
 	if code == http.StatusContinue {
 		return
 	}
-	if h := w.Header(); code >= 200 {
+	h := w.Header()
+	delete(h, wire.HeaderListener) // canonical: net/http and the fast path canonicalise response header names
+	if code >= 200 {
 		if _, ok := h["Content-Type"]; !ok {
 			h["Content-Type"] = nil // present but empty: net/http sends none and sniffs none
 		}

@@ -197,7 +197,7 @@ type exchange struct {
 	up          fence.Upload     // the body as the barrier sees it
 	in          clientBody       // r.Body's wrapper for the upstream client, when it has a body
 	body        uploadBody       // in's wrapper when hasBody
-	hasBody     bool             // an admitted write with a body
+	hasBody     bool             // the body is read through body (wrapBody): every forwarded request with one
 	answered    bool             // upstreamError answered (or aborted) the client itself and logged it
 	traced      bool             // wrote counts the copies sent (the write is replayable)
 	wrote       atomic.Int32     // copies of the request written upstream, when traced
@@ -237,8 +237,8 @@ func (ex *exchange) valid() error {
 }
 
 // stopReason is why the client's body ended before its end, nil if it did
-// not: errUploadCut or errUploadIdle for an admitted write, else the error
-// reading it.
+// not: errUploadIdle, errUploadSlow, errUploadCut (an admitted write), else
+// the error reading it.
 func (ex *exchange) stopReason() error {
 	if ex.hasBody {
 		if why := ex.body.stopReason(); why != nil {
@@ -537,10 +537,8 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 	if !hasBody(r) {
 		ex.up.NoBody()
 	} else {
-		ex.hasBody = true
-		ex.in.init(r)
-		ex.body.init(ex.w, r, &ex.in, &ex.up, p.opts.UploadIdleTimeout)
-		ex.body.minRate, ex.body.window = p.opts.UploadMinRate, p.opts.UploadRateWindow
+		p.wrapBody(ex)
+		ex.up.Interrupt = ex.body.interrupt // a cut wakes a read blocked on a stalled client
 		if ex.ownValid != nil || ex.caller != nil {
 			ex.body.valid = ex.valid
 		}
@@ -554,6 +552,15 @@ func (p *Proxy) admit(ex *exchange) (release func(), err error) {
 		return p.barrier.AdmitCollections(r.Context(), ex.resources, ex.token, &ex.up)
 	}
 	return p.barrier.Admit(r.Context(), ex.resources, ex.token, &ex.up)
+}
+
+// wrapBody makes the upstream client read ex.r's body through ex.in and
+// ex.body, with the upload idle timeout and minimum rate: a body holds an
+// upload slot (MaxUploads) while it comes, whatever the request.
+func (p *Proxy) wrapBody(ex *exchange) {
+	ex.hasBody = true
+	ex.in.init(ex.r)
+	ex.body.init(ex.w, ex.r, &ex.in, &ex.up, p.opts.UploadIdleTimeout, p.opts.UploadMinRate, p.opts.UploadRateWindow)
 }
 
 // ErrOverloaded: MaxUploads requests with a body were in flight (503
@@ -577,8 +584,9 @@ const overloadLogEvery = 10 * time.Second
 
 // forward sends the request upstream with ReverseProxy (which calls
 // p.rewrite, and p.upstreamError on failure), with the exchange in its
-// context and its body wrapped: an admitted write's in ex.body, any other's
-// in ex.in. A bodyless request that went through no barrier goes as it came.
+// context and its body, if any, wrapped in ex.body (wrapBody: an admitted
+// write's by admit). A bodyless request that went through no barrier goes
+// as it came.
 func (p *Proxy) forward(ex *exchange) {
 	r := ex.r
 	if !ex.admitted && !hasBody(r) && ex.s3.Multipart == s3.NotMultipart && ex.caller == nil {
@@ -610,15 +618,16 @@ func (p *Proxy) forward(ex *exchange) {
 		}
 	}
 	out := r.WithContext(context.WithValue(ctx, exchangeKey{}, ex))
-	switch {
-	case ex.hasBody:
-		out.Body = &ex.body
-	case hasBody(r):
-		ex.in.init(r)
+	if !ex.hasBody && hasBody(r) {
+		// Unfenced, observe mode, a creator's abort: no barrier cuts it, but
+		// a trickling body would hold its upload slot for ever.
+		p.wrapBody(ex)
 		if ex.caller != nil {
 			ex.in.valid = ex.caller.Valid
 		}
-		out.Body = &ex.in
+	}
+	if ex.hasBody {
+		out.Body = &ex.body
 	}
 	p.rp.ServeHTTP(ex.w, out)
 }

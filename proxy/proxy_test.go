@@ -66,7 +66,9 @@ func TestCheckRawPath(t *testing.T) {
 }
 
 // A COPY or MOVE writes its Destination: the write is fenced on the
-// destination's resource too, and refused when stale there.
+// destination's resource too, and refused when stale there. A Destination
+// is an absolute URL or an absolute path (whatever its host, the path
+// names the resource); a relative one is refused.
 func TestDestinationFenced(t *testing.T) {
 	store := newMemStore()
 	store.seed(t, "dav/report", 10)
@@ -85,6 +87,12 @@ func TestDestinationFenced(t *testing.T) {
 		{"COPY", "/dav\\report", "5", 400, ""},
 		{"COPY", "http://x/dav\\report", "5", 400, ""},
 		{"COPY", "/dav/re%00port", "11", 400, ""},
+		// RFC 4918 10.3: an absolute URI or an absolute path; no relative one.
+		{"COPY", "//elsewhere.example/dav/report", "9", 409, "dav/report"},
+		{"COPY", "dav/report", "11", 400, ""},
+		{"COPY", "../dav/report", "11", 400, ""},
+		{"COPY", "http://elsewhere.example", "11", 400, ""},
+		{"COPY", "", "11", 400, ""},
 		{"COPY", srv.URL + "/dav/report", "10", 204, ""},
 		{"MOVE", srv.URL + "/dav/new", "12", 204, ""},
 	} {

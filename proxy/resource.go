@@ -265,9 +265,18 @@ func (p *Proxy) deleteResources(ex *exchange) ([]string, error) {
 	}
 	var body []byte
 	if r.Body != nil {
+		// Read as a forwarded body is, with the upload idle timeout and
+		// minimum rate: it holds an upload slot while it comes.
+		var in clientBody
+		var b uploadBody
+		in.init(r)
+		b.init(ex.w, r, &in, new(fence.Upload), p.opts.UploadIdleTimeout, p.opts.UploadMinRate, p.opts.UploadRateWindow)
 		var err error
-		body, err = io.ReadAll(io.LimitReader(idleReader{r.Body, http.NewResponseController(ex.w), p.opts.UploadIdleTimeout}, s3.MaxDeleteBody+1))
-		if err != nil {
+		body, err = io.ReadAll(io.LimitReader(&b, s3.MaxDeleteBody+1))
+		switch {
+		case err == errUploadIdle || err == errUploadSlow:
+			return nil, err
+		case err != nil:
 			return nil, fmt.Errorf("%w: reading the DeleteObjects body: %w", errBadBody, err)
 		}
 		if len(body) > s3.MaxDeleteBody {

@@ -3,8 +3,11 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +115,71 @@ func errString(err error) string {
 		return "nil"
 	}
 	return err.Error()
+}
+
+// The client pointed at the proxy listener by mistake sends no bearer,
+// even when the backend behind it answers like the control API: with its
+// Fenceproxy-Listener: control header (which the proxy drops), or with a
+// redirect to a stand-in that has the header (which the client does not
+// follow). The backend and the stand-in never see an Authorization header.
+func TestControlClientProxyListenerImpersonated(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{} // "backend /path" and "stand-in /path", with " bearer" when one came
+	record := func(who string, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[who+" "+r.URL.Path]++
+		if r.Header.Get("Authorization") != "" {
+			seen[who+" bearer"]++
+		}
+	}
+	standIn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		record("stand-in", r)
+		w.Header().Set(wire.HeaderListener, wire.ListenerControl)
+		io.WriteString(w, `{"status":"ok","fences":[],"leases":[]}`)
+	}))
+	defer standIn.Close()
+	for _, redirect := range []bool{false, true} {
+		t.Run(fmt.Sprintf("redirect=%v", redirect), func(t *testing.T) {
+			mu.Lock()
+			clear(seen)
+			mu.Unlock()
+			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				record("backend", r)
+				if redirect {
+					http.Redirect(w, r, standIn.URL+r.URL.RequestURI(), http.StatusFound)
+					return
+				}
+				w.Header().Set(wire.HeaderListener, wire.ListenerControl)
+				io.WriteString(w, `{"status":"ok","fences":[],"leases":[]}`)
+			}))
+			defer backend.Close()
+			in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+				"FENCEPROXY_ADMIN_TOKEN": "admin", "FENCEPROXY_LEASE_TOKEN": "lease"})
+			ctx := context.Background()
+			c := &client.Control{BaseURL: in.ProxyURL(), AdminBearer: "admin", LeaseBearer: "lease"}
+			leases := &client.Leases{BaseURL: in.ProxyURL(), Bearer: "lease"}
+			for name, err := range map[string]error{
+				"ListFences": func() error { _, err := c.ListFences(ctx, "", "", 0); return err }(),
+				"RaiseFence": func() error { _, err := c.RaiseFence(ctx, "bkt/a", 9); return err }(),
+				"GetLease":   func() error { _, err := c.GetLease(ctx, "jobs/x"); return err }(),
+				"Acquire":    func() error { _, err := leases.Acquire(ctx, "jobs/x", "A", time.Minute); return err }(),
+			} {
+				if !errors.Is(err, client.ErrNotControlListener) {
+					t.Errorf("%s on the proxy listener: %v, want ErrNotControlListener", name, err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if seen["backend /healthz"] == 0 {
+				t.Fatalf("the backend was never asked (%v): the test proves nothing", seen)
+			}
+			if seen["backend bearer"] != 0 || seen["stand-in bearer"] != 0 {
+				t.Errorf("a bearer was sent: %v", seen)
+			}
+			if c, err := (&client.Control{BaseURL: in.ControlURL(), AdminBearer: "admin"}).ListFences(ctx, "", "", 0); err != nil {
+				t.Errorf("ListFences on the control listener: %+v, %v", c, err)
+			}
+		})
+	}
 }
