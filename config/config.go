@@ -217,6 +217,10 @@ type Config struct {
 
 	// LogLevel is the least severe level logged: debug, info, warn or error.
 	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" help:"least severe log level: debug, info, warn or error (logs are JSON on stderr)"`
+
+	// AccessLog logs one line per request on the proxy listener, at info
+	// (proxy.Settings.AccessLog), so it needs LogLevel info or debug.
+	AccessLog bool `env:"ACCESS_LOG" envDefault:"false" help:"true: one JSON line per request on the proxy listener, with the other logs on stderr, marked log=access (method, path, resources, token, decision, status, upstream status, bytes in and out, duration, remote address); at info, so LOG_LEVEL must be info or debug; false: none"`
 }
 
 // mayBeEmpty lists variables for which set-but-empty means unset.
@@ -604,6 +608,9 @@ func (c Config) Validate() error {
 	}
 	if c.Mode != "enforce" && c.Mode != "observe" {
 		bad("MODE", "%q must be enforce or observe", c.Mode)
+	}
+	if c.AccessLog && c.LogLevel > slog.LevelInfo {
+		bad("ACCESS_LOG", "true needs FENCEPROXY_LOG_LEVEL info or debug (it is %s): access lines are logged at info", strings.ToLower(c.LogLevel.String()))
 	}
 	if c.ResourceDepth < 0 {
 		bad("RESOURCE_DEPTH", "%d must be 0 (whole path) or a positive number of segments", c.ResourceDepth)

@@ -75,6 +75,7 @@ func TestParseDefaults(t *testing.T) {
 		{"UpstreamResponseTimeout", cfg.UpstreamResponseTimeout, 60 * time.Second},
 		{"AdminToken", cfg.AdminToken, ""},
 		{"LogLevel", cfg.LogLevel, slog.LevelInfo},
+		{"AccessLog", cfg.AccessLog, false},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {
@@ -371,6 +372,17 @@ func TestParse(t *testing.T) {
 					t.Errorf("LogLevel = %v, want DEBUG", cfg.LogLevel)
 				}
 			}},
+		{name: "ACCESS_LOG on", env: with("FENCEPROXY_ACCESS_LOG", "true"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if !cfg.AccessLog {
+					t.Errorf("AccessLog = false, want true")
+				}
+			}},
+		{name: "ACCESS_LOG on at debug", env: with("FENCEPROXY_ACCESS_LOG", "true", "FENCEPROXY_LOG_LEVEL", "debug")},
+		{name: "ACCESS_LOG on at warn", env: with("FENCEPROXY_ACCESS_LOG", "true", "FENCEPROXY_LOG_LEVEL", "warn"),
+			wantErr: []string{"FENCEPROXY_ACCESS_LOG: true needs FENCEPROXY_LOG_LEVEL info or debug (it is warn)"}, notErr: []string{"FENCEPROXY_LOG_LEVEL:"}},
+		{name: "ACCESS_LOG off at error", env: with("FENCEPROXY_ACCESS_LOG", "false", "FENCEPROXY_LOG_LEVEL", "error")},
+		{name: "ACCESS_LOG not a bool", env: with("FENCEPROXY_ACCESS_LOG", "yes please"), wantErr: []string{"FENCEPROXY_ACCESS_LOG"}},
 		{name: "ADMIN_TOKEN set but empty is fine", env: with("FENCEPROXY_ADMIN_TOKEN", ""),
 			check: func(t *testing.T, cfg Config, _ []string) {
 				if cfg.AdminToken != "" {

@@ -42,6 +42,7 @@ func (p *Proxy) refuse(ex *exchange, err error) {
 	}
 	h.Set(wire.HeaderRefused, pb.Reason)
 	p.opts.Metrics.decision(pb.Reason)
+	ex.decision = decidedRefused
 	p.logRefusal(ex, a.Level, pb, err)
 	p.writeProblem(ex.w, ex.r, pb)
 	if ex.rawBody != nil {
@@ -61,6 +62,9 @@ func (p *Proxy) refuse(ex *exchange, err error) {
 // resource's barrier closed for the abandon grace, since a slow backend may
 // still apply it. A dial error (upstream.DialError) sent nothing.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if rw, ok := w.(*responseWriter); ok {
+		rw.failed = true // what is sent now is the proxy's, not the backend's
+	}
 	ex := exchangeOf(r)
 	if ex == nil { // a bodyless request that went through no barrier
 		ex = &exchange{w: w, r: r, client: r.Context()}

@@ -3,12 +3,15 @@ package proxy
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/store/badger"
@@ -75,5 +78,52 @@ func BenchmarkProxyPut(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkProxyAccessLog measures an unfenced GET and a fenced 1 KiB PUT
+// with the metrics registered and a JSON logger, with the access log off
+// (the default: it must add no allocation) and on.
+func BenchmarkProxyAccessLog(b *testing.B) {
+	body := strings.Repeat("x", 1024)
+	for _, method := range []string{http.MethodGet, http.MethodPut} {
+		for _, on := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/access-log=%v", method, on), func(b *testing.B) {
+				s, err := badger.Open(b.TempDir(), badger.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				for i := range 1000 {
+					if _, err := s.Raise(fmt.Sprintf("bkt/obj-%d", i), 7); err != nil {
+						b.Fatal(err)
+					}
+				}
+				opts := testOptions(b, "http://backend.invalid")
+				opts.Transport = okTransport{}
+				opts.Metrics = NewMetrics(prometheus.NewRegistry())
+				opts.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+				opts.AccessLog = on
+				p, _ := newProxy(b, s, opts, fence.Options{DrainTimeout: time.Second})
+				var n atomic.Uint64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						var rd io.Reader
+						if method == http.MethodPut {
+							rd = strings.NewReader(body)
+						}
+						r := httptest.NewRequest(method, fmt.Sprintf("/bkt/obj-%d", n.Add(1)%1000), rd)
+						r.Header.Set("X-Fencing-Token", "7")
+						w := httptest.NewRecorder()
+						p.ServeHTTP(w, r)
+						if w.Code != http.StatusOK {
+							b.Fatalf("status %d: %s", w.Code, w.Body)
+						}
+					}
+				})
+			})
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fence"
@@ -233,6 +234,9 @@ type clientBody struct {
 
 	mu  sync.Mutex
 	err error
+	// n counts the bytes read, for the access log; atomic, as the upstream
+	// client may still read while the handler ends.
+	n atomic.Int64
 }
 
 // init makes b wrap r's body.
@@ -250,6 +254,7 @@ func (b *clientBody) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.body.Read(p)
+	b.n.Add(int64(n))
 	switch {
 	case err == io.EOF:
 		for k := range b.trailer {

@@ -26,6 +26,7 @@ func (p *Proxy) priorKnowledge(ex *exchange) {
 	h.Set(wire.HeaderRefused, pb.Reason)
 	h.Set("Connection", "close")
 	p.opts.Metrics.decision(pb.Reason)
+	ex.decision = decidedRefused
 	p.log.LogAttrs(ex.r.Context(), a.Level, "HTTP/2 prior knowledge on a listener without h2c; answered in HTTP/1.1 and closed",
 		slog.String("reason", pb.Reason), slog.Int("status", pb.Status), slog.String("remote", ex.r.RemoteAddr))
 	p.writeProblem(ex.w, ex.r, pb)

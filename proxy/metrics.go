@@ -52,12 +52,84 @@ type Metrics struct {
 	// the proxy listener at FENCEPROXY_MAX_CONNECTIONS and waited in the
 	// listen backlog (limit="connections", counted by package server).
 	Overload *prometheus.CounterVec
+	// fenceproxy_http_requests_total{method,code}: every request the proxy
+	// answered (or aborted), by method (one of Methods, else "other") and
+	// the class of the status sent ("2xx" to "5xx", "other"; an aborted
+	// exchange with no status is 499, "4xx").
+	HTTPRequests *prometheus.CounterVec
+	// fenceproxy_http_request_duration_seconds{method,code}: time from the
+	// request's arrival to the end of its handling (the barrier's release
+	// included), by the same labels; a series appears with its first request.
+	HTTPDuration *prometheus.HistogramVec
 
 	uploads atomic.Pointer[atomic.Int64] // the proxy's count, once New ran
 	// Children of the known label values, looked up once: WithLabelValues
 	// hashes and locks on every call, which showed in the per-request profile.
 	decisions map[string]prometheus.Counter
 	durations [2]prometheus.Observer // fenced=false, fenced=true
+	// Per method and status class: counters created up front (so rates
+	// start at 0), histograms on first use (75 of them would mostly be
+	// empty buckets on every scrape).
+	byCode    [len(Methods)][len(codeClasses)]prometheus.Counter
+	durByCode [len(Methods)][len(codeClasses)]atomic.Pointer[observer]
+}
+
+// observer boxes a histogram child for an atomic.Pointer.
+type observer struct{ prometheus.Observer }
+
+// Methods are the method label values of fenceproxy_http_requests_total and
+// fenceproxy_http_request_duration_seconds: HTTP's, S3's and WebDAV's; any
+// other method (methods are case-sensitive) counts as "other", so that a
+// client cannot add series.
+var Methods = [...]string{"GET", "HEAD", "PUT", "POST", "DELETE", "PATCH", "OPTIONS",
+	"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "other"}
+
+// codeClasses are the code label values: a status's class, "other" for
+// one outside 200-599 (a backend may answer 600-999).
+var codeClasses = [...]string{"2xx", "3xx", "4xx", "5xx", "other"}
+
+// methodIndex is method's index in Methods, the last ("other") when it is
+// none of the others. A switch: no hashing, no allocation.
+func methodIndex(method string) int {
+	switch method {
+	case "GET":
+		return 0
+	case "HEAD":
+		return 1
+	case "PUT":
+		return 2
+	case "POST":
+		return 3
+	case "DELETE":
+		return 4
+	case "PATCH":
+		return 5
+	case "OPTIONS":
+		return 6
+	case "PROPFIND":
+		return 7
+	case "PROPPATCH":
+		return 8
+	case "MKCOL":
+		return 9
+	case "COPY":
+		return 10
+	case "MOVE":
+		return 11
+	case "LOCK":
+		return 12
+	case "UNLOCK":
+		return 13
+	}
+	return len(Methods) - 1
+}
+
+// codeIndex is status's index in codeClasses.
+func codeIndex(status int) int {
+	if status < 200 || status > 599 {
+		return len(codeClasses) - 1
+	}
+	return status/100 - 2
 }
 
 // NewMetrics creates the proxy's metrics and registers them with reg.
@@ -108,8 +180,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"limit"})
 	m.Overload.WithLabelValues("uploads")
 	m.Overload.WithLabelValues("connections")
+	m.HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fenceproxy_http_requests_total",
+		Help: "Requests on the proxy listener by method (other: a method not listed) and class of the status sent (2xx..5xx, other); an aborted exchange with no status counts as 4xx (499).",
+	}, []string{"method", "code"})
+	m.HTTPDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fenceproxy_http_request_duration_seconds",
+		Help:    "Time from a request's arrival on the proxy listener to the end of its handling, by method and class of the status sent.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 14), // as fenceproxy_upstream_duration_seconds
+	}, []string{"method", "code"})
+	for i, method := range Methods {
+		for j, code := range codeClasses {
+			m.byCode[i][j] = m.HTTPRequests.WithLabelValues(method, code)
+		}
+	}
 	reg.MustRegister(m.Requests, m.UpstreamErrors, m.UpstreamDuration, m.RaiseDuration, m.InFlight, m.UploadRecords,
-		m.UploadsInFlight, m.Overload)
+		m.UploadsInFlight, m.Overload, m.HTTPRequests, m.HTTPDuration)
 	// Known series start at 0, so rates and dashboards work before the first event.
 	for _, d := range []string{"forwarded", "unfenced", "upload_abort", wire.ReasonStale, wire.ReasonMissing, wire.ReasonMalformed, wire.ReasonBadResource, wire.ReasonAmbiguous,
 		wire.ReasonHopByHop, wire.ReasonUnsupported, wire.ReasonDrainTimeout, wire.ReasonStoreError, wire.ReasonClientGone,
@@ -135,6 +221,22 @@ func (m *Metrics) decision(d string) {
 		return
 	}
 	m.Requests.WithLabelValues(d).Inc() // observe_<reason>
+}
+
+// answered counts a request that ended with status after d, in
+// fenceproxy_http_requests_total and fenceproxy_http_request_duration_seconds.
+func (m *Metrics) answered(method string, status int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	i, j := methodIndex(method), codeIndex(status)
+	m.byCode[i][j].Inc()
+	o := m.durByCode[i][j].Load()
+	if o == nil {
+		o = &observer{m.HTTPDuration.WithLabelValues(Methods[i], codeClasses[j])}
+		m.durByCode[i][j].Store(o) // a racing first request stores the same child
+	}
+	o.Observe(d.Seconds())
 }
 
 // countUploads makes fenceproxy_uploads_in_flight read n.

@@ -58,6 +58,7 @@ func (p *Proxy) forwardAbort(ex *exchange) {
 		slog.String("resource", ex.resource()), slog.String("token", ex.tokenText), slog.Uint64("current_token", current),
 		slog.String("upload_id", ex.s3.UploadID), slog.String("target", logTarget(ex.r)))
 	p.opts.Metrics.decision("upload_abort")
+	ex.decision = decidedUploadAbort
 	defer p.opts.Metrics.forwarding(true)()
 	p.forward(ex)
 }

@@ -28,9 +28,11 @@ func (p *Proxy) observeWrite(ex *exchange, err error) {
 			}
 		}
 	}
+	ex.decision = decidedObserve
 	if err != nil {
 		pb, _ := p.problemFor(err)
 		p.opts.Metrics.decision("observe_" + pb.Reason)
+		ex.reason = pb.Reason
 		resource, current := pb.Resource, ""
 		if resource == "" {
 			resource = ex.resource()

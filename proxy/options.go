@@ -63,6 +63,11 @@ type Settings struct {
 	// one more is refused with 503 overloaded and Retry-After before
 	// anything of it is forwarded or any maximum touched. 0: no bound.
 	MaxUploads int
+	// AccessLog writes one record per request to Options.Logger at info,
+	// with the attribute log=access, once the request's handling ended
+	// (ACCESS_LOG; its fields are accessLog's). Nothing is written while
+	// Logger is not enabled at info. false: none, and no cost.
+	AccessLog bool
 }
 
 // Options configures a Proxy: its Settings, and what it is given besides:

@@ -24,5 +24,6 @@ func DefaultOptions() Options {
 		UploadIdleTimeout: cfg.UploadIdleTimeout,
 		UpstreamFastPath:  cfg.UpstreamFastPath,
 		UpstreamUnsentMax: int(cfg.UpstreamUnsentMax),
+		AccessLog:         cfg.AccessLog,
 	}}
 }

@@ -89,9 +89,18 @@ func replayable(r *http.Request) bool {
 // every mode, 1xx included, and an owner replica's in cluster mode) goes
 // through WriteHeader, so none can make this listener pass for the control
 // API, to which clients send their admin and lease bearers.
-type responseWriter struct{ http.ResponseWriter }
+// It also notes what the exchange sent, for the metrics and the access log.
+// It lives in the exchange, so it costs no allocation of its own.
+type responseWriter struct {
+	http.ResponseWriter
+	status  int   // the final status sent, 0 before
+	written int64 // body bytes written
+	// failed: ReverseProxy's ErrorHandler (upstreamError) answered, so the
+	// status is not the backend's.
+	failed bool
+}
 
-func (w responseWriter) WriteHeader(code int) {
+func (w *responseWriter) WriteHeader(code int) {
 	if code == http.StatusContinue {
 		return
 	}
@@ -102,11 +111,23 @@ func (w responseWriter) WriteHeader(code int) {
 			h["Content-Type"] = nil // present but empty: net/http sends none and sniffs none
 		}
 	}
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
+func (w *responseWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK // net/http's implicit header
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.written += int64(n)
+	return n, err
+}
+
 // Unwrap lets http.ResponseController reach Flush and deadlines.
-func (w responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // CopyBuffers lends ReverseProxy its 32 KiB body copy buffers: allocating
 // one per request was the largest allocation of a small write (pprof). The

@@ -5,8 +5,9 @@
 // the fencing core's (package fence); this package is the HTTP around them.
 // See the project brief and Kleppmann 2016, "How to do distributed locking".
 //
-// The request path, top to bottom, is ServeHTTP in proxy.go: classify,
-// resolve, authenticate, admit, rewrite and forward, finish. Beside it:
+// The request path, top to bottom, is serve in proxy.go: classify,
+// resolve, authenticate, admit, rewrite and forward, finish; ServeHTTP
+// wraps it with the request metrics and the access log (access.go). Beside it:
 // resource.go (which resources a request touches), token.go, body.go (a
 // body in flight), outbound.go (the request the backend gets), answer.go
 // (refusals and upstream failures as answers), multipart.go (S3 multipart
@@ -189,6 +190,14 @@ type exchange struct {
 	rawBody io.Reader
 	keyID   string // S3 gateway mode: the verified access key id, for logs
 
+	rw       responseWriter // w, once ServeHTTP wrapped it: what was sent
+	decision decision       // what the proxy did with it, for the access log
+	reason   string         // observe mode: the reason enforce mode would have refused for
+	done     bool           // serve returned: the handler did not abort
+	// forwarded: sent to the backend through ReverseProxy, whose answer
+	// is what rw sent unless rw.failed.
+	forwarded bool
+
 	owner       context.Context  // cluster mode: Ownership.Context, nil otherwise
 	ownValid    func() bool      // cluster mode: Ownership.Valid, nil otherwise
 	ownUntil    func() time.Time // cluster mode: Ownership.ValidUntil, nil otherwise
@@ -256,19 +265,35 @@ func exchangeOf(r *http.Request) *exchange {
 	return ex
 }
 
-// ServeHTTP is the request path: classify, resolve, authenticate, admit,
+// ServeHTTP serves one request on the proxy listener (serve), then counts
+// it in the request metrics and, with Settings.AccessLog, logs it (answered,
+// also when the handler aborts the exchange).
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ex := &exchange{r: r, client: r.Context()}
+	ex.rw.ResponseWriter = w
+	ex.w = &ex.rw
+	if p.opts.Metrics == nil && !p.opts.AccessLog {
+		p.serve(ex)
+		return
+	}
+	start := time.Now()
+	defer p.answered(ex, start) // runs when serve panics with http.ErrAbortHandler too
+	p.serve(ex)
+	ex.done = true
+}
+
+// serve is the request path: classify, resolve, authenticate, admit,
 // rewrite and forward, finish. A step that refuses answers the client with a
 // problem (wire.Problem, Fencing-Refused) and nothing is forwarded.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w = responseWriter{w}
+func (p *Proxy) serve(ex *exchange) {
+	r := ex.r
 	if len(r.TransferEncoding) > 0 {
 		// net/http frames a request with both Transfer-Encoding and
 		// Content-Length by the former and drops the latter, out of sight.
 		// RFC 9112 section 6.3 then requires closing the connection, so that
 		// bytes a front proxy counted as body are never read as a request.
-		w.Header().Set("Connection", "close")
+		ex.w.Header().Set("Connection", "close")
 	}
-	ex := &exchange{w: w, r: r, client: r.Context()}
 	if r.Method == "PRI" && r.RequestURI == "*" && r.ProtoMajor == 2 {
 		p.priorKnowledge(ex)
 		return
@@ -306,6 +331,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		p.opts.Metrics.decision("unfenced")
+		ex.decision = decidedUnfenced
 		defer p.opts.Metrics.forwarding(false)()
 		p.forward(ex)
 		return
@@ -370,6 +396,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// 5. Rewrite (p.rewrite) and forward; 6. finish.
 	p.opts.Metrics.decision("forwarded")
+	ex.decision = decidedAdmitted
 	defer p.opts.Metrics.forwarding(true)()
 	defer p.finish(ex)
 	p.forward(ex)
@@ -589,6 +616,7 @@ const overloadLogEvery = 10 * time.Second
 // as it came.
 func (p *Proxy) forward(ex *exchange) {
 	r := ex.r
+	ex.forwarded = true
 	if !ex.admitted && !hasBody(r) && ex.s3.Multipart == s3.NotMultipart && ex.caller == nil {
 		// Nothing to watch: upstreamError answers from the request alone,
 		// and the common read keeps its allocations.
@@ -640,6 +668,14 @@ func (p *Proxy) toOwner(ex *exchange, forward http.Handler) {
 		r.Body = io.NopCloser(ex.rawBody) // the original is the server's to close
 	}
 	p.opts.Metrics.decision("to_owner")
+	ex.decision = decidedToOwner
+	if p.opts.AccessLog && hasBody(r) {
+		// Counted on a copy of the request: net/http reads the type of
+		// its own request's Body once the answer's header goes out.
+		ex.in.init(r)
+		r = r.WithContext(r.Context())
+		r.Body = &ex.in
+	}
 	forward.ServeHTTP(ex.w, r)
 }
 

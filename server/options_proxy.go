@@ -30,5 +30,6 @@ func proxyOptionsFrom(cfg config.Config) proxy.Options {
 		UploadMinRate:     int64(cfg.UploadMinRate),
 		UploadRateWindow:  cfg.UploadRateWindow,
 		MaxUploads:        cfg.MaxUploads,
+		AccessLog:         cfg.AccessLog,
 	}}
 }

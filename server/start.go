@@ -347,7 +347,7 @@ func (st *starting) logStarted() {
 		"lease_grace", leaseGraceText(cfg.LeaseGrace), "lease_revoke_after", revokeAfterText(cfg.LeaseRevokeAfter),
 		"lease_min_ttl", cfg.LeaseMinTTL.String(), "lease_max_ttl", cfg.LeaseMaxTTL.String(), "lease_token_set", cfg.LeaseToken != "",
 		"signed_tokens", st.signer != nil,
-		"log_level", cfg.LogLevel.String(), "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
+		"log_level", cfg.LogLevel.String(), "access_log", cfg.AccessLog, "admin_api", cfg.AdminToken != "", "mode", cfg.Mode,
 		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
 		"s3", cfg.S3, "s3_domains", cfg.S3Domains, "s3_bucket_writes", cfg.S3BucketWrites,
 		"min_free_space", cfg.MinFreeSpace.String(), "cache_size", cfg.CacheSize.String(), "clean_start", st.cleanStart, "new_store", st.newStore,
