@@ -12,6 +12,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"os"
@@ -44,8 +45,10 @@ type Config struct {
 	// Listen is the proxy listener's address (host:port).
 	Listen string `env:"LISTEN" envDefault:":8080" help:"address of the proxy listener; it forwards everything and reserves no paths"`
 
-	// ControlListen is the address of health, readiness and the fence API.
-	ControlListen string `env:"CONTROL_LISTEN" envDefault:":9090" help:"address of the control listener: /healthz, /readyz, /metrics, /v1/fences/*, /v1/leases/*, /debug/pprof/* (admin)"`
+	// ControlListen is the address of health, readiness and the fence and
+	// lease APIs: loopback unless set. Beyond loopback it needs LeaseToken
+	// or LeaseOpen (Validate).
+	ControlListen string `env:"CONTROL_LISTEN" envDefault:"127.0.0.1:9090" help:"address of the control listener: /healthz, /readyz, /metrics, /v1/fences/*, /v1/leases/*, /debug/pprof/* (admin); loopback by default. An address beyond loopback (:9090, 0.0.0.0:9090: what Kubernetes probes need) is refused unless LEASE_TOKEN guards the lease API or LEASE_OPEN=true says it is meant to be open"`
 
 	// DataDir is the Badger directory holding the durable maxima. Required: a
 	// maximum lost to a wrong working directory would let stale writes through.
@@ -150,7 +153,11 @@ type Config struct {
 	MaxTokenJump uint64 `env:"MAX_TOKEN_JUMP" envDefault:"0" help:"0: off; N: a token more than N above its resource's maximum is refused (403); unsuitable for etcd revisions or ZooKeeper zxids, which jump"`
 
 	// LeaseToken, when set, is required as a bearer token by lease calls.
-	LeaseToken string `env:"LEASE_TOKEN" help:"bearer token required by lease calls when set (anyone who can acquire can fence out the real holder)"`
+	LeaseToken string `env:"LEASE_TOKEN" help:"bearer token required by lease and pool calls when set (anyone who can acquire can fence out the real holder); required when CONTROL_LISTEN is beyond loopback, unless LEASE_OPEN=true"`
+
+	// LeaseOpen lets the lease API go without LeaseToken on a control
+	// listener beyond loopback: the network guards it instead.
+	LeaseOpen bool `env:"LEASE_OPEN" envDefault:"false" help:"true: CONTROL_LISTEN may be beyond loopback with no LEASE_TOKEN, the lease API open to whoever reaches the port (meant for a port that a NetworkPolicy or firewall guards); false: such a start is refused"`
 
 	// LeaseGrace is the wait after a lease's expiry before another holder may
 	// acquire it; nil (unset) is 2/3 of each lease's TTL, 0 no grace.
@@ -317,6 +324,9 @@ func Parse(environ map[string]string) (Config, []string, error) {
 	}
 	if cfg.Store == "etcd" && cfg.LockDelay == 0 {
 		warnings = append(warnings, Prefix+"LOCK_DELAY is 0s: after a replica's crash or cut-off, its writes still on their way may be applied after the next owner's (for tests only)")
+	}
+	if cfg.LeaseOpen && cfg.LeaseToken != "" {
+		warnings = append(warnings, Prefix+"LEASE_OPEN is ignored: FENCEPROXY_LEASE_TOKEN is set, and lease calls need it")
 	}
 	if !cfg.RequireToken {
 		warnings = append(warnings, Prefix+"REQUIRE_TOKEN is false: fenced writes without a token are forwarded unchecked; use it only while rolling out")
@@ -526,6 +536,13 @@ func (c Config) Validate() error {
 	if _, port, _ := net.SplitHostPort(c.Listen); c.Listen == c.ControlListen && port != "0" {
 		bad("CONTROL_LISTEN", "%q is the same address as FENCEPROXY_LISTEN", c.ControlListen)
 	}
+	if strings.Contains(c.ControlListen, ":") && !Loopback(c.ControlListen) && c.LeaseToken == "" && !c.LeaseOpen {
+		_, port, _ := net.SplitHostPort(c.ControlListen)
+		bad("CONTROL_LISTEN", "%q listens beyond loopback, and no FENCEPROXY_LEASE_TOKEN guards the lease API on it: whoever reaches the port "+
+			"could take leases and raise fences. Set FENCEPROXY_LEASE_TOKEN (lease and pool calls then need Authorization: Bearer <it>), "+
+			"or FENCEPROXY_LEASE_OPEN=true if the lease API is meant to be open to that network (a NetworkPolicy or firewall guards the port), "+
+			"or listen on loopback (127.0.0.1:%s)", c.ControlListen, port)
+	}
 	if !validToken(c.TokenHeader) {
 		bad("TOKEN_HEADER", "%q is not a valid HTTP header name", c.TokenHeader)
 	} else if why := reservedHeader(c.TokenHeader); why != "" {
@@ -731,6 +748,37 @@ func (c Config) validateCluster(bad func(name, format string, args ...any)) {
 	}
 	if c.Mode == "observe" {
 		bad("MODE", "observe is not available with FENCEPROXY_STORE=etcd (it forwards writes outside the barrier that a handover drains)")
+	}
+}
+
+// Loopback reports whether a listener on addr (host:port) is reachable
+// from this host only: its host is a loopback IP address (127.0.0.0/8,
+// ::1) or localhost. An empty host (every interface), 0.0.0.0, :: and any
+// other address or name are not; nor is an addr that is no host:port.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// LeaseAPIGuard says, for logs, whether a credential guards the lease API
+// (guarded: FENCEPROXY_LEASE_TOKEN is set) and what else limits who reaches
+// it: a loopback-only control listener, or only the network
+// (FENCEPROXY_LEASE_OPEN).
+func (c Config) LeaseAPIGuard() (text string, guarded bool) {
+	switch {
+	case c.LeaseToken != "":
+		return "guarded: lease and pool calls need the bearer token FENCEPROXY_LEASE_TOKEN", true
+	case Loopback(c.ControlListen):
+		return "no credential, loopback only: FENCEPROXY_LEASE_TOKEN is unset and the control listener takes connections from this host only", false
+	default:
+		return "no credential, open: FENCEPROXY_LEASE_TOKEN is unset and FENCEPROXY_LEASE_OPEN=true opens the lease API to whoever reaches FENCEPROXY_CONTROL_LISTEN", false
 	}
 }
 

@@ -63,7 +63,8 @@ func TestParseDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"Listen", cfg.Listen, ":8080"},
-		{"ControlListen", cfg.ControlListen, ":9090"},
+		{"ControlListen", cfg.ControlListen, "127.0.0.1:9090"},
+		{"LeaseOpen", cfg.LeaseOpen, false},
 		{"DataDir", cfg.DataDir, "/var/lib/fenceproxy"},
 		{"TokenHeader", cfg.TokenHeader, "X-Fencing-Token"},
 		{"UnfencedMethods", cfg.UnfencedMethods, []string{"GET", "HEAD", "OPTIONS"}},
@@ -361,7 +362,7 @@ func TestParse(t *testing.T) {
 		// 127.0.0.1:0 get different ports: not a clash (tests and ad-hoc runs
 		// use it; internal/servertest does by default).
 		{name: "LISTEN and CONTROL_LISTEN both port 0", env: with("FENCEPROXY_LISTEN", "127.0.0.1:0", "FENCEPROXY_CONTROL_LISTEN", "127.0.0.1:0")},
-		{name: "LISTEN and CONTROL_LISTEN both :0", env: with("FENCEPROXY_LISTEN", ":0", "FENCEPROXY_CONTROL_LISTEN", ":0")},
+		{name: "LISTEN and CONTROL_LISTEN both :0", env: with("FENCEPROXY_LISTEN", ":0", "FENCEPROXY_CONTROL_LISTEN", ":0", "FENCEPROXY_LEASE_TOKEN", "t")},
 		{name: "LISTEN default equals CONTROL_LISTEN", env: with("FENCEPROXY_CONTROL_LISTEN", ":8080"),
 			wantErr: []string{"FENCEPROXY_CONTROL_LISTEN"}},
 		{name: "LOG_LEVEL loud", env: with("FENCEPROXY_LOG_LEVEL", "loud"), wantErr: []string{"FENCEPROXY_LOG_LEVEL"}},
@@ -722,4 +723,94 @@ func writeTemp(t *testing.T, content string) string {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// The control listener is loopback unless set; beyond loopback it needs a
+// lease token, or LEASE_OPEN=true saying the lease API is meant to be open.
+func TestControlListenBeyondLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		refused bool
+		warning string
+	}{
+		{name: "default", env: minimal()},
+		{name: "127.0.0.1", env: with("FENCEPROXY_CONTROL_LISTEN", "127.0.0.1:9191")},
+		{name: "127.0.0.2", env: with("FENCEPROXY_CONTROL_LISTEN", "127.0.0.2:9191")},
+		{name: "::1", env: with("FENCEPROXY_CONTROL_LISTEN", "[::1]:9191")},
+		{name: "localhost", env: with("FENCEPROXY_CONTROL_LISTEN", "localhost:9191")},
+		{name: "every interface", env: with("FENCEPROXY_CONTROL_LISTEN", ":9090"), refused: true},
+		{name: "0.0.0.0", env: with("FENCEPROXY_CONTROL_LISTEN", "0.0.0.0:9090"), refused: true},
+		{name: "::", env: with("FENCEPROXY_CONTROL_LISTEN", "[::]:9090"), refused: true},
+		{name: "an interface", env: with("FENCEPROXY_CONTROL_LISTEN", "10.0.0.7:9090"), refused: true},
+		{name: "a host name", env: with("FENCEPROXY_CONTROL_LISTEN", "fenceproxy.internal:9090"), refused: true},
+		{name: "empty lease token", env: with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_TOKEN", ""), refused: true},
+		{name: "lease token", env: with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_TOKEN", "s3cret")},
+		{name: "open", env: with("FENCEPROXY_CONTROL_LISTEN", "0.0.0.0:9090", "FENCEPROXY_LEASE_OPEN", "true")},
+		{name: "open and a token", env: with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_OPEN", "true", "FENCEPROXY_LEASE_TOKEN", "s3cret"),
+			warning: "FENCEPROXY_LEASE_OPEN is ignored"},
+		{name: "not open", env: with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_OPEN", "false"), refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, warnings, err := Parse(tc.env)
+			if !tc.refused {
+				if err != nil {
+					t.Fatalf("Parse: %v, want no error", err)
+				}
+			} else {
+				if err == nil {
+					t.Fatal("Parse accepted it")
+				}
+				for _, want := range []string{"FENCEPROXY_CONTROL_LISTEN: " + `"` + tc.env["FENCEPROXY_CONTROL_LISTEN"] + `"`, "listens beyond loopback",
+					"FENCEPROXY_LEASE_TOKEN", "FENCEPROXY_LEASE_OPEN=true", "127.0.0.1:9090"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error lacks %q:\n%v", want, err)
+					}
+				}
+			}
+			got := strings.Join(warnings, "\n")
+			if tc.warning == "" && got != "" || !strings.Contains(got, tc.warning) {
+				t.Errorf("warnings %q, want %q", got, tc.warning)
+			}
+		})
+	}
+	// An unreadable LEASE_OPEN is one error, its own.
+	_, _, err := Parse(with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_OPEN", "yes"))
+	if err == nil || !strings.Contains(err.Error(), "FENCEPROXY_LEASE_OPEN") || strings.Contains(err.Error(), "listens beyond loopback") {
+		t.Errorf("LEASE_OPEN=yes: %v, want only its own error", err)
+	}
+}
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:9090": true, "127.1.2.3:0": true, "[::1]:9090": true, "localhost:9090": true, "LocalHost:1": true,
+		"[::ffff:127.0.0.1]:9090": true,
+		":9090":                   false, "0.0.0.0:9090": false, "[::]:9090": false, "10.0.0.7:9090": false, "[fe80::1]:9090": false,
+		"example.com:9090": false, "localhost.example.com:9090": false, "9090": false, "": false,
+	} {
+		if got := Loopback(addr); got != want {
+			t.Errorf("Loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+func TestLeaseAPIGuard(t *testing.T) {
+	for _, tc := range []struct {
+		env     map[string]string
+		guarded bool
+		want    string
+	}{
+		{minimal(), false, "loopback only"},
+		{with("FENCEPROXY_LEASE_TOKEN", "s3cret"), true, "FENCEPROXY_LEASE_TOKEN"},
+		{with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_OPEN", "true"), false, "FENCEPROXY_LEASE_OPEN=true"},
+	} {
+		cfg, _, err := Parse(tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, guarded := cfg.LeaseAPIGuard()
+		if guarded != tc.guarded || !strings.Contains(text, tc.want) {
+			t.Errorf("%v: LeaseAPIGuard() = %q, %v; want %v and a text naming %q", tc.env, text, guarded, tc.guarded, tc.want)
+		}
+	}
 }

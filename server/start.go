@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -330,9 +331,12 @@ func (st *starting) startCluster() error {
 // cluster mode "cluster mode" with its own.
 func (st *starting) logStarted() {
 	cfg, build := st.cfg, st.build
+	leaseAPI, leaseGuarded := cfg.LeaseAPIGuard()
 	st.log.Info("fenceproxy started",
 		"version", build.Version, "revision", build.RevisionOrUnknown(), "modified", build.Modified, "go_version", build.GoVersion,
-		"listen", st.proxyLn.Addr().String(), "control_listen", st.controlLn.Addr().String(),
+		"listen", st.proxyLn.Addr().String(), "listen_reach", reach(st.proxyLn.Addr()),
+		"control_listen", st.controlLn.Addr().String(), "control_listen_reach", reach(st.controlLn.Addr()),
+		"lease_api", leaseAPI, "lease_api_guarded", leaseGuarded,
 		"upstream", cfg.Upstream.Redacted(), "data_dir", cfg.DataDir,
 		"token_header", cfg.TokenHeader, "unfenced_methods", cfg.UnfencedMethods,
 		"resource_depth", cfg.ResourceDepth, "require_token", cfg.RequireToken,
@@ -354,8 +358,24 @@ func (st *starting) logStarted() {
 		"store", cfg.Store)
 	if st.cluster != nil {
 		st.log.Info("cluster mode", "etcd_endpoints", cfg.EtcdEndpoints, "etcd_prefix", cfg.EtcdPrefix, "etcd_tls", cfg.EtcdCAFile != "" || cfg.EtcdCertFile != "",
-			"etcd_user", cfg.EtcdUsername, "shards", cfg.Shards, "shard_depth", cfg.ShardDepth, "replica_id", cfg.ReplicaID, "peer_listen", st.peerLn.Addr().String(),
+			"etcd_user", cfg.EtcdUsername, "shards", cfg.Shards, "shard_depth", cfg.ShardDepth, "replica_id", cfg.ReplicaID, "peer_listen", st.peerLn.Addr().String(), "peer_listen_reach", reach(st.peerLn.Addr()),
 			"peer_advertise", cfg.PeerAdvertise, "shard_ttl", cfg.ShardTTL.String(), "lock_delay", cfg.LockDelay.String(),
 			"lock_delay_min", cfg.LockDelayMin().String())
+	}
+}
+
+// reach says who can connect to a bound listener: "loopback only" (this
+// host), "all interfaces" (0.0.0.0 or ::), or "this address only".
+func reach(a net.Addr) string {
+	ap, err := netip.ParseAddrPort(a.String())
+	switch {
+	case err != nil:
+		return "unknown"
+	case ap.Addr().IsLoopback():
+		return "loopback only"
+	case ap.Addr().IsUnspecified():
+		return "all interfaces"
+	default:
+		return "this address only"
 	}
 }
