@@ -113,6 +113,14 @@ type Config struct {
 	// stopped (LockDelayMin counts it).
 	UpstreamUnsentMax ByteSize `env:"UPSTREAM_UNSENT_MAX" envDefault:"128KiB" help:"most bytes of a request the kernel holds unsent on each backend connection (TCP_NOTSENT_LOWAT, Linux): what it may still deliver after the process stopped or froze, which LOCK_DELAY must cover at 64 KiB/s; throughput is not capped by it; at most 1GiB; 0: the system's send buffer (counted as 4 MiB)"`
 
+	// UpstreamProbeInterval is how often the server dials the upstream's
+	// host:port (UpstreamAddr) to see whether it is reachable.
+	UpstreamProbeInterval time.Duration `env:"UPSTREAM_PROBE_INTERVAL" envDefault:"5s" help:"how often the proxy opens (and closes) a TCP connection to FENCEPROXY_UPSTREAM's host and port, each attempt bounded by UPSTREAM_DIAL_TIMEOUT and by this interval: fenceproxy_upstream_up is 1 or 0, a warning is logged when the upstream becomes unreachable and a line when it is back; at least 100ms"`
+
+	// ReadyNeedsUpstream makes /readyz answer 503 while the last probe of
+	// the upstream failed.
+	ReadyNeedsUpstream bool `env:"READY_NEEDS_UPSTREAM" envDefault:"false" help:"true: /readyz answers 503 while the upstream is unreachable (and until its first probe succeeds), so Kubernetes takes the pod out of every Service it backs, the control Service and its lease calls included; false: /readyz is about the proxy itself, and an unreachable upstream shows in fenceproxy_upstream_up, the log and 502 answers"`
+
 	// UploadIdleTimeout bounds the pause between bytes of a request body.
 	UploadIdleTimeout time.Duration `env:"UPLOAD_IDLE_TIMEOUT" envDefault:"30s" help:"longest pause between bytes of a request body; past it the upload is cut off before its end (the backend never gets the whole body), so a stalled client cannot hold a resource's barrier longer"`
 
@@ -660,6 +668,9 @@ func (c Config) Validate() error {
 			bad(name, "%s must be a positive duration such as 30s", d)
 		}
 	}
+	if c.UpstreamProbeInterval < minProbeInterval {
+		bad("UPSTREAM_PROBE_INTERVAL", "%s is below the minimum of %s", c.UpstreamProbeInterval, minProbeInterval)
+	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)
 }
@@ -826,6 +837,27 @@ func unsentText(n ByteSize) string {
 		return "0 (the system's send buffer, counted as 4 MiB)"
 	}
 	return n.String()
+}
+
+// minProbeInterval is the shortest UPSTREAM_PROBE_INTERVAL.
+const minProbeInterval = 100 * time.Millisecond
+
+// UpstreamAddr is the host:port a connection to Upstream dials: its port,
+// or the scheme's (80 for http, 443 for https) when it names none; "" when
+// Upstream is nil.
+func (c Config) UpstreamAddr() string {
+	u := c.Upstream
+	if u == nil {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
 
 // maxShardDepth bounds SHARD_DEPTH: deeper keys are rare, and each

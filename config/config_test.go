@@ -65,6 +65,8 @@ func TestParseDefaults(t *testing.T) {
 		{"Listen", cfg.Listen, ":8080"},
 		{"ControlListen", cfg.ControlListen, "127.0.0.1:9090"},
 		{"LeaseOpen", cfg.LeaseOpen, false},
+		{"UpstreamProbeInterval", cfg.UpstreamProbeInterval, 5 * time.Second},
+		{"ReadyNeedsUpstream", cfg.ReadyNeedsUpstream, false},
 		{"DataDir", cfg.DataDir, "/var/lib/fenceproxy"},
 		{"TokenHeader", cfg.TokenHeader, "X-Fencing-Token"},
 		{"UnfencedMethods", cfg.UnfencedMethods, []string{"GET", "HEAD", "OPTIONS"}},
@@ -811,6 +813,28 @@ func TestLeaseAPIGuard(t *testing.T) {
 		text, guarded := cfg.LeaseAPIGuard()
 		if guarded != tc.guarded || !strings.Contains(text, tc.want) {
 			t.Errorf("%v: LeaseAPIGuard() = %q, %v; want %v and a text naming %q", tc.env, text, guarded, tc.guarded, tc.want)
+		}
+	}
+}
+
+func TestUpstreamProbeSettings(t *testing.T) {
+	if _, _, err := Parse(with("FENCEPROXY_UPSTREAM_PROBE_INTERVAL", "50ms")); err == nil || !strings.Contains(err.Error(), "FENCEPROXY_UPSTREAM_PROBE_INTERVAL: 50ms is below the minimum of 100ms") {
+		t.Errorf("UPSTREAM_PROBE_INTERVAL=50ms: %v", err)
+	}
+	cfg, _, err := Parse(with("FENCEPROXY_UPSTREAM_PROBE_INTERVAL", "250ms", "FENCEPROXY_READY_NEEDS_UPSTREAM", "true"))
+	if err != nil || cfg.UpstreamProbeInterval != 250*time.Millisecond || !cfg.ReadyNeedsUpstream {
+		t.Errorf("Parse: %v, %v, %v", err, cfg.UpstreamProbeInterval, cfg.ReadyNeedsUpstream)
+	}
+	for upstream, want := range map[string]string{
+		"http://127.0.0.1:9000": "127.0.0.1:9000", "http://backend": "backend:80", "https://s3.example.com/base": "s3.example.com:443",
+		"https://[::1]": "[::1]:443", "http://[::1]:9000/": "[::1]:9000",
+	} {
+		cfg, _, err := Parse(with("FENCEPROXY_UPSTREAM", upstream))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.UpstreamAddr(); got != want {
+			t.Errorf("UpstreamAddr() of %s = %q, want %q", upstream, got, want)
 		}
 	}
 }

@@ -144,8 +144,8 @@ func (st *starting) openCluster() error {
 	return nil
 }
 
-// newMetrics makes the registry the control API serves, and says so when
-// nothing is fenced (observe mode).
+// newMetrics makes the registry the control API serves (with the upstream
+// probe's gauge), and says so when nothing is fenced (observe mode).
 func (st *starting) newMetrics() error {
 	st.metrics = prometheus.NewRegistry()
 	st.proxyMetrics = proxy.NewMetrics(st.metrics)
@@ -157,6 +157,11 @@ func (st *starting) newMetrics() error {
 		}, func() float64 { return float64(l.open()) }))
 	}
 	store := st.store
+	st.upstream = newUpstreamProbe(st.cfg, st.log)
+	st.metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fenceproxy_upstream_up",
+		Help: "1 while the last TCP connection attempt to FENCEPROXY_UPSTREAM's host and port succeeded, 0 while it failed (every FENCEPROXY_UPSTREAM_PROBE_INTERVAL).",
+	}, st.upstream.up))
 	st.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fenceproxy_fenced_resources",
@@ -242,6 +247,9 @@ func (st *starting) buildProxy() (err error) {
 // buildLeases builds /readyz's view, the lease manager and the pools.
 func (st *starting) buildLeases() error {
 	st.ready = &readiness{store: st.store}
+	if st.cfg.ReadyNeedsUpstream {
+		st.ready.upstream = st.upstream.Ready
+	}
 	lopts := leaseOptionsFrom(st.cfg)
 	lopts.Logger = st.log
 	if st.cluster != nil {
@@ -341,7 +349,8 @@ func (st *starting) logStarted() {
 		"token_header", cfg.TokenHeader, "unfenced_methods", cfg.UnfencedMethods,
 		"resource_depth", cfg.ResourceDepth, "require_token", cfg.RequireToken,
 		"drain_timeout", cfg.DrainTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
-		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
+		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(), "upstream_probe_interval", cfg.UpstreamProbeInterval.String(),
+		"ready_needs_upstream", cfg.ReadyNeedsUpstream,
 		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(), "upstream_fast_path", cfg.UpstreamFastPath,
 		"upstream_unsent_max", cfg.UpstreamUnsentMax.String(),
 		"abandon_grace", cfg.AbandonGrace.String(), "upload_idle_timeout", cfg.UploadIdleTimeout.String(),
