@@ -36,7 +36,8 @@ import (
 const Prefix = "FENCEPROXY_"
 
 // Config is the whole configuration. Each field's env tag names its variable
-// (after Prefix), envDefault its default, and help its meaning for `fenceproxy -h`.
+// (after Prefix), envDefault its default, help its meaning for `fenceproxy -h`,
+// and secret:"true" a value that is never shown (Settings).
 type Config struct {
 	// Upstream is the backend's base URL (http or https). A path in it is joined in
 	// front of the inbound path; S3 users leave it empty.
@@ -65,13 +66,13 @@ type Config struct {
 	EtcdCertFile  string        `env:"ETCD_CERT_FILE" help:"with STORE=etcd, PEM client certificate for etcd (with ETCD_KEY_FILE)"`
 	EtcdKeyFile   string        `env:"ETCD_KEY_FILE" help:"with STORE=etcd, PEM private key of ETCD_CERT_FILE"`
 	EtcdUsername  string        `env:"ETCD_USERNAME" help:"with STORE=etcd, etcd user (with ETCD_PASSWORD); unset: no etcd authentication"`
-	EtcdPassword  string        `env:"ETCD_PASSWORD" help:"with STORE=etcd, password of ETCD_USERNAME; never logged"`
+	EtcdPassword  string        `env:"ETCD_PASSWORD" secret:"true" help:"with STORE=etcd, password of ETCD_USERNAME; never logged"`
 	Shards        int           `env:"SHARDS" envDefault:"64" help:"with STORE=etcd, the number of shards resources hash to; stored in etcd at the first start, and a replica with another value refuses to start; a few times the replica count"`
 	ShardDepth    int           `env:"SHARD_DEPTH" envDefault:"0" help:"with STORE=etcd, how many leading segments of a key decide its shard (0: the whole key); needed for prefix fences, which must have at least this many segments (out/part-7/ has 2) so that one replica decides a prefix fence and every key below it; stored in etcd with SHARDS, and a replica with another value refuses to start"`
 	ReplicaID     string        `env:"REPLICA_ID" help:"with STORE=etcd, this replica's name, unique among the live replicas and stable across restarts (a pod name); unset: the host name"`
 	PeerListen    string        `env:"PEER_LISTEN" envDefault:":8081" help:"with STORE=etcd, address of the peer listener: writes, lease and admin calls for shards this replica owns, forwarded by the other replicas (authenticated by PEER_SECRET)"`
 	PeerAdvertise string        `env:"PEER_ADVERTISE" help:"with STORE=etcd, required: host:port at which the other replicas reach PEER_LISTEN (in Kubernetes $(POD_IP):8081)"`
-	PeerSecrets   []string      `env:"PEER_SECRET" envSeparator:"," help:"with STORE=etcd, required: comma-separated secrets of at least 16 characters each, shared by every replica; the first authenticates the requests this replica forwards, any of them is accepted (to rotate: add the new one second, roll out, move it first, roll out, drop the old one); never logged"`
+	PeerSecrets   []string      `env:"PEER_SECRET" envSeparator:"," secret:"true" help:"with STORE=etcd, required: comma-separated secrets of at least 16 characters each, shared by every replica; the first authenticates the requests this replica forwards, any of them is accepted (to rotate: add the new one second, roll out, move it first, roll out, drop the old one); never logged"`
 	EtcdMaxTxnOps int           `env:"ETCD_MAX_TXN_OPS" envDefault:"128" help:"with STORE=etcd, the etcd cluster's --max-txn-ops: concurrent raises are committed together in Txns of at most this many operations; a value above the cluster's makes those Txns fail; at least 3"`
 	ShardTTL      time.Duration `env:"SHARD_TTL" envDefault:"10s" help:"with STORE=etcd, TTL of the etcd lease that holds this replica's shards: a replica cut off from etcd stops admitting within it, and its shards move after it plus LOCK_DELAY; at least 2s"`
 	LockDelay     time.Duration `env:"LOCK_DELAY" envDefault:"15s" help:"with STORE=etcd, how long a new owner of a shard waits, after the old owner's etcd lease expired (SHARD_TTL after its last keepalive), when the old owner lost it without handing it over (crash, cut off), for writes the old owner sent to still land; at least SHARD_TTL, and ABANDON_GRACE + 0.5s + UPSTREAM_UNSENT_MAX at 64 KiB/s (0s: none, tests only); planned handovers (SIGTERM, scaling) do not wait"`
@@ -155,13 +156,13 @@ type Config struct {
 
 	// TokenKeys turns on signed-token mode: base64 HMAC-SHA256 keys of at
 	// least 32 bytes; the first signs, every one verifies (so keys can rotate).
-	TokenKeys []string `env:"TOKEN_KEY" envSeparator:"," help:"signed-token mode: comma-separated base64 keys (32+ bytes each); the first signs lease tokens, all verify; fenced writes then need X-Fencing-Token-Signature (403 without a valid one)"`
+	TokenKeys []string `env:"TOKEN_KEY" envSeparator:"," secret:"true" help:"signed-token mode: comma-separated base64 keys (32+ bytes each); the first signs lease tokens, all verify; fenced writes then need X-Fencing-Token-Signature (403 without a valid one)"`
 
 	// MaxTokenJump refuses a token more than this above the resource's maximum.
 	MaxTokenJump uint64 `env:"MAX_TOKEN_JUMP" envDefault:"0" help:"0: off; N: a token more than N above its resource's maximum is refused (403); unsuitable for etcd revisions or ZooKeeper zxids, which jump"`
 
 	// LeaseToken, when set, is required as a bearer token by lease calls.
-	LeaseToken string `env:"LEASE_TOKEN" help:"bearer token required by lease and pool calls when set (anyone who can acquire can fence out the real holder); required when CONTROL_LISTEN is beyond loopback, unless LEASE_OPEN=true"`
+	LeaseToken string `env:"LEASE_TOKEN" secret:"true" help:"bearer token required by lease and pool calls when set (anyone who can acquire can fence out the real holder); required when CONTROL_LISTEN is beyond loopback, unless LEASE_OPEN=true"`
 
 	// LeaseOpen lets the lease API go without LeaseToken on a control
 	// listener beyond loopback: the network guards it instead.
@@ -188,7 +189,7 @@ type Config struct {
 	LeaseRetention time.Duration `env:"LEASE_RETENTION" envDefault:"15m" help:"how long the record of an expired or released lease is kept, beyond its grace and one more TTL, before a background sweep removes it (the fence of its name stays, so the next holder's token still passes every earlier one); 0s: as soon as grace and TTL have passed"`
 
 	// AdminToken is the bearer token of admin calls; admin calls are refused while it is unset.
-	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls (list, raise and reset fences; force-release leases); admin calls are refused while it is unset"`
+	AdminToken string `env:"ADMIN_TOKEN" secret:"true" help:"bearer token for admin calls (list, raise and reset fences; force-release leases); admin calls are refused while it is unset"`
 
 	// TLS for the listeners (PEM files) and trust for an HTTPS upstream.
 	TLSCertFile        string `env:"TLS_CERT_FILE" help:"PEM certificate for TLS on the proxy listener (with TLS_KEY_FILE); unset: plain HTTP"`

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -835,6 +836,72 @@ func TestUpstreamProbeSettings(t *testing.T) {
 		}
 		if got := cfg.UpstreamAddr(); got != want {
 			t.Errorf("UpstreamAddr() of %s = %q, want %q", upstream, got, want)
+		}
+	}
+}
+
+// Settings lists every variable with its value in effect, says which are
+// defaults, and never shows a secret.
+func TestSettings(t *testing.T) {
+	secrets := map[string]string{
+		"FENCEPROXY_ADMIN_TOKEN": "admin-s3cret-value",
+		"FENCEPROXY_LEASE_TOKEN": "lease-s3cret-value",
+		"FENCEPROXY_TOKEN_KEY":   "c2VjcmV0LWtleS1vZi1hdC1sZWFzdC0zMi1ieXRlcyE=",
+	}
+	env := with("FENCEPROXY_DRAIN_TIMEOUT", "10s", "FENCEPROXY_CACHE_SIZE", "64MiB", "FENCEPROXY_UNFENCED_METHODS", "GET,HEAD")
+	maps.Copy(env, secrets)
+	cfg, _, err := Parse(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := cfg.Settings(env)
+	byVar := map[string]Setting{}
+	for _, s := range settings {
+		byVar[s.Var] = s
+	}
+	for _, f := range fields() {
+		if _, ok := byVar[f.Var]; !ok {
+			t.Errorf("Settings lacks %s", f.Var)
+		}
+	}
+	if len(settings) != len(fields()) {
+		t.Errorf("%d settings for %d variables", len(settings), len(fields()))
+	}
+	for _, want := range []Setting{
+		{Var: "FENCEPROXY_UPSTREAM", Value: "http://127.0.0.1:9000"},
+		{Var: "FENCEPROXY_DRAIN_TIMEOUT", Value: "10s"},
+		{Var: "FENCEPROXY_CACHE_SIZE", Value: "64 MiB"},
+		{Var: "FENCEPROXY_UNFENCED_METHODS", Value: "GET,HEAD"},
+		{Var: "FENCEPROXY_LISTEN", Value: ":8080", Default: true},
+		{Var: "FENCEPROXY_CONTROL_LISTEN", Value: "127.0.0.1:9090", Default: true},
+		{Var: "FENCEPROXY_SHUTDOWN_TIMEOUT", Value: "30s", Default: true},
+		{Var: "FENCEPROXY_ABANDON_GRACE", Value: "5s", Default: true}, // derived: half of DRAIN_TIMEOUT
+		{Var: "FENCEPROXY_LEASE_REVOKE_AFTER", Value: "", Default: true},
+		{Var: "FENCEPROXY_LEASE_GRACE", Value: "", Default: true},
+		{Var: "FENCEPROXY_REQUIRE_TOKEN", Value: "true", Default: true},
+		{Var: "FENCEPROXY_LOG_LEVEL", Value: "INFO", Default: true},
+		{Var: "FENCEPROXY_ADMIN_TOKEN", Value: Redacted, Secret: true},
+		{Var: "FENCEPROXY_LEASE_TOKEN", Value: Redacted, Secret: true},
+		{Var: "FENCEPROXY_TOKEN_KEY", Value: Redacted, Secret: true},
+		{Var: "FENCEPROXY_PEER_SECRET", Value: "", Default: true, Secret: true},
+		{Var: "FENCEPROXY_ETCD_PASSWORD", Value: "", Default: true, Secret: true},
+	} {
+		if got := byVar[want.Var]; got != want {
+			t.Errorf("%s: %+v, want %+v", want.Var, got, want)
+		}
+	}
+	all := fmt.Sprint(settings)
+	for name, secret := range secrets {
+		if strings.Contains(all, secret) {
+			t.Errorf("Settings shows the value of %s", name)
+		}
+	}
+	// Every variable whose name says it holds a credential is a secret.
+	for _, s := range settings {
+		name := strings.TrimPrefix(s.Var, Prefix)
+		credential := strings.HasSuffix(name, "_TOKEN") && name != "REQUIRE_TOKEN" || strings.Contains(name, "SECRET") || strings.Contains(name, "PASSWORD") || name == "TOKEN_KEY"
+		if credential != s.Secret {
+			t.Errorf("%s: Secret = %v, want %v", s.Var, s.Secret, credential)
 		}
 	}
 }
