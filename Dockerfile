@@ -29,6 +29,9 @@ ENV FENCEPROXY_DATA_DIR=/var/lib/fenceproxy
 VOLUME ["/var/lib/fenceproxy"]
 # nonroot (65532) from distroless, numeric so runAsNonRoot can verify it.
 USER 65532:65532
-# 8080: proxy listener; 9090: control listener (/healthz, /readyz, /metrics).
+# 8080: proxy listener (every interface); 9090: control listener (/healthz,
+# /readyz, /metrics, leases), on the container's loopback unless
+# FENCEPROXY_CONTROL_LISTEN=:9090 is set, which needs FENCEPROXY_LEASE_TOKEN
+# (or FENCEPROXY_LEASE_OPEN=true).
 EXPOSE 8080 9090
 ENTRYPOINT ["/fenceproxy"]

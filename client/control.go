@@ -230,7 +230,7 @@ func notControl(url string, resp *http.Response) error {
 		what += " refused by a fenceproxy proxy listener (" + wire.HeaderRefused + ": " + v + ")"
 	}
 	return fmt.Errorf("%w: %s gave %s without the %s header; the proxy listener (FENCEPROXY_LISTEN, :8080 by default) "+
-		"forwards to the backend, the control API is on FENCEPROXY_CONTROL_LISTEN (:9090 by default); no credential was sent there",
+		"forwards to the backend, the control API is on FENCEPROXY_CONTROL_LISTEN (127.0.0.1:9090 by default); no credential was sent there",
 		ErrNotControlListener, apiBase(url), what, wire.HeaderListener)
 }
 

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"os"
@@ -35,7 +36,8 @@ import (
 const Prefix = "FENCEPROXY_"
 
 // Config is the whole configuration. Each field's env tag names its variable
-// (after Prefix), envDefault its default, and help its meaning for `fenceproxy -h`.
+// (after Prefix), envDefault its default, help its meaning for `fenceproxy -h`,
+// and secret:"true" a value that is never shown (Settings).
 type Config struct {
 	// Upstream is the backend's base URL (http or https). A path in it is joined in
 	// front of the inbound path; S3 users leave it empty.
@@ -44,8 +46,10 @@ type Config struct {
 	// Listen is the proxy listener's address (host:port).
 	Listen string `env:"LISTEN" envDefault:":8080" help:"address of the proxy listener; it forwards everything and reserves no paths"`
 
-	// ControlListen is the address of health, readiness and the fence API.
-	ControlListen string `env:"CONTROL_LISTEN" envDefault:":9090" help:"address of the control listener: /healthz, /readyz, /metrics, /v1/fences/*, /v1/leases/*, /debug/pprof/* (admin)"`
+	// ControlListen is the address of health, readiness and the fence and
+	// lease APIs: loopback unless set. Beyond loopback it needs LeaseToken
+	// or LeaseOpen (Validate).
+	ControlListen string `env:"CONTROL_LISTEN" envDefault:"127.0.0.1:9090" help:"address of the control listener: /healthz, /readyz, /metrics, /v1/fences/*, /v1/leases/*, /debug/pprof/* (admin); loopback by default. An address beyond loopback (:9090, 0.0.0.0:9090: what Kubernetes probes need) is refused unless LEASE_TOKEN guards the lease API or LEASE_OPEN=true says it is meant to be open"`
 
 	// DataDir is the Badger directory holding the durable maxima. Required: a
 	// maximum lost to a wrong working directory would let stale writes through.
@@ -62,13 +66,13 @@ type Config struct {
 	EtcdCertFile  string        `env:"ETCD_CERT_FILE" help:"with STORE=etcd, PEM client certificate for etcd (with ETCD_KEY_FILE)"`
 	EtcdKeyFile   string        `env:"ETCD_KEY_FILE" help:"with STORE=etcd, PEM private key of ETCD_CERT_FILE"`
 	EtcdUsername  string        `env:"ETCD_USERNAME" help:"with STORE=etcd, etcd user (with ETCD_PASSWORD); unset: no etcd authentication"`
-	EtcdPassword  string        `env:"ETCD_PASSWORD" help:"with STORE=etcd, password of ETCD_USERNAME; never logged"`
+	EtcdPassword  string        `env:"ETCD_PASSWORD" secret:"true" help:"with STORE=etcd, password of ETCD_USERNAME; never logged"`
 	Shards        int           `env:"SHARDS" envDefault:"64" help:"with STORE=etcd, the number of shards resources hash to; stored in etcd at the first start, and a replica with another value refuses to start; a few times the replica count"`
 	ShardDepth    int           `env:"SHARD_DEPTH" envDefault:"0" help:"with STORE=etcd, how many leading segments of a key decide its shard (0: the whole key); needed for prefix fences, which must have at least this many segments (out/part-7/ has 2) so that one replica decides a prefix fence and every key below it; stored in etcd with SHARDS, and a replica with another value refuses to start"`
 	ReplicaID     string        `env:"REPLICA_ID" help:"with STORE=etcd, this replica's name, unique among the live replicas and stable across restarts (a pod name); unset: the host name"`
 	PeerListen    string        `env:"PEER_LISTEN" envDefault:":8081" help:"with STORE=etcd, address of the peer listener: writes, lease and admin calls for shards this replica owns, forwarded by the other replicas (authenticated by PEER_SECRET)"`
 	PeerAdvertise string        `env:"PEER_ADVERTISE" help:"with STORE=etcd, required: host:port at which the other replicas reach PEER_LISTEN (in Kubernetes $(POD_IP):8081)"`
-	PeerSecrets   []string      `env:"PEER_SECRET" envSeparator:"," help:"with STORE=etcd, required: comma-separated secrets of at least 16 characters each, shared by every replica; the first authenticates the requests this replica forwards, any of them is accepted (to rotate: add the new one second, roll out, move it first, roll out, drop the old one); never logged"`
+	PeerSecrets   []string      `env:"PEER_SECRET" envSeparator:"," secret:"true" help:"with STORE=etcd, required: comma-separated secrets of at least 16 characters each, shared by every replica; the first authenticates the requests this replica forwards, any of them is accepted (to rotate: add the new one second, roll out, move it first, roll out, drop the old one); never logged"`
 	EtcdMaxTxnOps int           `env:"ETCD_MAX_TXN_OPS" envDefault:"128" help:"with STORE=etcd, the etcd cluster's --max-txn-ops: concurrent raises are committed together in Txns of at most this many operations; a value above the cluster's makes those Txns fail; at least 3"`
 	ShardTTL      time.Duration `env:"SHARD_TTL" envDefault:"10s" help:"with STORE=etcd, TTL of the etcd lease that holds this replica's shards: a replica cut off from etcd stops admitting within it, and its shards move after it plus LOCK_DELAY; at least 2s"`
 	LockDelay     time.Duration `env:"LOCK_DELAY" envDefault:"15s" help:"with STORE=etcd, how long a new owner of a shard waits, after the old owner's etcd lease expired (SHARD_TTL after its last keepalive), when the old owner lost it without handing it over (crash, cut off), for writes the old owner sent to still land; at least SHARD_TTL, and ABANDON_GRACE + 0.5s + UPSTREAM_UNSENT_MAX at 64 KiB/s (0s: none, tests only); planned handovers (SIGTERM, scaling) do not wait"`
@@ -110,6 +114,14 @@ type Config struct {
 	// stopped (LockDelayMin counts it).
 	UpstreamUnsentMax ByteSize `env:"UPSTREAM_UNSENT_MAX" envDefault:"128KiB" help:"most bytes of a request the kernel holds unsent on each backend connection (TCP_NOTSENT_LOWAT, Linux): what it may still deliver after the process stopped or froze, which LOCK_DELAY must cover at 64 KiB/s; throughput is not capped by it; at most 1GiB; 0: the system's send buffer (counted as 4 MiB)"`
 
+	// UpstreamProbeInterval is how often the server dials the upstream's
+	// host:port (UpstreamAddr) to see whether it is reachable.
+	UpstreamProbeInterval time.Duration `env:"UPSTREAM_PROBE_INTERVAL" envDefault:"5s" help:"how often the proxy opens (and closes) a TCP connection to FENCEPROXY_UPSTREAM's host and port, each attempt bounded by UPSTREAM_DIAL_TIMEOUT and by this interval: fenceproxy_upstream_up is 1 or 0, a warning is logged when the upstream becomes unreachable and a line when it is back; at least 100ms"`
+
+	// ReadyNeedsUpstream makes /readyz answer 503 while the last probe of
+	// the upstream failed.
+	ReadyNeedsUpstream bool `env:"READY_NEEDS_UPSTREAM" envDefault:"false" help:"true: /readyz answers 503 while the upstream is unreachable (and until its first probe succeeds), so Kubernetes takes the pod out of every Service it backs, the control Service and its lease calls included; false: /readyz is about the proxy itself, and an unreachable upstream shows in fenceproxy_upstream_up, the log and 502 answers"`
+
 	// UploadIdleTimeout bounds the pause between bytes of a request body.
 	UploadIdleTimeout time.Duration `env:"UPLOAD_IDLE_TIMEOUT" envDefault:"30s" help:"longest pause between bytes of a request body; past it the upload is cut off before its end (the backend never gets the whole body), so a stalled client cannot hold a resource's barrier longer"`
 
@@ -144,13 +156,17 @@ type Config struct {
 
 	// TokenKeys turns on signed-token mode: base64 HMAC-SHA256 keys of at
 	// least 32 bytes; the first signs, every one verifies (so keys can rotate).
-	TokenKeys []string `env:"TOKEN_KEY" envSeparator:"," help:"signed-token mode: comma-separated base64 keys (32+ bytes each); the first signs lease tokens, all verify; fenced writes then need X-Fencing-Token-Signature (403 without a valid one)"`
+	TokenKeys []string `env:"TOKEN_KEY" envSeparator:"," secret:"true" help:"signed-token mode: comma-separated base64 keys (32+ bytes each); the first signs lease tokens, all verify; fenced writes then need X-Fencing-Token-Signature (403 without a valid one)"`
 
 	// MaxTokenJump refuses a token more than this above the resource's maximum.
 	MaxTokenJump uint64 `env:"MAX_TOKEN_JUMP" envDefault:"0" help:"0: off; N: a token more than N above its resource's maximum is refused (403); unsuitable for etcd revisions or ZooKeeper zxids, which jump"`
 
 	// LeaseToken, when set, is required as a bearer token by lease calls.
-	LeaseToken string `env:"LEASE_TOKEN" help:"bearer token required by lease calls when set (anyone who can acquire can fence out the real holder)"`
+	LeaseToken string `env:"LEASE_TOKEN" secret:"true" help:"bearer token required by lease and pool calls when set (anyone who can acquire can fence out the real holder); required when CONTROL_LISTEN is beyond loopback, unless LEASE_OPEN=true"`
+
+	// LeaseOpen lets the lease API go without LeaseToken on a control
+	// listener beyond loopback: the network guards it instead.
+	LeaseOpen bool `env:"LEASE_OPEN" envDefault:"false" help:"true: CONTROL_LISTEN may be beyond loopback with no LEASE_TOKEN, the lease API open to whoever reaches the port (meant for a port that a NetworkPolicy or firewall guards); false: such a start is refused"`
 
 	// LeaseGrace is the wait after a lease's expiry before another holder may
 	// acquire it; nil (unset) is 2/3 of each lease's TTL, 0 no grace.
@@ -173,7 +189,7 @@ type Config struct {
 	LeaseRetention time.Duration `env:"LEASE_RETENTION" envDefault:"15m" help:"how long the record of an expired or released lease is kept, beyond its grace and one more TTL, before a background sweep removes it (the fence of its name stays, so the next holder's token still passes every earlier one); 0s: as soon as grace and TTL have passed"`
 
 	// AdminToken is the bearer token of admin calls; admin calls are refused while it is unset.
-	AdminToken string `env:"ADMIN_TOKEN" help:"bearer token for admin calls (list, raise and reset fences; force-release leases); admin calls are refused while it is unset"`
+	AdminToken string `env:"ADMIN_TOKEN" secret:"true" help:"bearer token for admin calls (list, raise and reset fences; force-release leases); admin calls are refused while it is unset"`
 
 	// TLS for the listeners (PEM files) and trust for an HTTPS upstream.
 	TLSCertFile        string `env:"TLS_CERT_FILE" help:"PEM certificate for TLS on the proxy listener (with TLS_KEY_FILE); unset: plain HTTP"`
@@ -321,6 +337,9 @@ func Parse(environ map[string]string) (Config, []string, error) {
 	}
 	if cfg.Store == "etcd" && cfg.LockDelay == 0 {
 		warnings = append(warnings, Prefix+"LOCK_DELAY is 0s: after a replica's crash or cut-off, its writes still on their way may be applied after the next owner's (for tests only)")
+	}
+	if cfg.LeaseOpen && cfg.LeaseToken != "" {
+		warnings = append(warnings, Prefix+"LEASE_OPEN is ignored: FENCEPROXY_LEASE_TOKEN is set, and lease calls need it")
 	}
 	if !cfg.RequireToken {
 		warnings = append(warnings, Prefix+"REQUIRE_TOKEN is false: fenced writes without a token are forwarded unchecked; use it only while rolling out")
@@ -530,6 +549,13 @@ func (c Config) Validate() error {
 	if _, port, _ := net.SplitHostPort(c.Listen); c.Listen == c.ControlListen && port != "0" {
 		bad("CONTROL_LISTEN", "%q is the same address as FENCEPROXY_LISTEN", c.ControlListen)
 	}
+	if strings.Contains(c.ControlListen, ":") && !Loopback(c.ControlListen) && c.LeaseToken == "" && !c.LeaseOpen {
+		_, port, _ := net.SplitHostPort(c.ControlListen)
+		bad("CONTROL_LISTEN", "%q listens beyond loopback, and no FENCEPROXY_LEASE_TOKEN guards the lease API on it: whoever reaches the port "+
+			"could take leases and raise fences. Set FENCEPROXY_LEASE_TOKEN (lease and pool calls then need Authorization: Bearer <it>), "+
+			"or FENCEPROXY_LEASE_OPEN=true if the lease API is meant to be open to that network (a NetworkPolicy or firewall guards the port), "+
+			"or listen on loopback (127.0.0.1:%s)", c.ControlListen, port)
+	}
 	if !validToken(c.TokenHeader) {
 		bad("TOKEN_HEADER", "%q is not a valid HTTP header name", c.TokenHeader)
 	} else if why := reservedHeader(c.TokenHeader); why != "" {
@@ -650,6 +676,9 @@ func (c Config) Validate() error {
 			bad(name, "%s must be a positive duration such as 30s", d)
 		}
 	}
+	if c.UpstreamProbeInterval < minProbeInterval {
+		bad("UPSTREAM_PROBE_INTERVAL", "%s is below the minimum of %s", c.UpstreamProbeInterval, minProbeInterval)
+	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)
 }
@@ -741,6 +770,37 @@ func (c Config) validateCluster(bad func(name, format string, args ...any)) {
 	}
 }
 
+// Loopback reports whether a listener on addr (host:port) is reachable
+// from this host only: its host is a loopback IP address (127.0.0.0/8,
+// ::1) or localhost. An empty host (every interface), 0.0.0.0, :: and any
+// other address or name are not; nor is an addr that is no host:port.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// LeaseAPIGuard says, for logs, whether a credential guards the lease API
+// (guarded: FENCEPROXY_LEASE_TOKEN is set) and what else limits who reaches
+// it: a loopback-only control listener, or only the network
+// (FENCEPROXY_LEASE_OPEN).
+func (c Config) LeaseAPIGuard() (text string, guarded bool) {
+	switch {
+	case c.LeaseToken != "":
+		return "guarded: lease and pool calls need the bearer token FENCEPROXY_LEASE_TOKEN", true
+	case Loopback(c.ControlListen):
+		return "no credential, loopback only: FENCEPROXY_LEASE_TOKEN is unset and the control listener takes connections from this host only", false
+	default:
+		return "no credential, open: FENCEPROXY_LEASE_TOKEN is unset and FENCEPROXY_LEASE_OPEN=true opens the lease API to whoever reaches FENCEPROXY_CONTROL_LISTEN", false
+	}
+}
+
 // OwnerCutAllowance is how long after its ownership's validity ends an old
 // owner's upstream exchange may still run: the fast path's deadline is the
 // validity itself, the Transport's context is cancelled by a watch that
@@ -785,6 +845,27 @@ func unsentText(n ByteSize) string {
 		return "0 (the system's send buffer, counted as 4 MiB)"
 	}
 	return n.String()
+}
+
+// minProbeInterval is the shortest UPSTREAM_PROBE_INTERVAL.
+const minProbeInterval = 100 * time.Millisecond
+
+// UpstreamAddr is the host:port a connection to Upstream dials: its port,
+// or the scheme's (80 for http, 443 for https) when it names none; "" when
+// Upstream is nil.
+func (c Config) UpstreamAddr() string {
+	u := c.Upstream
+	if u == nil {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
 
 // maxShardDepth bounds SHARD_DEPTH: deeper keys are rare, and each

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -63,7 +64,10 @@ func TestParseDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"Listen", cfg.Listen, ":8080"},
-		{"ControlListen", cfg.ControlListen, ":9090"},
+		{"ControlListen", cfg.ControlListen, "127.0.0.1:9090"},
+		{"LeaseOpen", cfg.LeaseOpen, false},
+		{"UpstreamProbeInterval", cfg.UpstreamProbeInterval, 5 * time.Second},
+		{"ReadyNeedsUpstream", cfg.ReadyNeedsUpstream, false},
 		{"DataDir", cfg.DataDir, "/var/lib/fenceproxy"},
 		{"TokenHeader", cfg.TokenHeader, "X-Fencing-Token"},
 		{"UnfencedMethods", cfg.UnfencedMethods, []string{"GET", "HEAD", "OPTIONS"}},
@@ -362,7 +366,7 @@ func TestParse(t *testing.T) {
 		// 127.0.0.1:0 get different ports: not a clash (tests and ad-hoc runs
 		// use it; internal/servertest does by default).
 		{name: "LISTEN and CONTROL_LISTEN both port 0", env: with("FENCEPROXY_LISTEN", "127.0.0.1:0", "FENCEPROXY_CONTROL_LISTEN", "127.0.0.1:0")},
-		{name: "LISTEN and CONTROL_LISTEN both :0", env: with("FENCEPROXY_LISTEN", ":0", "FENCEPROXY_CONTROL_LISTEN", ":0")},
+		{name: "LISTEN and CONTROL_LISTEN both :0", env: with("FENCEPROXY_LISTEN", ":0", "FENCEPROXY_CONTROL_LISTEN", ":0", "FENCEPROXY_LEASE_TOKEN", "t")},
 		{name: "LISTEN default equals CONTROL_LISTEN", env: with("FENCEPROXY_CONTROL_LISTEN", ":8080"),
 			wantErr: []string{"FENCEPROXY_CONTROL_LISTEN"}},
 		{name: "LOG_LEVEL loud", env: with("FENCEPROXY_LOG_LEVEL", "loud"), wantErr: []string{"FENCEPROXY_LOG_LEVEL"}},
@@ -734,4 +738,182 @@ func writeTemp(t *testing.T, content string) string {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// The control listener is loopback unless set; beyond loopback it needs a
+// lease token, or LEASE_OPEN=true saying the lease API is meant to be open.
+func TestControlListenBeyondLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		refused bool
+		warning string
+	}{
+		{name: "default", env: minimal()},
+		{name: "127.0.0.1", env: with("FENCEPROXY_CONTROL_LISTEN", "127.0.0.1:9191")},
+		{name: "127.0.0.2", env: with("FENCEPROXY_CONTROL_LISTEN", "127.0.0.2:9191")},
+		{name: "::1", env: with("FENCEPROXY_CONTROL_LISTEN", "[::1]:9191")},
+		{name: "localhost", env: with("FENCEPROXY_CONTROL_LISTEN", "localhost:9191")},
+		{name: "every interface", env: with("FENCEPROXY_CONTROL_LISTEN", ":9090"), refused: true},
+		{name: "0.0.0.0", env: with("FENCEPROXY_CONTROL_LISTEN", "0.0.0.0:9090"), refused: true},
+		{name: "::", env: with("FENCEPROXY_CONTROL_LISTEN", "[::]:9090"), refused: true},
+		{name: "an interface", env: with("FENCEPROXY_CONTROL_LISTEN", "10.0.0.7:9090"), refused: true},
+		{name: "a host name", env: with("FENCEPROXY_CONTROL_LISTEN", "fenceproxy.internal:9090"), refused: true},
+		{name: "empty lease token", env: with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_TOKEN", ""), refused: true},
+		{name: "lease token", env: with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_TOKEN", "s3cret")},
+		{name: "open", env: with("FENCEPROXY_CONTROL_LISTEN", "0.0.0.0:9090", "FENCEPROXY_LEASE_OPEN", "true")},
+		{name: "open and a token", env: with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_OPEN", "true", "FENCEPROXY_LEASE_TOKEN", "s3cret"),
+			warning: "FENCEPROXY_LEASE_OPEN is ignored"},
+		{name: "not open", env: with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_OPEN", "false"), refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, warnings, err := Parse(tc.env)
+			if !tc.refused {
+				if err != nil {
+					t.Fatalf("Parse: %v, want no error", err)
+				}
+			} else {
+				if err == nil {
+					t.Fatal("Parse accepted it")
+				}
+				for _, want := range []string{"FENCEPROXY_CONTROL_LISTEN: " + `"` + tc.env["FENCEPROXY_CONTROL_LISTEN"] + `"`, "listens beyond loopback",
+					"FENCEPROXY_LEASE_TOKEN", "FENCEPROXY_LEASE_OPEN=true", "127.0.0.1:9090"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error lacks %q:\n%v", want, err)
+					}
+				}
+			}
+			got := strings.Join(warnings, "\n")
+			if tc.warning == "" && got != "" || !strings.Contains(got, tc.warning) {
+				t.Errorf("warnings %q, want %q", got, tc.warning)
+			}
+		})
+	}
+	// An unreadable LEASE_OPEN is one error, its own.
+	_, _, err := Parse(with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_OPEN", "yes"))
+	if err == nil || !strings.Contains(err.Error(), "FENCEPROXY_LEASE_OPEN") || strings.Contains(err.Error(), "listens beyond loopback") {
+		t.Errorf("LEASE_OPEN=yes: %v, want only its own error", err)
+	}
+}
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:9090": true, "127.1.2.3:0": true, "[::1]:9090": true, "localhost:9090": true, "LocalHost:1": true,
+		"[::ffff:127.0.0.1]:9090": true,
+		":9090":                   false, "0.0.0.0:9090": false, "[::]:9090": false, "10.0.0.7:9090": false, "[fe80::1]:9090": false,
+		"example.com:9090": false, "localhost.example.com:9090": false, "9090": false, "": false,
+	} {
+		if got := Loopback(addr); got != want {
+			t.Errorf("Loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+func TestLeaseAPIGuard(t *testing.T) {
+	for _, tc := range []struct {
+		env     map[string]string
+		guarded bool
+		want    string
+	}{
+		{minimal(), false, "loopback only"},
+		{with("FENCEPROXY_LEASE_TOKEN", "s3cret"), true, "FENCEPROXY_LEASE_TOKEN"},
+		{with("FENCEPROXY_CONTROL_LISTEN", ":9090", "FENCEPROXY_LEASE_OPEN", "true"), false, "FENCEPROXY_LEASE_OPEN=true"},
+	} {
+		cfg, _, err := Parse(tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, guarded := cfg.LeaseAPIGuard()
+		if guarded != tc.guarded || !strings.Contains(text, tc.want) {
+			t.Errorf("%v: LeaseAPIGuard() = %q, %v; want %v and a text naming %q", tc.env, text, guarded, tc.guarded, tc.want)
+		}
+	}
+}
+
+func TestUpstreamProbeSettings(t *testing.T) {
+	if _, _, err := Parse(with("FENCEPROXY_UPSTREAM_PROBE_INTERVAL", "50ms")); err == nil || !strings.Contains(err.Error(), "FENCEPROXY_UPSTREAM_PROBE_INTERVAL: 50ms is below the minimum of 100ms") {
+		t.Errorf("UPSTREAM_PROBE_INTERVAL=50ms: %v", err)
+	}
+	cfg, _, err := Parse(with("FENCEPROXY_UPSTREAM_PROBE_INTERVAL", "250ms", "FENCEPROXY_READY_NEEDS_UPSTREAM", "true"))
+	if err != nil || cfg.UpstreamProbeInterval != 250*time.Millisecond || !cfg.ReadyNeedsUpstream {
+		t.Errorf("Parse: %v, %v, %v", err, cfg.UpstreamProbeInterval, cfg.ReadyNeedsUpstream)
+	}
+	for upstream, want := range map[string]string{
+		"http://127.0.0.1:9000": "127.0.0.1:9000", "http://backend": "backend:80", "https://s3.example.com/base": "s3.example.com:443",
+		"https://[::1]": "[::1]:443", "http://[::1]:9000/": "[::1]:9000",
+	} {
+		cfg, _, err := Parse(with("FENCEPROXY_UPSTREAM", upstream))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.UpstreamAddr(); got != want {
+			t.Errorf("UpstreamAddr() of %s = %q, want %q", upstream, got, want)
+		}
+	}
+}
+
+// Settings lists every variable with its value in effect, says which are
+// defaults, and never shows a secret.
+func TestSettings(t *testing.T) {
+	secrets := map[string]string{
+		"FENCEPROXY_ADMIN_TOKEN": "admin-s3cret-value",
+		"FENCEPROXY_LEASE_TOKEN": "lease-s3cret-value",
+		"FENCEPROXY_TOKEN_KEY":   "c2VjcmV0LWtleS1vZi1hdC1sZWFzdC0zMi1ieXRlcyE=",
+	}
+	env := with("FENCEPROXY_DRAIN_TIMEOUT", "10s", "FENCEPROXY_CACHE_SIZE", "64MiB", "FENCEPROXY_UNFENCED_METHODS", "GET,HEAD")
+	maps.Copy(env, secrets)
+	cfg, _, err := Parse(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := cfg.Settings(env)
+	byVar := map[string]Setting{}
+	for _, s := range settings {
+		byVar[s.Var] = s
+	}
+	for _, f := range fields() {
+		if _, ok := byVar[f.Var]; !ok {
+			t.Errorf("Settings lacks %s", f.Var)
+		}
+	}
+	if len(settings) != len(fields()) {
+		t.Errorf("%d settings for %d variables", len(settings), len(fields()))
+	}
+	for _, want := range []Setting{
+		{Var: "FENCEPROXY_UPSTREAM", Value: "http://127.0.0.1:9000"},
+		{Var: "FENCEPROXY_DRAIN_TIMEOUT", Value: "10s"},
+		{Var: "FENCEPROXY_CACHE_SIZE", Value: "64 MiB"},
+		{Var: "FENCEPROXY_UNFENCED_METHODS", Value: "GET,HEAD"},
+		{Var: "FENCEPROXY_LISTEN", Value: ":8080", Default: true},
+		{Var: "FENCEPROXY_CONTROL_LISTEN", Value: "127.0.0.1:9090", Default: true},
+		{Var: "FENCEPROXY_SHUTDOWN_TIMEOUT", Value: "30s", Default: true},
+		{Var: "FENCEPROXY_ABANDON_GRACE", Value: "5s", Default: true}, // derived: half of DRAIN_TIMEOUT
+		{Var: "FENCEPROXY_LEASE_REVOKE_AFTER", Value: "", Default: true},
+		{Var: "FENCEPROXY_LEASE_GRACE", Value: "", Default: true},
+		{Var: "FENCEPROXY_REQUIRE_TOKEN", Value: "true", Default: true},
+		{Var: "FENCEPROXY_LOG_LEVEL", Value: "INFO", Default: true},
+		{Var: "FENCEPROXY_ADMIN_TOKEN", Value: Redacted, Secret: true},
+		{Var: "FENCEPROXY_LEASE_TOKEN", Value: Redacted, Secret: true},
+		{Var: "FENCEPROXY_TOKEN_KEY", Value: Redacted, Secret: true},
+		{Var: "FENCEPROXY_PEER_SECRET", Value: "", Default: true, Secret: true},
+		{Var: "FENCEPROXY_ETCD_PASSWORD", Value: "", Default: true, Secret: true},
+	} {
+		if got := byVar[want.Var]; got != want {
+			t.Errorf("%s: %+v, want %+v", want.Var, got, want)
+		}
+	}
+	all := fmt.Sprint(settings)
+	for name, secret := range secrets {
+		if strings.Contains(all, secret) {
+			t.Errorf("Settings shows the value of %s", name)
+		}
+	}
+	// Every variable whose name says it holds a credential is a secret.
+	for _, s := range settings {
+		name := strings.TrimPrefix(s.Var, Prefix)
+		credential := strings.HasSuffix(name, "_TOKEN") && name != "REQUIRE_TOKEN" || strings.Contains(name, "SECRET") || strings.Contains(name, "PASSWORD") || name == "TOKEN_KEY"
+		if credential != s.Secret {
+			t.Errorf("%s: Secret = %v, want %v", s.Var, s.Secret, credential)
+		}
+	}
 }

@@ -262,8 +262,9 @@ func proxyOf(w workload, known map[string]bool) proxyConfig {
 	}
 	// The values must pass fenceproxy's own parsing: the literal ones, with
 	// $(VAR) references expanded as the kubelet does, and stand-ins for the
-	// downward API and for the Secret values cluster mode requires (other
-	// valueFrom ones are optional secrets, left unset here).
+	// downward API and for the Secret values the pod needs (each checked
+	// to be a Secret key that is not optional: cluster mode's, the lease
+	// token's); other valueFrom ones are optional secrets, left unset here.
 	environ := map[string]string{}
 	for _, e := range pc.c.Env {
 		switch {
@@ -313,8 +314,9 @@ var (
 		"metadata.name": "fenceproxy-cluster-6c9f7d8b5-x2kqp",
 		"status.podIP":  "10.244.1.17",
 	}
-	// secretStandIns: cluster mode's Secret values, by variable.
+	// secretStandIns: Secret values, by variable.
 	secretStandIns = map[string]string{
+		config.Prefix + "LEASE_TOKEN":    "stand-in-lease-token",
 		config.Prefix + "ETCD_ENDPOINTS": "http://etcd-0.etcd:2379,http://etcd-1.etcd:2379,http://etcd-2.etcd:2379",
 		config.Prefix + "ETCD_USERNAME":  "fenceproxy",
 		config.Prefix + "ETCD_PASSWORD":  "stand-in-etcd-password",
@@ -476,6 +478,21 @@ func (m *manifests) problems(known map[string]bool) []string {
 			}
 			if x.RestartPolicy != nil && *x.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 				add(w.id, "init container %s must be a native sidecar (restartPolicy Always) that outlives fenceproxy", x.Name)
+			}
+		}
+
+		// The kubelet probes, and the control Service reaches, the pod's
+		// IP: a loopback-only control listener answers neither. Beyond
+		// loopback, fenceproxy starts only with a lease token (or
+		// LEASE_OPEN): the Secret key must be there when the pod starts.
+		if config.Loopback(pc.cfg.ControlListen) {
+			add(w.id, "FENCEPROXY_CONTROL_LISTEN %q is loopback only: the kubelet's probes and the control Service connect to the pod's IP; set it to :%d (with FENCEPROXY_LEASE_TOKEN)", pc.cfg.ControlListen, pc.ctrlPort)
+		} else if !pc.cfg.LeaseOpen {
+			for _, e := range c.Env {
+				if e.Name == config.Prefix+"LEASE_TOKEN" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil &&
+					e.ValueFrom.SecretKeyRef.Optional != nil && *e.ValueFrom.SecretKeyRef.Optional {
+					add(w.id, "the Secret key of FENCEPROXY_LEASE_TOKEN must not be optional: without it fenceproxy refuses to start with FENCEPROXY_CONTROL_LISTEN %q (or set FENCEPROXY_LEASE_OPEN=true)", pc.cfg.ControlListen)
+				}
 			}
 		}
 
@@ -1054,6 +1071,27 @@ func TestKustomizationsBuildAndPass(t *testing.T) {
 	}
 }
 
+// TestLeaseOpenOverlay: the opt-out the manifests' comments describe, the
+// lease token replaced by FENCEPROXY_LEASE_OPEN=true, passes every check.
+func TestLeaseOpenOverlay(t *testing.T) {
+	known := knownVariables(t)
+	for _, dir := range []string{"k8s/sidecar", "k8s/gateway", "k8s/cluster"} {
+		t.Run(dir, func(t *testing.T) {
+			m := build(t, dir)
+			ws := m.workloads()
+			c := proxyOf(ws[0], known).c
+			i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == config.Prefix+"LEASE_TOKEN" })
+			if i < 0 {
+				t.Fatal("no FENCEPROXY_LEASE_TOKEN")
+			}
+			c.Env[i] = corev1.EnvVar{Name: config.Prefix + "LEASE_OPEN", Value: "true"}
+			for _, p := range m.problems(known) {
+				t.Error(p)
+			}
+		})
+	}
+}
+
 // TestChecksCatchMistakes breaks the manifests one way at a time and expects
 // the checks above to name the mistake: they are not vacuous.
 func TestChecksCatchMistakes(t *testing.T) {
@@ -1133,6 +1171,25 @@ func TestChecksCatchMistakes(t *testing.T) {
 		}},
 		{"control listener moved", "is not the control port 9191", func(m *manifests) {
 			setEnv(proxy(m, false), "FENCEPROXY_CONTROL_LISTEN", ":9191")
+		}},
+		{"control listener on loopback", `FENCEPROXY_CONTROL_LISTEN "127.0.0.1:9090" is loopback only`, func(m *manifests) {
+			setEnv(proxy(m, true), "FENCEPROXY_CONTROL_LISTEN", "127.0.0.1:9090")
+		}},
+		{"control listener left to its default", `FENCEPROXY_CONTROL_LISTEN "127.0.0.1:9090" is loopback only`, func(m *manifests) {
+			c := proxy(m, false)
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "FENCEPROXY_CONTROL_LISTEN" })
+		}},
+		{"optional lease token", "the Secret key of FENCEPROXY_LEASE_TOKEN must not be optional", func(m *manifests) {
+			yes := true
+			for i, e := range proxy(m, true).Env {
+				if e.Name == "FENCEPROXY_LEASE_TOKEN" {
+					proxy(m, true).Env[i].ValueFrom.SecretKeyRef.Optional = &yes
+				}
+			}
+		}},
+		{"no lease token", `FENCEPROXY_CONTROL_LISTEN: ":9090" listens beyond loopback, and no FENCEPROXY_LEASE_TOKEN`, func(m *manifests) {
+			c := proxy(m, false)
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "FENCEPROXY_LEASE_TOKEN" })
 		}},
 		{"service on the backend port", "neither FENCEPROXY_LISTEN", func(m *manifests) {
 			m.service("fenced-backend").Spec.Ports[0].TargetPort = intstr.FromInt32(9000)

@@ -41,7 +41,8 @@ func TestBuildInfoMetricAndStartLog(t *testing.T) {
 
 // The start-up log line names the path-parameter and lease settings in
 // effect, the defaults that depend on each lease's TTL in words, and whether
-// a lease token is set, never the token.
+// a lease token is set (never the token), and where the listeners take
+// connections from.
 func TestStartLogSettings(t *testing.T) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
 	defer backend.Close()
@@ -54,13 +55,14 @@ func TestStartLogSettings(t *testing.T) {
 		{"defaults", nil, map[string]any{
 			"allow_path_params": false, "lease_grace": "2/3 of the TTL", "lease_revoke_after": "half the TTL",
 			"lease_min_ttl": "1s", "lease_max_ttl": "1h0m0s", "lease_token_set": false,
+			"listen_reach": "loopback only", "control_listen_reach": "loopback only", "lease_api_guarded": false,
 		}},
 		{"set", map[string]string{
 			"FENCEPROXY_ALLOW_PATH_PARAMS": "true", "FENCEPROXY_LEASE_GRACE": "0s", "FENCEPROXY_LEASE_REVOKE_AFTER": "4s",
 			"FENCEPROXY_LEASE_MIN_TTL": "2s", "FENCEPROXY_LEASE_MAX_TTL": "5m", "FENCEPROXY_LEASE_TOKEN": "lease-secret-token",
 		}, map[string]any{
 			"allow_path_params": true, "lease_grace": "0s", "lease_revoke_after": "4s",
-			"lease_min_ttl": "2s", "lease_max_ttl": "5m0s", "lease_token_set": true,
+			"lease_min_ttl": "2s", "lease_max_ttl": "5m0s", "lease_token_set": true, "lease_api_guarded": true,
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

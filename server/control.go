@@ -9,10 +9,12 @@ import (
 )
 
 // readiness is the store as seen by /readyz: not ready once a stop begins,
-// nor in cluster mode while the replica's etcd lease is unconfirmed.
+// nor in cluster mode while the replica's etcd lease is unconfirmed, nor,
+// with READY_NEEDS_UPSTREAM, while the upstream is unreachable.
 type readiness struct {
 	store
 	cluster  func() error // nil: one process
+	upstream func() error // nil: the upstream's state is not readiness's
 	draining atomic.Bool
 }
 
@@ -34,7 +36,12 @@ func (r *readiness) Ready() error {
 		return err
 	}
 	if r.cluster != nil {
-		return r.cluster()
+		if err := r.cluster(); err != nil {
+			return err
+		}
+	}
+	if r.upstream != nil {
+		return r.upstream()
 	}
 	return nil
 }

@@ -84,6 +84,7 @@ type Server struct {
 	barrier    *fence.Barrier
 	leases     *lease.Manager
 	ready      *readiness
+	upstream   *upstreamProbe // dials the upstream from Run on
 	proxySrv   *http.Server
 	controlSrv *http.Server
 	peerLn     net.Listener // cluster mode only
@@ -92,7 +93,7 @@ type Server struct {
 	snapshotTimer *time.Timer     // releases the store's open snapshot after the start-up grace
 	watchCtx      context.Context // the lease watcher's, ended by stopWatch
 	stopWatch     context.CancelFunc
-	background    sync.WaitGroup // the lease watcher, once Run started it
+	background    sync.WaitGroup // the lease watcher and sweep and the upstream probe, once Run started them
 
 	mu      sync.Mutex
 	running bool // Run was called
@@ -194,8 +195,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return errors.New("server: Run called twice")
 	}
 	s.running = true
-	s.background.Add(2)
+	s.background.Add(3)
 	s.mu.Unlock()
+	go func() {
+		defer s.background.Done()
+		s.upstream.run(s.watchCtx)
+	}()
 	go func() {
 		defer s.background.Done()
 		s.leases.Watch(s.watchCtx, leaseWatchInterval)

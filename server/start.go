@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -143,8 +144,8 @@ func (st *starting) openCluster() error {
 	return nil
 }
 
-// newMetrics makes the registry the control API serves, and says so when
-// nothing is fenced (observe mode).
+// newMetrics makes the registry the control API serves (with the upstream
+// probe's gauge), and says so when nothing is fenced (observe mode).
 func (st *starting) newMetrics() error {
 	st.metrics = prometheus.NewRegistry()
 	st.proxyMetrics = proxy.NewMetrics(st.metrics)
@@ -156,6 +157,11 @@ func (st *starting) newMetrics() error {
 		}, func() float64 { return float64(l.open()) }))
 	}
 	store := st.store
+	st.upstream = newUpstreamProbe(st.cfg, st.log)
+	st.metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fenceproxy_upstream_up",
+		Help: "1 while the last TCP connection attempt to FENCEPROXY_UPSTREAM's host and port succeeded, 0 while it failed (every FENCEPROXY_UPSTREAM_PROBE_INTERVAL).",
+	}, st.upstream.up))
 	st.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fenceproxy_fenced_resources",
@@ -241,6 +247,9 @@ func (st *starting) buildProxy() (err error) {
 // buildLeases builds /readyz's view, the lease manager and the pools.
 func (st *starting) buildLeases() error {
 	st.ready = &readiness{store: st.store}
+	if st.cfg.ReadyNeedsUpstream {
+		st.ready.upstream = st.upstream.Ready
+	}
 	lopts := leaseOptionsFrom(st.cfg)
 	lopts.Logger = st.log
 	if st.cluster != nil {
@@ -330,14 +339,18 @@ func (st *starting) startCluster() error {
 // cluster mode "cluster mode" with its own.
 func (st *starting) logStarted() {
 	cfg, build := st.cfg, st.build
+	leaseAPI, leaseGuarded := cfg.LeaseAPIGuard()
 	st.log.Info("fenceproxy started",
 		"version", build.Version, "revision", build.RevisionOrUnknown(), "modified", build.Modified, "go_version", build.GoVersion,
-		"listen", st.proxyLn.Addr().String(), "control_listen", st.controlLn.Addr().String(),
+		"listen", st.proxyLn.Addr().String(), "listen_reach", reach(st.proxyLn.Addr()),
+		"control_listen", st.controlLn.Addr().String(), "control_listen_reach", reach(st.controlLn.Addr()),
+		"lease_api", leaseAPI, "lease_api_guarded", leaseGuarded,
 		"upstream", cfg.Upstream.Redacted(), "data_dir", cfg.DataDir,
 		"token_header", cfg.TokenHeader, "unfenced_methods", cfg.UnfencedMethods,
 		"resource_depth", cfg.ResourceDepth, "require_token", cfg.RequireToken,
 		"drain_timeout", cfg.DrainTimeout.String(), "shutdown_timeout", cfg.ShutdownTimeout.String(),
-		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(),
+		"upstream_dial_timeout", cfg.UpstreamDialTimeout.String(), "upstream_probe_interval", cfg.UpstreamProbeInterval.String(),
+		"ready_needs_upstream", cfg.ReadyNeedsUpstream,
 		"upstream_response_timeout", cfg.UpstreamResponseTimeout.String(), "upstream_fast_path", cfg.UpstreamFastPath,
 		"upstream_unsent_max", cfg.UpstreamUnsentMax.String(),
 		"abandon_grace", cfg.AbandonGrace.String(), "upload_idle_timeout", cfg.UploadIdleTimeout.String(),
@@ -354,8 +367,24 @@ func (st *starting) logStarted() {
 		"store", cfg.Store)
 	if st.cluster != nil {
 		st.log.Info("cluster mode", "etcd_endpoints", cfg.EtcdEndpoints, "etcd_prefix", cfg.EtcdPrefix, "etcd_tls", cfg.EtcdCAFile != "" || cfg.EtcdCertFile != "",
-			"etcd_user", cfg.EtcdUsername, "shards", cfg.Shards, "shard_depth", cfg.ShardDepth, "replica_id", cfg.ReplicaID, "peer_listen", st.peerLn.Addr().String(),
+			"etcd_user", cfg.EtcdUsername, "shards", cfg.Shards, "shard_depth", cfg.ShardDepth, "replica_id", cfg.ReplicaID, "peer_listen", st.peerLn.Addr().String(), "peer_listen_reach", reach(st.peerLn.Addr()),
 			"peer_advertise", cfg.PeerAdvertise, "shard_ttl", cfg.ShardTTL.String(), "lock_delay", cfg.LockDelay.String(),
 			"lock_delay_min", cfg.LockDelayMin().String())
+	}
+}
+
+// reach says who can connect to a bound listener: "loopback only" (this
+// host), "all interfaces" (0.0.0.0 or ::), or "this address only".
+func reach(a net.Addr) string {
+	ap, err := netip.ParseAddrPort(a.String())
+	switch {
+	case err != nil:
+		return "unknown"
+	case ap.Addr().IsLoopback():
+		return "loopback only"
+	case ap.Addr().IsUnspecified():
+		return "all interfaces"
+	default:
+		return "this address only"
 	}
 }

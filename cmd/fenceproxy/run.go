@@ -18,11 +18,13 @@ import (
 )
 
 // Run runs the command named by args[0] ("serve" when absent; "demo",
-// "version", "fences", "leases", "-h") with environ (KEY=value pairs) as its
-// environment, until ctx is done. serve and demo return nil after a clean
-// shutdown and an error when start-up fails, for example a configuration
-// error naming every bad variable; the operator commands return an error
-// when the control API refuses the call or cannot be reached. exitCode maps
+// "check", "version", "fences", "leases", "-h") with environ (KEY=value
+// pairs) as its environment, until ctx is done. serve and demo return nil
+// after a clean shutdown and an error when start-up fails, for example a
+// configuration error naming every bad variable; check returns an error
+// when it found one (its report, on stdout, lists them); the operator
+// commands return an error when the control API refuses the call or cannot
+// be reached. exitCode maps
 // the error to the process's exit status.
 func Run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	return run(ctx, args, env.ToMap(environ), stdout, stderr, nil)
@@ -39,6 +41,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	switch {
 	case cmd == "fences" || cmd == "leases":
 		return operate(ctx, cmd, args[1:], environ, stdout, stderr)
+	case cmd == "check":
+		return check(ctx, args[1:], environ, stdout)
 	case serveOrDemo && len(args) == 2 && isHelp(args[1]):
 		cmd = "-h" // the top-level help is theirs
 	case strings.HasPrefix(cmd, "-") && !isHelp(cmd) && cmd != "-version" && cmd != "--version":
@@ -69,7 +73,7 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 // leases), so that an unknown one is named as such, with or without arguments.
 func knownCommand(cmd string) bool {
 	switch cmd {
-	case "-h", "-help", "--help", "help", "version", "-version", "--version", "serve", "demo":
+	case "-h", "-help", "--help", "help", "version", "-version", "--version", "serve", "demo", "check":
 		return true
 	}
 	return false
@@ -119,6 +123,8 @@ write's fencing token is not below the largest token seen for its resource.
 Usage:
   fenceproxy [serve]   run the proxy, configured by the variables below
   fenceproxy demo      run an in-memory S3 backend with the proxy in front of it
+  fenceproxy check     check the configuration, DATA_DIR and the upstream without starting, and
+                       print the configuration in effect, secrets redacted (fenceproxy check -h)
   fenceproxy version   print the version, the VCS revision and the Go version (also --version)
   fenceproxy fences    list, show, raise and reset fences through a running proxy's control API
   fenceproxy leases    list, show and force-release leases through a running proxy's control API
