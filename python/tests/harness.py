@@ -9,6 +9,7 @@ Every listener binds 127.0.0.1 port 0; fenceproxy's ports are read from its
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -84,6 +85,9 @@ def fenceproxy_bin(test: unittest.TestCase) -> str:
 def cleanup() -> None:
     for d in _tmp_dirs:
         shutil.rmtree(d, ignore_errors=True)
+
+
+atexit.register(cleanup)
 
 
 class Fenceproxy:

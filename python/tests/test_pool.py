@@ -69,7 +69,7 @@ class TestPool(unittest.TestCase):
         with self.assertRaises(errors.StaleTokenError) as se:
             transport.fenced_request("PUT", url, b"late w1", token=by_name[got.shard].token)
         self.assertEqual((se.exception.resource, se.exception.current), ("hb/" + got.shard, got.token))
-        self.assertEqual(transport.fenced_request("PUT", url, b"w2", token=got.token).status, 200)
+        self.assertEqual(transport.fenced_request("PUT", url, b"w2", headers=got.headers()).status, 200)
         # w1 renews without hand_back once it is at its share
         self.assertEqual(w1.renew(mine[0])[1], [])
         # one-shot: w2 marks its shard done; again with the same token is fine

@@ -42,6 +42,14 @@ class Shard:
     def token(self) -> int:
         return self.lease.token
 
+    @property
+    def token_signature(self) -> str:
+        return self.lease.token_signature
+
+    def headers(self, prefix: Optional[str] = None) -> Dict[str, str]:
+        """The headers of a write with this shard's token (and signature)."""
+        return self.lease.headers(prefix)
+
 
 @dataclass(frozen=True)
 class PoolEvent:
