@@ -29,6 +29,12 @@ and stores such as versitygw refuse SigV2.
 A refusal is a botocore ClientError whose error Code is the proxy's
 (StaleFencingToken, MissingFencingToken, ...), with the Fencing-Current-Token
 header in its response metadata.
+
+This file stands alone, for workers that copy one file (server/TestS3Boto3
+runs it). The Python client in python/ (pip install ./python) has the same
+hook as fenceproxy.boto3.add_fencing_token, with the token's signature for
+signed-token mode, a kept lease as the token's source, and typed refusals
+(fenceproxy.boto3.classify_client_error).
 """
 
 import threading
