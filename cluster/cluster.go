@@ -96,6 +96,12 @@ type Cluster struct {
 
 	peer *httputil.ReverseProxy
 
+	// placed latches once Ready saw every shard with an owner and this
+	// replica's own shards admitting: before, a fresh cluster would answer
+	// 503 shard_unavailable to the writes /readyz let in. After, a shard
+	// between owners does not take the replica out (it forwards the rest).
+	placed atomic.Bool
+
 	forwards     *prometheus.CounterVec // by result
 	etcdRequests prometheus.Histogram
 	stopOnce     sync.Once
@@ -189,7 +195,41 @@ func (c *Cluster) Start(stop context.Context, barrier *fence.Barrier) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	c.owner, c.cli = o, cli
+	c.checkEtcdVersions(stop)
 	return nil
+}
+
+// minEtcdMinor is the oldest etcd minor release with the lease fixes the
+// ownership relies on (3.5; docs/CLUSTER.md).
+const minEtcdMinor = 5
+
+// checkEtcdVersions warns about each endpoint whose etcd is older than
+// 3.5: it runs, but keepalives and lease expiry there have known bugs.
+// An endpoint that does not answer within a second is passed over.
+func (c *Cluster) checkEtcdVersions(stop context.Context) {
+	for _, ep := range c.cli.Endpoints() {
+		ctx, cancel := context.WithTimeout(stop, time.Second)
+		st, err := c.cli.Status(ctx, ep)
+		cancel()
+		if err != nil {
+			c.log.Debug("etcd: could not read the version", "endpoint", ep, "error", err.Error())
+			continue
+		}
+		if old, ok := etcdBefore(st.Version, 3, minEtcdMinor); ok && old {
+			c.log.Warn("etcd: this member runs a release older than 3.5, whose lease keepalive and expiry have known bugs the shard ownership relies on being fixed; upgrade it (docs/CLUSTER.md, Sizing etcd)",
+				"endpoint", ep, "version", st.Version)
+		}
+	}
+}
+
+// etcdBefore reports whether version ("3.4.23") is below major.minor; ok
+// is false when version does not parse.
+func etcdBefore(version string, major, minor int) (before, ok bool) {
+	var ma, mi int
+	if _, err := fmt.Sscanf(version, "%d.%d", &ma, &mi); err != nil {
+		return false, false
+	}
+	return ma < major || (ma == major && mi < minor), true
 }
 
 // Stop hands this replica's shards over and leaves the cluster, once:
@@ -224,7 +264,10 @@ func (c *Cluster) Stop(ctx context.Context, now bool) {
 }
 
 // Ready is /readyz's cluster part: the replica's etcd lease is confirmed
-// (its validity has not ended), and no other live replica uses its REPLICA_ID.
+// (its validity has not ended), no other live replica uses its REPLICA_ID,
+// and, until it first holds, every shard has an owner in this replica's
+// view and those it holds admit (not in a lock-delay): a write it lets in
+// is admitted or forwarded, not answered 503 shard_unavailable.
 func (c *Cluster) Ready() error {
 	if c.owner == nil {
 		return errors.New("cluster: not started")
@@ -235,6 +278,26 @@ func (c *Cluster) Ready() error {
 	}
 	if !c.owner.Valid() {
 		return fmt.Errorf("cluster: this replica's etcd lease is not confirmed (no keepalive answered within FENCEPROXY_SHARD_TTL %s less its margin): it admits no write", c.opts.ShardTTL)
+	}
+	if c.placed.Load() {
+		return nil
+	}
+	unowned, waiting := 0, 0
+	for n := range c.opts.Shards {
+		if _, ok := c.owner.OwnerOf(n); !ok {
+			unowned++
+		} else if _, held := c.owner.State(n); held {
+			if _, ok := c.owner.MayAdmit(n); !ok {
+				waiting++
+			}
+		}
+	}
+	if unowned > 0 || waiting > 0 {
+		return fmt.Errorf("cluster: joining: %d of %d shards have no owner yet, %d held here wait out the lock-delay (FENCEPROXY_LOCK_DELAY %s)",
+			unowned, c.opts.Shards, waiting, c.opts.LockDelay)
+	}
+	if c.placed.CompareAndSwap(false, true) {
+		c.log.Info("cluster: every shard has an owner; ready", "shards", c.opts.Shards, "owned_here", len(c.owner.Owned()))
 	}
 	return nil
 }

@@ -51,3 +51,20 @@ func TestNewStops(t *testing.T) {
 		ln.Close()
 	}
 }
+
+// etcdBefore reads etcd's Status version: 3.4 is before 3.5, 3.5 and later
+// and 4.0 are not, and what does not parse is reported as such.
+func TestEtcdBefore(t *testing.T) {
+	for _, c := range []struct {
+		version    string
+		before, ok bool
+	}{
+		{"3.4.23", true, true}, {"3.5.0", false, true}, {"3.7.3", false, true},
+		{"2.3.8", true, true}, {"4.0.0", false, true}, {"", false, false}, {"v3.4", false, false},
+	} {
+		before, ok := etcdBefore(c.version, 3, minEtcdMinor)
+		if before != c.before || ok != c.ok {
+			t.Errorf("etcdBefore(%q) = %v, %v; want %v, %v", c.version, before, ok, c.before, c.ok)
+		}
+	}
+}

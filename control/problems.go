@@ -52,8 +52,10 @@ var table = wire.Answers{
 	{Err: errBadForce, Status: http.StatusBadRequest, Reason: wire.ReasonBadRequest, Title: "Bad force parameter", Level: slog.LevelDebug},
 	{Err: errResetInFlight, Status: http.StatusServiceUnavailable, Reason: wire.ReasonDrainTimeout, Title: "Writes still in flight",
 		Retry: true, Level: slog.LevelWarn, Detail: "writes on this resource did not finish within the drain timeout; nothing changed, retry later"},
-	{Err: errNotReady, Status: http.StatusServiceUnavailable, Reason: wire.ReasonUnavailable, Title: "Not ready", Level: slog.LevelWarn,
-		Detail: "shutting down, or the token store is closed, its directory is gone or its disk is below FENCEPROXY_MIN_FREE_SPACE"},
+	// The detail is the cause (shutting down, the store closed, its
+	// directory gone or its disk full, cluster mode joining, the upstream
+	// down): /readyz is where an operator asks why.
+	{Err: errNotReady, Status: http.StatusServiceUnavailable, Reason: wire.ReasonUnavailable, Title: "Not ready", Level: slog.LevelWarn},
 	{Err: ErrShardUnavailable, Status: http.StatusServiceUnavailable, Reason: wire.ReasonShardUnavailable, Title: "Shard unavailable",
 		Retry: true, Level: slog.LevelWarn},
 	{Err: errLeaseStore, Status: http.StatusServiceUnavailable, Reason: wire.ReasonUnavailable, Title: "Lease store unavailable",

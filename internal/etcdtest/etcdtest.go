@@ -113,7 +113,14 @@ func Start(t testing.TB, args ...string) *Cluster {
 // member's command line.
 func StartCluster(t testing.TB, n int, args ...string) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, bin: lookPath(t), token: "etcdtest-" + randomHex(t, 8), args: args}
+	return StartBinary(t, lookPath(t), n, args...)
+}
+
+// StartBinary is StartCluster with the etcd binary at bin, whatever its
+// version: for a test of how fenceproxy meets another etcd release.
+func StartBinary(t testing.TB, bin string, n int, args ...string) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, bin: bin, token: "etcdtest-" + randomHex(t, 8), args: args}
 	// Ports are found by listening on port 0 and closing; another process
 	// may take one meanwhile, so the whole start is tried a few times.
 	var err error
