@@ -3,13 +3,24 @@
 package deploy
 
 import (
+	"cmp"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"maps"
+	"math/big"
 	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +29,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -42,11 +54,13 @@ type manifests struct {
 	policies     []*networkingv1.NetworkPolicy
 	accounts     []*corev1.ServiceAccount
 	budgets      []*policyv1.PodDisruptionBudget
+	secrets      []*corev1.Secret
+	// serviceMonitors are monitoring.coreos.com/v1 ServiceMonitors.
+	serviceMonitors []*unstructured.Unstructured
 }
 
 // build runs kustomize in-process on dir (relative to this package) and decodes
-// every resulting object into its k8s.io/api type, refusing unknown fields and
-// kinds this test does not check.
+// every resulting object into its k8s.io/api type (manifests.add).
 func build(t *testing.T, dir string) *manifests {
 	t.Helper()
 	abs, err := filepath.Abs(dir)
@@ -63,41 +77,68 @@ func build(t *testing.T, dir string) *manifests {
 		if err != nil {
 			t.Fatalf("%s: %v", r.CurId(), err)
 		}
-		var obj any
-		var apiVersion string
-		switch r.GetKind() {
-		case "Deployment":
-			d := &appsv1.Deployment{}
-			m.deployments, obj, apiVersion = append(m.deployments, d), d, "apps/v1"
-		case "StatefulSet":
-			s := &appsv1.StatefulSet{}
-			m.statefulSets, obj, apiVersion = append(m.statefulSets, s), s, "apps/v1"
-		case "Service":
-			s := &corev1.Service{}
-			m.services, obj, apiVersion = append(m.services, s), s, "v1"
-		case "PersistentVolumeClaim":
-			p := &corev1.PersistentVolumeClaim{}
-			m.pvcs, obj, apiVersion = append(m.pvcs, p), p, "v1"
-		case "NetworkPolicy":
-			p := &networkingv1.NetworkPolicy{}
-			m.policies, obj, apiVersion = append(m.policies, p), p, "networking.k8s.io/v1"
-		case "ServiceAccount":
-			a := &corev1.ServiceAccount{}
-			m.accounts, obj, apiVersion = append(m.accounts, a), a, "v1"
-		case "PodDisruptionBudget":
-			b := &policyv1.PodDisruptionBudget{}
-			m.budgets, obj, apiVersion = append(m.budgets, b), b, "policy/v1"
-		default:
-			t.Fatalf("%s: kind %s is not checked by this test; add it here", r.CurId(), r.GetKind())
-		}
-		if got := r.GetApiVersion(); got != apiVersion {
-			t.Fatalf("%s: apiVersion %q, want %q", r.CurId(), got, apiVersion)
-		}
-		if err := yaml.UnmarshalStrict(y, obj); err != nil {
-			t.Fatalf("%s does not decode strictly into %T: %v\n%s", r.CurId(), obj, err, y)
+		if err := m.add(y); err != nil {
+			t.Fatalf("kustomize build %s: %v", dir, err)
 		}
 	}
 	return m
+}
+
+// add decodes one object (YAML) into its k8s.io/api type, refusing unknown
+// fields, an unexpected apiVersion and kinds this test does not check. A
+// ServiceMonitor, a Prometheus Operator kind, is kept unstructured.
+func (m *manifests) add(y []byte) error {
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	}
+	if err := yaml.Unmarshal(y, &head); err != nil {
+		return fmt.Errorf("%v\n%s", err, y)
+	}
+	id := head.Kind + "/" + head.Metadata.Name
+	var obj any
+	var apiVersion string
+	switch head.Kind {
+	case "Deployment":
+		d := &appsv1.Deployment{}
+		m.deployments, obj, apiVersion = append(m.deployments, d), d, "apps/v1"
+	case "StatefulSet":
+		s := &appsv1.StatefulSet{}
+		m.statefulSets, obj, apiVersion = append(m.statefulSets, s), s, "apps/v1"
+	case "Service":
+		s := &corev1.Service{}
+		m.services, obj, apiVersion = append(m.services, s), s, "v1"
+	case "PersistentVolumeClaim":
+		p := &corev1.PersistentVolumeClaim{}
+		m.pvcs, obj, apiVersion = append(m.pvcs, p), p, "v1"
+	case "NetworkPolicy":
+		p := &networkingv1.NetworkPolicy{}
+		m.policies, obj, apiVersion = append(m.policies, p), p, "networking.k8s.io/v1"
+	case "ServiceAccount":
+		a := &corev1.ServiceAccount{}
+		m.accounts, obj, apiVersion = append(m.accounts, a), a, "v1"
+	case "PodDisruptionBudget":
+		b := &policyv1.PodDisruptionBudget{}
+		m.budgets, obj, apiVersion = append(m.budgets, b), b, "policy/v1"
+	case "Secret":
+		s := &corev1.Secret{}
+		m.secrets, obj, apiVersion = append(m.secrets, s), s, "v1"
+	case "ServiceMonitor":
+		u := &unstructured.Unstructured{}
+		m.serviceMonitors, obj, apiVersion = append(m.serviceMonitors, u), &u.Object, "monitoring.coreos.com/v1"
+	default:
+		return fmt.Errorf("%s: kind %s is not checked by this test; add it here", id, head.Kind)
+	}
+	if head.APIVersion != apiVersion {
+		return fmt.Errorf("%s: apiVersion %q, want %q", id, head.APIVersion, apiVersion)
+	}
+	if err := yaml.UnmarshalStrict(y, obj); err != nil {
+		return fmt.Errorf("%s does not decode strictly into %T: %v\n%s", id, obj, err, y)
+	}
+	return nil
 }
 
 // knownVariables lists the FENCEPROXY_* variables from config.Config's env tags.
@@ -214,6 +255,9 @@ type proxyConfig struct {
 	// credentialsFile is FENCEPROXY_S3_CREDENTIALS_FILE as the pod sees it
 	// (parsing reads credentialsStandIn in its place).
 	credentialsFile string
+	// files are the variables of fileStandIns that the pod sets, with the
+	// path each names in the pod (parsing reads a stand-in in its place).
+	files map[string]string
 	// environ is what config.Parse read: the literal values with $(VAR)
 	// references expanded, and stand-ins for the downward API and for the
 	// Secret values of cluster mode.
@@ -228,6 +272,73 @@ type proxyConfig struct {
 // place of the pod's FENCEPROXY_S3_CREDENTIALS_FILE, which exists only in the
 // pod (a Secret volume).
 const credentialsStandIn = "testdata/s3-credentials.yaml"
+
+// fileStandIns are the variables naming a file that the pod reads from a
+// Secret volume, each with the kind of stand-in config.Parse reads in its
+// place: the S3 credentials, or a certificate or key made by tlsStandIns.
+var fileStandIns = map[string]string{
+	config.Prefix + "S3_CREDENTIALS_FILE":   "credentials",
+	config.Prefix + "TLS_CERT_FILE":         "cert",
+	config.Prefix + "TLS_KEY_FILE":          "key",
+	config.Prefix + "CONTROL_TLS_CERT_FILE": "cert",
+	config.Prefix + "CONTROL_TLS_KEY_FILE":  "key",
+	config.Prefix + "ETCD_CA_FILE":          "cert",
+	config.Prefix + "ETCD_CERT_FILE":        "cert",
+	config.Prefix + "ETCD_KEY_FILE":         "key",
+}
+
+// tlsStandIns writes, once per test binary, a self-signed certificate (its
+// own CA) and its key into a temporary directory that TestMain removes.
+var tlsStandIns = sync.OnceValues(func() (map[string]string, error) {
+	dir, err := os.MkdirTemp("", "fenceproxy-deploy-test-")
+	if err != nil {
+		return nil, err
+	}
+	standInDir = dir
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "fenceproxy stand-in"},
+		DNSNames:              []string{"fenceproxy"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]string{"cert": filepath.Join(dir, "tls.crt"), "key": filepath.Join(dir, "tls.key")}
+	if err := os.WriteFile(files["cert"], pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(files["key"], pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return nil, err
+	}
+	files["credentials"] = credentialsStandIn
+	return files, nil
+})
+
+// standInDir is tlsStandIns' directory, once made.
+var standInDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if standInDir != "" {
+		os.RemoveAll(standInDir)
+	}
+	os.Exit(code)
+}
 
 func proxyOf(w workload, known map[string]bool) proxyConfig {
 	var pc proxyConfig
@@ -278,9 +389,22 @@ func proxyOf(w workload, known map[string]bool) proxyConfig {
 	}
 	pc.environ = environ
 	pc.cluster = environ[config.Prefix+"STORE"] == "etcd"
-	if f, ok := environ[config.Prefix+"S3_CREDENTIALS_FILE"]; ok && f != "" {
-		pc.credentialsFile = f
-		environ[config.Prefix+"S3_CREDENTIALS_FILE"] = credentialsStandIn
+	pc.credentialsFile = environ[config.Prefix+"S3_CREDENTIALS_FILE"]
+	for name, kind := range fileStandIns {
+		f, ok := environ[name]
+		if !ok || f == "" {
+			continue
+		}
+		standIns, err := tlsStandIns()
+		if err != nil {
+			pc.configurationProblems = append(pc.configurationProblems, "making the stand-in files: "+err.Error())
+			return pc
+		}
+		if pc.files == nil {
+			pc.files = map[string]string{}
+		}
+		pc.files[name] = f
+		environ[name] = standIns[kind]
 	}
 	cfg, warnings, err := config.Parse(environ)
 	if err != nil {
@@ -508,8 +632,8 @@ func (m *manifests) problems(known map[string]bool) []string {
 				add(w.id, "%s path %q, want %s", pr.kind, pr.probe.HTTPGet.Path, pr.path)
 			case containerPort(c, pr.probe.HTTPGet.Port) != pc.ctrlPort:
 				add(w.id, "%s %s port %s is not the control port %d", pr.kind, pr.path, pr.probe.HTTPGet.Port.String(), pc.ctrlPort)
-			case pr.probe.HTTPGet.Scheme != "" && pr.probe.HTTPGet.Scheme != corev1.URISchemeHTTP:
-				add(w.id, "%s scheme %s: the control listener speaks plain HTTP", pr.kind, pr.probe.HTTPGet.Scheme)
+			case schemeOf(pr.probe.HTTPGet.Scheme) != controlScheme(pc):
+				add(w.id, "%s scheme %s: the control listener speaks %s", pr.kind, schemeOf(pr.probe.HTTPGet.Scheme), controlScheme(pc))
 			}
 		}
 
@@ -545,6 +669,11 @@ func (m *manifests) problems(known map[string]bool) []string {
 			}
 		}
 
+		for _, name := range slices.Sorted(maps.Keys(pc.files)) {
+			for _, p := range secretFileProblems(spec, c, name, pc.files[name]) {
+				add(w.id, "%s", p)
+			}
+		}
 		if pc.cfg.S3 == "resign" {
 			for _, p := range m.resignProblems(spec, pc) {
 				add(w.id, "%s", p)
@@ -696,8 +825,118 @@ func (m *manifests) problems(known map[string]bool) []string {
 		}
 	}
 	out = append(out, m.policyProblems(ws, proxies)...)
+	out = append(out, m.secretKeyProblems(ws)...)
+	out = append(out, m.serviceMonitorProblems(ws, proxies)...)
 	slices.Sort(out)
 	return out
+}
+
+// secretKeyProblems checks the secretKeyRefs of every container that name a
+// Secret of this build: the key is in it.
+func (m *manifests) secretKeyProblems(ws []workload) []string {
+	var out []string
+	for _, w := range ws {
+		spec := &w.tmpl.Spec
+		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+			for _, e := range c.Env {
+				if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+					continue
+				}
+				ref := e.ValueFrom.SecretKeyRef
+				for _, s := range m.secrets {
+					_, inData := s.Data[ref.Key]
+					_, inString := s.StringData[ref.Key]
+					if s.Name == ref.Name && !inData && !inString {
+						out = append(out, fmt.Sprintf("%s: container %s: %s names key %s of Secret/%s, which has no such key", w.id, c.Name, e.Name, ref.Key, s.Name))
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// serviceMonitorProblems checks each ServiceMonitor: it selects Services of
+// this build that expose only a control listener, and scrapes /metrics on
+// their control port in the scheme that listener speaks.
+func (m *manifests) serviceMonitorProblems(ws []workload, proxies map[string]proxyConfig) []string {
+	var out []string
+	for _, sm := range m.serviceMonitors {
+		add := func(format string, args ...any) {
+			out = append(out, "ServiceMonitor/"+sm.GetName()+": "+fmt.Sprintf(format, args...))
+		}
+		if ns, found, _ := unstructured.NestedFieldNoCopy(sm.Object, "spec", "namespaceSelector"); found && ns != nil {
+			add("namespaceSelector %v: the Services are in the ServiceMonitor's own namespace", ns)
+		}
+		matchLabels, _, err := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+		if err != nil || len(matchLabels) == 0 {
+			add("spec.selector.matchLabels must select the control Service (%v)", err)
+			continue
+		}
+		var selected []*corev1.Service
+		for _, s := range m.services {
+			if labels.SelectorFromSet(matchLabels).Matches(labels.Set(s.Labels)) {
+				selected = append(selected, s)
+			}
+		}
+		if len(selected) == 0 {
+			add("selects no Service of this build")
+		}
+		endpoints, _, err := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+		if err != nil || len(endpoints) == 0 {
+			add("no endpoints")
+		}
+		for _, s := range selected {
+			var pc proxyConfig
+			for _, w := range ws {
+				if len(s.Spec.Selector) > 0 && labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(w.tmpl.Labels)) {
+					pc = proxies[w.id]
+				}
+			}
+			if pc.c == nil || pc.listenPort == 0 {
+				add("Service %s selects no checked workload", s.Name)
+				continue
+			}
+			for _, p := range s.Spec.Ports {
+				if containerPort(pc.c, p.TargetPort) != pc.ctrlPort {
+					add("selects Service %s, whose port %s is not the control listener: Prometheus would scrape it too", s.Name, p.Name)
+				}
+			}
+			for i, ep := range endpoints {
+				e, _ := ep.(map[string]any)
+				port, _ := e["port"].(string)
+				path, _ := e["path"].(string)
+				scheme, _ := e["scheme"].(string)
+				if !slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == port && port != "" }) {
+					add("endpoint %d: port %q is not a port name of Service %s", i, port, s.Name)
+				}
+				if path != "/metrics" {
+					add("endpoint %d: path %q, want /metrics", i, path)
+				}
+				if want := strings.ToLower(string(controlScheme(pc))); strings.ToLower(cmp.Or(scheme, "http")) != want {
+					add("endpoint %d: scheme %q, but the control listener speaks %s", i, scheme, want)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// schemeOf is a probe's scheme, HTTP when unset.
+func schemeOf(s corev1.URIScheme) corev1.URIScheme {
+	if s == "" {
+		return corev1.URISchemeHTTP
+	}
+	return s
+}
+
+// controlScheme is what the control listener speaks: HTTPS with
+// FENCEPROXY_CONTROL_TLS_CERT_FILE, else plain HTTP.
+func controlScheme(pc proxyConfig) corev1.URIScheme {
+	if pc.cfg.ControlTLSCertFile != "" {
+		return corev1.URISchemeHTTPS
+	}
+	return corev1.URISchemeHTTP
 }
 
 // secretVariables are the variables whose values are secrets.
@@ -814,23 +1053,34 @@ func (m *manifests) clusterProblems(w workload, pc proxyConfig) []string {
 
 // resignProblems checks S3 gateway mode (FENCEPROXY_S3=resign): the store is
 // reached over HTTPS (the proxy sends the store's signatures and every body);
-// the workers' credentials file is on a read-only Secret volume mounted as a
-// directory (a subPath mount never sees the Secret's updates, so a revoked key
-// would stay valid until a restart); the pod runs as a ServiceAccount of the
-// build (the store's credentials: IRSA, Pod Identity).
+// the pod runs as a ServiceAccount of the build (the store's credentials:
+// IRSA, Pod Identity). The workers' credentials file is checked with the
+// other files from Secrets (secretFileProblems).
 func (m *manifests) resignProblems(spec *corev1.PodSpec, pc proxyConfig) []string {
 	var out []string
 	if pc.cfg.Upstream.Scheme != "https" {
 		out = append(out, fmt.Sprintf("S3 resign mode: FENCEPROXY_UPSTREAM %s is not https (the store's signatures and bodies would cross the network in clear)", pc.cfg.Upstream))
 	}
-	file := filepath.Clean(pc.credentialsFile)
+	if spec.ServiceAccountName == "" || !slices.ContainsFunc(m.accounts, func(a *corev1.ServiceAccount) bool { return a.Name == spec.ServiceAccountName }) {
+		out = append(out, fmt.Sprintf("S3 resign mode: serviceAccountName %q must name a ServiceAccount of this build (the store's credentials: IRSA, Pod Identity)", spec.ServiceAccountName))
+	}
+	return out
+}
+
+// secretFileProblems checks a file the pod reads (a variable of
+// fileStandIns): it is inside a directory mounted read-only from a Secret
+// that is not optional, and not mounted with subPath (such a mount never sees
+// the Secret's updates: a removed S3 key would stay valid, a renewed
+// certificate unseen, until a restart).
+func secretFileProblems(spec *corev1.PodSpec, c *corev1.Container, variable, file string) []string {
+	file = filepath.Clean(file)
 	var mount *corev1.VolumeMount
-	for i, vm := range pc.c.VolumeMounts {
+	for i, vm := range c.VolumeMounts {
 		rel, err := filepath.Rel(filepath.Clean(vm.MountPath), file)
 		inside := err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
 		fileMount := err == nil && rel == "." && (vm.SubPath != "" || vm.SubPathExpr != "")
 		if inside || fileMount {
-			mount = &pc.c.VolumeMounts[i]
+			mount = &c.VolumeMounts[i]
 		}
 	}
 	var secret *corev1.SecretVolumeSource
@@ -843,20 +1093,17 @@ func (m *manifests) resignProblems(spec *corev1.PodSpec, pc proxyConfig) []strin
 	}
 	switch {
 	case mount == nil:
-		out = append(out, fmt.Sprintf("FENCEPROXY_S3_CREDENTIALS_FILE %s is not inside a mounted volume", file))
+		return []string{fmt.Sprintf("%s %s is not inside a mounted volume", variable, file)}
 	case secret == nil:
-		out = append(out, fmt.Sprintf("FENCEPROXY_S3_CREDENTIALS_FILE's volume %s is not a Secret", mount.Name))
+		return []string{fmt.Sprintf("%s's volume %s is not a Secret", variable, mount.Name)}
 	case mount.SubPath != "" || mount.SubPathExpr != "":
-		out = append(out, fmt.Sprintf("FENCEPROXY_S3_CREDENTIALS_FILE's volume %s is mounted with a subPath, which never sees the Secret's updates (a removed key would stay valid)", mount.Name))
+		return []string{fmt.Sprintf("%s's volume %s is mounted with a subPath, which never sees the Secret's updates (a removed key would stay valid)", variable, mount.Name)}
 	case !mount.ReadOnly:
-		out = append(out, fmt.Sprintf("FENCEPROXY_S3_CREDENTIALS_FILE's volume %s must be mounted readOnly", mount.Name))
+		return []string{fmt.Sprintf("%s's volume %s must be mounted readOnly", variable, mount.Name)}
 	case secret.Optional != nil && *secret.Optional:
-		out = append(out, fmt.Sprintf("the Secret %s of FENCEPROXY_S3_CREDENTIALS_FILE must not be optional (the pod would start without worker keys)", secret.SecretName))
+		return []string{fmt.Sprintf("the Secret %s of %s must not be optional (the pod would start without it)", secret.SecretName, variable)}
 	}
-	if spec.ServiceAccountName == "" || !slices.ContainsFunc(m.accounts, func(a *corev1.ServiceAccount) bool { return a.Name == spec.ServiceAccountName }) {
-		out = append(out, fmt.Sprintf("S3 resign mode: serviceAccountName %q must name a ServiceAccount of this build (the store's credentials: IRSA, Pod Identity)", spec.ServiceAccountName))
-	}
-	return out
+	return nil
 }
 
 // Labels of the NetworkPolicies' peers (deploy/k8s/README.md, "NetworkPolicy").
