@@ -35,6 +35,7 @@ const (
 	attrPath           = attribute.Key("url.path")
 	attrScheme         = attribute.Key("url.scheme")
 	attrServerAddress  = attribute.Key("server.address")
+	attrServerPort     = attribute.Key("server.port")
 	attrErrorType      = attribute.Key("error.type")
 	attrBodyIn         = attribute.Key("http.request.body.size")
 	attrBodyOut        = attribute.Key("http.response.body.size")
@@ -144,7 +145,10 @@ func (t tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	name, method := spanMethod(r.Method)
 	ctx, span := t.tracer.Start(r.Context(), name, trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
-		span.SetAttributes(attrMethod.String(method), attrServerAddress.String(r.URL.Host))
+		span.SetAttributes(attrMethod.String(method), attrServerAddress.String(r.URL.Hostname()))
+		if port, err := strconv.Atoi(r.URL.Port()); err == nil {
+			span.SetAttributes(attrServerPort.Int(port))
+		}
 	}
 	if !signsTraceContext(r) {
 		// r is ReverseProxy's outbound copy: its header map is its own.

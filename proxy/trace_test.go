@@ -2,12 +2,14 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -88,6 +90,19 @@ func checkAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want map[string]any, abse
 	}
 }
 
+// ended waits until rec holds servers server spans and clients client
+// spans, at most 10s: a server span ends once the handler returned, which
+// may be after the client read its answer, and signals nothing a test can
+// wait on.
+func ended(t *testing.T, rec *tracetest.SpanRecorder, servers, clients int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if len(byKind(rec, trace.SpanKindServer)) >= servers && len(byKind(rec, trace.SpanKindClient)) >= clients {
+			return
+		}
+	}
+}
+
 // byKind returns the ended spans of kind, in the order they ended.
 func byKind(rec *tracetest.SpanRecorder, kind trace.SpanKind) []sdktrace.ReadOnlySpan {
 	var out []sdktrace.ReadOnlySpan
@@ -145,6 +160,7 @@ func TestTracingSpans(t *testing.T) {
 	if status := send(t, srv.URL, http.MethodPut, "/bkt/a", "data", "6", "Traceparent", clientParent); status != http.StatusCreated {
 		t.Fatalf("PUT token 6: %d, want 201", status)
 	}
+	ended(t, rec, 1, 1)
 	servers, clients := byKind(rec, trace.SpanKindServer), byKind(rec, trace.SpanKindClient)
 	if len(servers) != 1 || len(clients) != 1 {
 		t.Fatalf("%d server and %d client spans, want 1 and 1", len(servers), len(clients))
@@ -165,7 +181,10 @@ func TestTracingSpans(t *testing.T) {
 	if cliSpan.Name() != "PUT" || cliSpan.Parent().SpanID() != srvSpan.SpanContext().SpanID() {
 		t.Errorf("client span %q, parent %s; want PUT below the server span %s", cliSpan.Name(), cliSpan.Parent().SpanID(), srvSpan.SpanContext().SpanID())
 	}
-	checkAttrs(t, cliSpan, map[string]any{"http.request.method": "PUT", "http.response.status_code": int64(201)})
+	checkAttrs(t, cliSpan, map[string]any{"http.request.method": "PUT", "http.response.status_code": int64(201), "server.address": "127.0.0.1"})
+	if port := spanAttrs(cliSpan)["server.port"].AsInt64(); !strings.HasSuffix(url, fmt.Sprintf(":%d", port)) {
+		t.Errorf("client span: server.port %d, want the backend's (%s)", port, url)
+	}
 	want := "00-" + clientTrace + "-" + cliSpan.SpanContext().SpanID().String() + "-01"
 	if got := backend.traceparent("/bkt/a"); len(got) != 1 || got[0] != want {
 		t.Errorf("the backend got traceparent %q, want %q (the client span's)", got, want)
@@ -176,6 +195,7 @@ func TestTracingSpans(t *testing.T) {
 	if status := send(t, srv.URL, http.MethodPut, "/bkt/a", "data", "5"); status != http.StatusConflict {
 		t.Fatalf("PUT token 5: %d, want 409", status)
 	}
+	ended(t, rec, 1, 0)
 	if servers, clients = byKind(rec, trace.SpanKindServer), byKind(rec, trace.SpanKindClient); len(servers) != 1 || len(clients) != 0 {
 		t.Fatalf("stale write: %d server and %d client spans, want 1 and 0", len(servers), len(clients))
 	}
@@ -191,6 +211,7 @@ func TestTracingSpans(t *testing.T) {
 	if status := send(t, srv.URL, http.MethodGet, "/fail?X-Amz-Signature=s3cret", "", ""); status != http.StatusServiceUnavailable {
 		t.Fatalf("GET /fail: %d, want 503", status)
 	}
+	ended(t, rec, 1, 1)
 	servers, clients = byKind(rec, trace.SpanKindServer), byKind(rec, trace.SpanKindClient)
 	if len(servers) != 1 || len(clients) != 1 {
 		t.Fatalf("read: %d server and %d client spans, want 1 and 1", len(servers), len(clients))
@@ -207,6 +228,7 @@ func TestTracingSpans(t *testing.T) {
 	// A method HTTP does not define: named HTTP, so that clients cannot make names up.
 	rec.Reset()
 	send(t, srv.URL, "FROB", "/bkt/b", "", "1")
+	ended(t, rec, 1, 1)
 	if servers = byKind(rec, trace.SpanKindServer); len(servers) != 1 || servers[0].Name() != "HTTP" {
 		t.Fatalf("FROB: server spans %v, want one named HTTP", servers)
 	}
@@ -236,6 +258,7 @@ func TestTracingSignedTraceparentKept(t *testing.T) {
 	rec.Reset()
 	send(t, srv.URL, http.MethodPut, "/bkt/unsigned", "data", "1", "Traceparent", clientParent,
 		"Authorization", strings.Replace(auth, "%s", "content-type", 1))
+	ended(t, rec, 1, 1)
 	clients := byKind(rec, trace.SpanKindClient)
 	if len(clients) != 1 {
 		t.Fatalf("%d client spans, want 1", len(clients))
@@ -290,6 +313,7 @@ func TestTracingToOwner(t *testing.T) {
 	if status := send(t, srv.URL, http.MethodPut, "/remote/a", "data", "3", "Traceparent", clientParent); status != http.StatusCreated {
 		t.Fatalf("PUT to the owner: %d, want 201", status)
 	}
+	ended(t, rec, 1, 1)
 	servers, clients := byKind(rec, trace.SpanKindServer), byKind(rec, trace.SpanKindClient)
 	if len(servers) != 1 || len(clients) != 1 {
 		t.Fatalf("%d server and %d client spans, want 1 and 1", len(servers), len(clients))
@@ -308,6 +332,7 @@ func TestTracingToOwner(t *testing.T) {
 	if status := send(t, srv.URL, http.MethodPut, "/local/a", "data", "3", "Traceparent", clientParent); status != http.StatusCreated {
 		t.Fatalf("PUT owned here: %d, want 201", status)
 	}
+	ended(t, rec, 1, 1)
 	servers, clients = byKind(rec, trace.SpanKindServer), byKind(rec, trace.SpanKindClient)
 	if len(servers) != 1 || len(clients) != 1 || clients[0].Parent().SpanID() != servers[0].SpanContext().SpanID() ||
 		clients[0].SpanContext().TraceID().String() != clientTrace {
