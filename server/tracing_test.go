@@ -14,12 +14,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fenceproxy/fenceproxy/client"
+	"github.com/fenceproxy/fenceproxy/internal/s3backend"
 	"github.com/fenceproxy/fenceproxy/internal/servertest"
 )
 
@@ -408,4 +415,98 @@ func TestTracingOTLPGRPC(t *testing.T) {
 	if !in.Logs.Contains(`"otlp_protocol":"grpc"`) {
 		t.Errorf("no start-up line on tracing over grpc:\n%s", in.Logs)
 	}
+}
+
+// signTraceparent is an S3 client option that sets the client's
+// traceparent in the Build step, before the SDK signs: its SigV4
+// signature then covers the header.
+func signTraceparent(o *s3.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+		return stack.Build.Add(middleware.BuildMiddlewareFunc("Traceparent",
+			func(ctx context.Context, in middleware.BuildInput, next middleware.BuildHandler) (middleware.BuildOutput, middleware.Metadata, error) {
+				if req, ok := in.Request.(*smithyhttp.Request); ok {
+					req.Header.Set("Traceparent", incomingParent)
+				}
+				return next.HandleBuild(ctx, in)
+			}), middleware.After)
+	})
+}
+
+// Tracing against a store that verifies signatures (versitygw), in S3
+// pass mode (the worker's signature reaches the store) and gateway mode
+// (the proxy signs): the traceparent the proxy adds is not signed, which
+// SigV4 allows, and one the worker signed is kept as it is, so every write
+// verifies at the store, each in its trace.
+func TestTracingS3Signatures(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	checkTraces := func(t *testing.T, coll *collector) {
+		t.Helper()
+		_, spans := coll.got(t)
+		servers, clients := spansOf(spans, tracepb.Span_SPAN_KIND_SERVER), spansOf(spans, tracepb.Span_SPAN_KIND_CLIENT)
+		if len(servers) != 2 || len(clients) != 2 {
+			t.Fatalf("the collector got %d server and %d client spans, want 2 and 2", len(servers), len(clients))
+		}
+		inTrace := 0
+		for _, s := range servers {
+			checkSpan(t, "write", s, map[string]string{"fenceproxy.decision": "admitted", "http.response.status_code": "200"})
+			if op := attrMap(s.Attributes)["fenceproxy.s3_op"]; !strings.HasPrefix(op, "PutObject") {
+				t.Errorf("write: fenceproxy.s3_op = %q, want PutObject", op)
+			}
+			if hex.EncodeToString(s.TraceId) == incomingTrace {
+				inTrace++
+			}
+		}
+		if inTrace != 1 {
+			t.Errorf("%d server spans in the worker's trace, want 1 (the write that sent it)", inTrace)
+		}
+		for _, c := range clients {
+			checkSpan(t, "the store's call", c, map[string]string{"http.response.status_code": "200"})
+		}
+	}
+
+	t.Run("pass", func(t *testing.T) {
+		coll := newHTTPCollector(t)
+		backend := s3backend.Start(t)
+		backend.CreateBucket(t, "jobs")
+		in := servertest.Start(t, map[string]string{"FENCEPROXY_UPSTREAM": backend.URL, "FENCEPROXY_DATA_DIR": t.TempDir(),
+			"FENCEPROXY_S3": "pass", "FENCEPROXY_S3_DOMAINS": "127.0.0.1", "FENCEPROXY_TRACING": "true"})
+		for i, c := range []*s3.Client{
+			s3.New(backend.Options(in.ProxyURL()), client.S3Fencing(client.ContextToken)),
+			s3.New(backend.Options(in.ProxyURL()), client.S3Fencing(client.ContextToken), signTraceparent),
+		} {
+			key := "a/" + strconv.Itoa(i)
+			if _, err := c.PutObject(client.WithToken(ctx, 5), &s3.PutObjectInput{Bucket: aws.String("jobs"), Key: aws.String(key),
+				Body: strings.NewReader("data")}); err != nil {
+				t.Fatalf("PutObject %s (traceparent signed: %v): %v", key, i == 1, err)
+			}
+		}
+		if err := in.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkTraces(t, coll)
+	})
+
+	t.Run("gateway", func(t *testing.T) {
+		coll := newHTTPCollector(t)
+		g := startGateway(t, map[string]string{"FENCEPROXY_TRACING": "true"})
+		for i, signed := range []bool{false, true} {
+			opts := []func(*s3.Options){client.S3Fencing(client.ContextToken)}
+			if signed {
+				opts = append(opts, signTraceparent)
+			}
+			c := s3.New(s3.Options{Region: s3backend.Region, BaseEndpoint: aws.String("https://" + g.in.Proxy), UsePathStyle: true,
+				Credentials: credentials.NewStaticCredentialsProvider("worker1", gwSecret1, ""), Retryer: aws.NopRetryer{},
+				HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: g.pool}}}, opts...)
+			key := "w1/" + strconv.Itoa(i)
+			if _, err := c.PutObject(client.WithToken(ctx, 5), &s3.PutObjectInput{Bucket: aws.String("jobs"), Key: aws.String(key),
+				Body: strings.NewReader("data")}); err != nil {
+				t.Fatalf("PutObject %s through the gateway (traceparent signed: %v): %v", key, signed, err)
+			}
+		}
+		if err := g.in.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkTraces(t, coll)
+	})
 }
