@@ -293,7 +293,7 @@ func (c *Cluster) Ready() error {
 		}
 	}
 	if unowned > 0 || waiting > 0 {
-		return fmt.Errorf("cluster: joining: %d of %d shards have no owner yet, %d held here wait out the lock-delay (FENCEPROXY_LOCK_DELAY %s)",
+		return fmt.Errorf("cluster: joining: %d of %d shards have no owner yet; of the shards this replica took, %d are in their lock-delay (FENCEPROXY_LOCK_DELAY %s, waited only after an unclean handover)",
 			unowned, c.opts.Shards, waiting, c.opts.LockDelay)
 	}
 	if c.placed.CompareAndSwap(false, true) {

@@ -237,6 +237,11 @@ type Config struct {
 	// AccessLog logs one line per request on the proxy listener, at info
 	// (proxy.Settings.AccessLog), so it needs LogLevel info or debug.
 	AccessLog bool `env:"ACCESS_LOG" envDefault:"false" help:"true: one JSON line per request on the proxy listener, with the other logs on stderr, marked log=access (method, path, resources, token, decision, status, upstream status, bytes in and out, duration, remote address); at info, so LOG_LEVEL must be info or debug; false: none"`
+
+	// Tracing turns on OpenTelemetry tracing (proxy.Options.Tracer): a
+	// span per request on the proxy listener, exported by OTLP as the
+	// standard OTEL_* variables configure it (TracingExport).
+	Tracing bool `env:"TRACING" envDefault:"false" help:"true: OpenTelemetry tracing, a server span per request on the proxy listener (method, path, decision, reason, resource, token, status) and a client span around the call to the backend, whose W3C traceparent the backend gets; an incoming traceparent is the parent; spans go by OTLP as the standard variables say: OTEL_EXPORTER_OTLP_ENDPOINT or _TRACES_ENDPOINT (default http://localhost:4318), OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf, the default, or grpc), OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME (default fenceproxy), OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and _ARG; OTEL_TRACES_EXPORTER, if set, must be otlp; false: none, and no cost"`
 }
 
 // mayBeEmpty lists variables for which set-but-empty means unset.
@@ -308,6 +313,14 @@ func Parse(environ map[string]string) (Config, []string, error) {
 		for _, e := range verr.(interface{ Unwrap() []error }).Unwrap() {
 			name, _, _ := strings.Cut(e.Error(), ":")
 			if !mentionsAny(e.Error(), name, unreadable) {
+				report(name, e)
+			}
+		}
+	}
+	if cfg.Tracing {
+		if _, terrs := TracingExport(environ); terrs != nil {
+			for _, e := range terrs {
+				name, _, _ := strings.Cut(e.Error(), ":")
 				report(name, e)
 			}
 		}

@@ -80,6 +80,7 @@ func TestParseDefaults(t *testing.T) {
 		{"AdminToken", cfg.AdminToken, ""},
 		{"LogLevel", cfg.LogLevel, slog.LevelInfo},
 		{"AccessLog", cfg.AccessLog, false},
+		{"Tracing", cfg.Tracing, false},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {
@@ -387,6 +388,24 @@ func TestParse(t *testing.T) {
 			wantErr: []string{"FENCEPROXY_ACCESS_LOG: true needs FENCEPROXY_LOG_LEVEL info or debug (it is warn)"}, notErr: []string{"FENCEPROXY_LOG_LEVEL:"}},
 		{name: "ACCESS_LOG off at error", env: with("FENCEPROXY_ACCESS_LOG", "false", "FENCEPROXY_LOG_LEVEL", "error")},
 		{name: "ACCESS_LOG not a bool", env: with("FENCEPROXY_ACCESS_LOG", "yes please"), wantErr: []string{"FENCEPROXY_ACCESS_LOG"}},
+		{name: "TRACING on", env: with("FENCEPROXY_TRACING", "true"),
+			check: func(t *testing.T, cfg Config, _ []string) {
+				if !cfg.Tracing {
+					t.Errorf("Tracing = false, want true")
+				}
+			}},
+		{name: "TRACING on with the standard variables", env: with("FENCEPROXY_TRACING", "true", "OTEL_TRACES_EXPORTER", "otlp",
+			"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")},
+		{name: "TRACING not a bool", env: with("FENCEPROXY_TRACING", "on"), wantErr: []string{"FENCEPROXY_TRACING"}},
+		// Every bad OTEL_* variable named in one run, each once.
+		{name: "TRACING on with bad OTEL variables", env: with("FENCEPROXY_TRACING", "true", "OTEL_TRACES_EXPORTER", "zipkin",
+			"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc",
+			"OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"),
+			wantErr: []string{`OTEL_TRACES_EXPORTER: "zipkin"`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json"`,
+				`OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318"`},
+			notErr: []string{"OTEL_EXPORTER_OTLP_PROTOCOL:", "FENCEPROXY_TRACING:"}},
+		// Off, the OTEL_* variables are another program's business.
+		{name: "TRACING off ignores OTEL variables", env: with("OTEL_TRACES_EXPORTER", "zipkin", "OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")},
 		{name: "ADMIN_TOKEN set but empty is fine", env: with("FENCEPROXY_ADMIN_TOKEN", ""),
 			check: func(t *testing.T, cfg Config, _ []string) {
 				if cfg.AdminToken != "" {
@@ -914,6 +933,28 @@ func TestSettings(t *testing.T) {
 		credential := strings.HasSuffix(name, "_TOKEN") && name != "REQUIRE_TOKEN" || strings.Contains(name, "SECRET") || strings.Contains(name, "PASSWORD") || name == "TOKEN_KEY"
 		if credential != s.Secret {
 			t.Errorf("%s: Secret = %v, want %v", s.Var, s.Secret, credential)
+		}
+	}
+}
+
+// TracingExport: the protocol and endpoint in effect, the signal's own
+// variables before the general ones, the SDK's defaults otherwise.
+func TestTracingExport(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want OTLP
+	}{
+		{nil, OTLP{Protocol: OTLPHTTP, Endpoint: "http://localhost:4318"}},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, OTLP{Protocol: OTLPGRPC, Endpoint: "http://localhost:4317"}},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+			"OTEL_EXPORTER_OTLP_ENDPOINT": "https://c:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:4318/v1/traces"},
+			OTLP{Protocol: OTLPHTTP, Endpoint: "http://t:4318/v1/traces"}},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://user:pw@c:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ""},
+			OTLP{Protocol: OTLPHTTP, Endpoint: "https://user:xxxxx@c:4318"}},
+	} {
+		got, errs := TracingExport(tc.env)
+		if errs != nil || got != tc.want {
+			t.Errorf("TracingExport(%v) = %+v, %v; want %+v", tc.env, got, errs, tc.want)
 		}
 	}
 }

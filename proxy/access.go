@@ -34,10 +34,12 @@ const (
 	logResources = 8 // names listed of a write with more (a DeleteObjects has up to 1,000)
 )
 
-// answered counts the request in the metrics of method and status class
-// and, with Settings.AccessLog, logs it. An exchange the handler aborted
-// (http.ErrAbortHandler: a client gone, a backend that broke off its
-// answer) before any status is counted as 499, as the proxy logs it.
+// answered counts the request in the metrics of method and status class,
+// with Settings.AccessLog logs it, and with Options.Tracer ends its span,
+// the line and the span with the same fields (outcome). An exchange the
+// handler aborted (http.ErrAbortHandler: a client gone, a backend that
+// broke off its answer) before any status is counted as 499, as the proxy
+// logs it.
 func (p *Proxy) answered(ex *exchange, start time.Time) {
 	d := time.Since(start)
 	status := ex.rw.status
@@ -47,11 +49,39 @@ func (p *Proxy) answered(ex *exchange, start time.Time) {
 			status = 499
 		}
 	}
-	// The line before the count: a test that waits for the count sees the line.
-	if p.opts.AccessLog && p.log.Enabled(ex.client, slog.LevelInfo) {
-		p.accessLog(ex, status, d)
+	logged := p.opts.AccessLog && p.log.Enabled(ex.client, slog.LevelInfo)
+	if logged || ex.span != nil {
+		o := ex.outcome(status)
+		// The line and the span before the count: a test that waits for
+		// the count sees the line, and the span in the exporter's queue.
+		if logged {
+			p.accessLog(ex, o, d)
+		}
+		if ex.span != nil {
+			p.endSpan(ex, o)
+		}
 	}
 	p.opts.Metrics.answered(ex.r.Method, status, d)
+}
+
+// outcome is what an exchange came to, as its access line and its span
+// tell it.
+type outcome struct {
+	status   int    // the status sent; 499 when the exchange was aborted before one
+	upstream int    // the backend's status when it answered, 0 otherwise
+	reason   string // the answer's Fencing-Refused, or observe mode's reason; "" when none
+}
+
+// outcome is the exchange's outcome, status the status sent.
+func (ex *exchange) outcome(status int) outcome {
+	o := outcome{status: status, reason: ex.reason}
+	if o.reason == "" {
+		o.reason = ex.rw.Header().Get(wire.HeaderRefused)
+	}
+	if ex.forwarded && !ex.rw.failed && ex.rw.status != 0 {
+		o.upstream = ex.rw.status
+	}
+	return o
 }
 
 // accessLog writes the request's access log line: one record at info,
@@ -86,7 +116,9 @@ func (p *Proxy) answered(ex *exchange, start time.Time) {
 //	[key_id]             S3 gateway mode: the verified access key id
 //	[aborted]            true: the handler aborted the exchange (no answer,
 //	                     or one cut short)
-func (p *Proxy) accessLog(ex *exchange, status int, d time.Duration) {
+//	[trace_id]           with tracing on, the request's trace (the client's
+//	                     own when it sent a traceparent)
+func (p *Proxy) accessLog(ex *exchange, o outcome, d time.Duration) {
 	r := ex.r
 	var buf [24]slog.Attr // one allocation of the record's overflow at most
 	a := append(buf[:0], slog.String("log", "access"), slog.String("method", clip(r.Method, logMethodMax)),
@@ -112,21 +144,16 @@ func (p *Proxy) accessLog(ex *exchange, status int, d time.Duration) {
 		a = append(a, slog.String("token", ex.tokenText))
 	}
 	a = append(a, slog.String("decision", decisionNames[ex.decision]))
-	h := ex.rw.Header()
-	reason := ex.reason
-	if reason == "" {
-		reason = h.Get(wire.HeaderRefused)
+	if o.reason != "" {
+		a = append(a, slog.String("reason", o.reason))
 	}
-	if reason != "" {
-		a = append(a, slog.String("reason", reason))
-	}
-	a = append(a, slog.Int("status", status))
-	if ex.forwarded && !ex.rw.failed && ex.rw.status != 0 {
-		a = append(a, slog.Int("upstream_status", ex.rw.status))
+	a = append(a, slog.Int("status", o.status))
+	if o.upstream != 0 {
+		a = append(a, slog.Int("upstream_status", o.upstream))
 	}
 	a = append(a, slog.Int64("bytes_in", ex.in.n.Load()), slog.Int64("bytes_out", ex.rw.written),
 		slog.Float64("duration_ms", float64(d.Microseconds())/1000), slog.String("remote", r.RemoteAddr))
-	if id := h.Get(s3.HeaderRequestID); id != "" {
+	if id := ex.rw.Header().Get(s3.HeaderRequestID); id != "" {
 		a = append(a, slog.String("request_id", clip(id, logHostMax)))
 	}
 	if ex.keyID != "" {
@@ -134,6 +161,11 @@ func (p *Proxy) accessLog(ex *exchange, status int, d time.Duration) {
 	}
 	if !ex.done {
 		a = append(a, slog.Bool("aborted", true))
+	}
+	if ex.span != nil {
+		if sc := ex.span.SpanContext(); sc.HasTraceID() {
+			a = append(a, slog.String("trace_id", sc.TraceID().String()))
+		}
 	}
 	p.log.LogAttrs(ex.client, slog.LevelInfo, "access", a...)
 }

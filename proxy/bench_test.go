@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/store/badger"
@@ -104,6 +106,67 @@ func BenchmarkProxyAccessLog(b *testing.B) {
 				opts.Metrics = NewMetrics(prometheus.NewRegistry())
 				opts.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 				opts.AccessLog = on
+				p, _ := newProxy(b, s, opts, fence.Options{DrainTimeout: time.Second})
+				var n atomic.Uint64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						var rd io.Reader
+						if method == http.MethodPut {
+							rd = strings.NewReader(body)
+						}
+						r := httptest.NewRequest(method, fmt.Sprintf("/bkt/obj-%d", n.Add(1)%1000), rd)
+						r.Header.Set("X-Fencing-Token", "7")
+						w := httptest.NewRecorder()
+						p.ServeHTTP(w, r)
+						if w.Code != http.StatusOK {
+							b.Fatalf("status %d: %s", w.Code, w.Body)
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// discardSpans is a span exporter that drops what it is given: the
+// benchmark measures the proxy's spans and the SDK's batching, not a
+// collector.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkProxyTracing measures an unfenced GET and a fenced 1 KiB PUT
+// with the metrics registered and a JSON logger (the access log off), with
+// tracing off (the default: it must add no allocation; the same requests
+// as BenchmarkProxyAccessLog's access-log=false) and on (every request
+// sampled, its spans batched by the SDK to an exporter that drops them).
+func BenchmarkProxyTracing(b *testing.B) {
+	body := strings.Repeat("x", 1024)
+	for _, method := range []string{http.MethodGet, http.MethodPut} {
+		for _, on := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/tracing=%v", method, on), func(b *testing.B) {
+				s, err := badger.Open(b.TempDir(), badger.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				for i := range 1000 {
+					if _, err := s.Raise(fmt.Sprintf("bkt/obj-%d", i), 7); err != nil {
+						b.Fatal(err)
+					}
+				}
+				opts := testOptions(b, "http://backend.invalid")
+				opts.Transport = okTransport{}
+				opts.Metrics = NewMetrics(prometheus.NewRegistry())
+				opts.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+				if on {
+					tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+					defer tp.Shutdown(context.Background())
+					opts.Tracer = tp.Tracer("bench")
+				}
 				p, _ := newProxy(b, s, opts, fence.Options{DrainTimeout: time.Second})
 				var n atomic.Uint64
 				b.ReportAllocs()

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Settings are a Proxy's plain values. Field names are those of the
@@ -92,6 +94,12 @@ type Options struct {
 
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: none
+	// Tracer, when set, traces every request on the proxy listener: a
+	// server span each, its parent the client's W3C trace context, ended
+	// with the access log's fields, and a client span around the call to
+	// the backend, whose traceparent the backend gets (trace.go). nil: no
+	// tracing, and no cost.
+	Tracer trace.Tracer
 
 	// Authenticate, when set, runs for every request before it is admitted
 	// or forwarded: for a fenced write once its token and resources are

@@ -12,7 +12,7 @@
 // body in flight), outbound.go (the request the backend gets), answer.go
 // (refusals and upstream failures as answers), multipart.go (S3 multipart
 // records), gateway.go and signature.go (who may write), h2.go, observe.go,
-// options.go, metrics.go.
+// options.go, metrics.go, trace.go (tracing's spans).
 package proxy
 
 import (
@@ -29,6 +29,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/s3"
@@ -139,6 +141,10 @@ func New(barrier *fence.Barrier, opts Options) (*Proxy, error) {
 			DialTimeout: opts.DialTimeout, ResponseTimeout: opts.ResponseTimeout, RootCAs: opts.UpstreamCAs,
 			UnsentMax: opts.UpstreamUnsentMax})
 	}
+	if opts.Tracer != nil {
+		// Inside the gateway's signing: the trace context goes on after it.
+		transport = tracingTransport{next: transport, tracer: opts.Tracer}
+	}
 	if opts.S3 == "resign" {
 		transport = gatewayTransport{transport}
 	}
@@ -210,6 +216,9 @@ type exchange struct {
 	answered    bool             // upstreamError answered (or aborted) the client itself and logged it
 	traced      bool             // wrote counts the copies sent (the write is replayable)
 	wrote       atomic.Int32     // copies of the request written upstream, when traced
+	// span is the request's server span (Options.Tracer), nil when
+	// tracing is off; r's and client's context carry it.
+	span trace.Span
 }
 
 // resource is the write's first resource, "" before resolve.
@@ -266,17 +275,21 @@ func exchangeOf(r *http.Request) *exchange {
 }
 
 // ServeHTTP serves one request on the proxy listener (serve), then counts
-// it in the request metrics and, with Settings.AccessLog, logs it (answered,
-// also when the handler aborts the exchange).
+// it in the request metrics and, with Settings.AccessLog, logs it, and with
+// Options.Tracer ends its span (answered, also when the handler aborts the
+// exchange).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex := &exchange{r: r, client: r.Context()}
 	ex.rw.ResponseWriter = w
 	ex.w = &ex.rw
-	if p.opts.Metrics == nil && !p.opts.AccessLog {
+	if p.opts.Metrics == nil && !p.opts.AccessLog && p.opts.Tracer == nil {
 		p.serve(ex)
 		return
 	}
 	start := time.Now()
+	if p.opts.Tracer != nil {
+		p.startSpan(ex)
+	}
 	defer p.answered(ex, start) // runs when serve panics with http.ErrAbortHandler too
 	p.serve(ex)
 	ex.done = true
@@ -633,6 +646,9 @@ func (p *Proxy) forward(ex *exchange) {
 		ctx = context.WithoutCancel(ctx)
 		if ex.owner != nil {
 			ctx = ex.owner
+			if ex.span != nil {
+				ctx = trace.ContextWithSpan(ctx, ex.span) // the backend's call in the request's trace
+			}
 		}
 		if ex.ownUntil != nil {
 			ctx = upstream.WithValidUntil(ctx, ex.ownUntil)
@@ -675,6 +691,11 @@ func (p *Proxy) toOwner(ex *exchange, forward http.Handler) {
 		ex.in.init(r)
 		r = r.WithContext(r.Context())
 		r.Body = &ex.in
+	}
+	if ex.span != nil {
+		var end func()
+		r, end = p.toOwnerSpan(ex, r)
+		defer end()
 	}
 	forward.ServeHTTP(ex.w, r)
 }

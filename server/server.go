@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/fenceproxy/fenceproxy/cluster"
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fence"
@@ -87,8 +89,9 @@ type Server struct {
 	upstream   *upstreamProbe // dials the upstream from Run on
 	proxySrv   *http.Server
 	controlSrv *http.Server
-	peerLn     net.Listener // cluster mode only
-	peerSrv    *http.Server // cluster mode only
+	peerLn     net.Listener             // cluster mode only
+	peerSrv    *http.Server             // cluster mode only
+	tracing    *sdktrace.TracerProvider // with FENCEPROXY_TRACING, nil otherwise
 
 	snapshotTimer *time.Timer     // releases the store's open snapshot after the start-up grace
 	watchCtx      context.Context // the lease watcher's, ended by stopWatch
@@ -315,6 +318,7 @@ func (s *Server) close() error {
 	s.stopWatch()
 	s.background.Wait()
 	s.snapshotTimer.Stop()
+	s.stopTracing() // every request has ended: its span is queued
 
 	clean := s.cfg.Mode != "observe" && !s.unfinished.Load() && s.idle()
 	if clean && s.badger != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/fenceproxy/fenceproxy/cluster"
+	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/control"
 	"github.com/fenceproxy/fenceproxy/fence"
 	"github.com/fenceproxy/fenceproxy/internal/buildinfo"
@@ -42,12 +43,13 @@ type starting struct {
 	pools                *pool.Pools
 	build                buildinfo.Info
 	maxConns             int            // MAX_CONNECTIONS as the open-file limit allows; 0: no limit
+	tracingExport        config.OTLP    // with TRACING: where spans go
 	proxyLimit           *limitListener // the proxy listener's, nil without a limit
 }
 
 // steps are New's steps, in order.
 func (st *starting) steps() []func() error {
-	return []func() error{st.listen, st.openStore, st.newMetrics, st.signedTokens, st.buildBarrier,
+	return []func() error{st.listen, st.openStore, st.newMetrics, st.startTracing, st.signedTokens, st.buildBarrier,
 		st.buildProxy, st.buildLeases, st.buildControl, st.startCluster}
 }
 
@@ -217,6 +219,9 @@ func (st *starting) buildProxy() (err error) {
 		return fmt.Errorf("FENCEPROXY_UPSTREAM_CA_FILE: %w", err)
 	}
 	popts.Logger, popts.Metrics, popts.Authenticate = st.log, st.proxyMetrics, st.authenticate
+	if st.tracing != nil {
+		popts.Tracer = st.tracing.Tracer(tracerName)
+	}
 	if cfg.S3 != "off" {
 		popts.MultipartRecords = st.store
 	}
@@ -364,7 +369,11 @@ func (st *starting) logStarted() {
 		"tls", cfg.TLSCertFile != "", "control_tls", cfg.ControlTLSCertFile != "", "upstream_ca_file", cfg.UpstreamCAFile,
 		"s3", cfg.S3, "s3_domains", cfg.S3Domains, "s3_bucket_writes", cfg.S3BucketWrites,
 		"min_free_space", cfg.MinFreeSpace.String(), "cache_size", cfg.CacheSize.String(), "clean_start", st.cleanStart, "new_store", st.newStore,
-		"store", cfg.Store)
+		"store", cfg.Store, "tracing", cfg.Tracing)
+	if cfg.Tracing {
+		st.log.Info("tracing: a span per request on the proxy listener, exported by OTLP",
+			"otlp_protocol", st.tracingExport.Protocol, "otlp_endpoint", st.tracingExport.Endpoint)
+	}
 	if st.cluster != nil {
 		st.log.Info("cluster mode", "etcd_endpoints", cfg.EtcdEndpoints, "etcd_prefix", cfg.EtcdPrefix, "etcd_tls", cfg.EtcdCAFile != "" || cfg.EtcdCertFile != "",
 			"etcd_user", cfg.EtcdUsername, "shards", cfg.Shards, "shard_depth", cfg.ShardDepth, "replica_id", cfg.ReplicaID, "peer_listen", st.peerLn.Addr().String(), "peer_listen_reach", reach(st.peerLn.Addr()),

@@ -100,6 +100,12 @@ func check(ctx context.Context, args []string, environ map[string]string, stdout
 		}
 	}
 
+	if cfg.Tracing && perr == nil {
+		exp, _ := config.TracingExport(environ)
+		findings = append(findings, finding{"ok", fmt.Sprintf("%sTRACING: a span per request, exported by OTLP (%s) to %s (OTEL_EXPORTER_OTLP_*)",
+			config.Prefix, exp.Protocol, exp.Endpoint)})
+	}
+
 	out := bufio.NewWriter(stdout)
 	fmt.Fprintln(out, "Configuration (FENCEPROXY_* variables; secrets redacted):")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

@@ -188,3 +188,28 @@ func TestCheckCommandLine(t *testing.T) {
 		t.Errorf("fenceproxy -h does not list check: %v", err)
 	}
 }
+
+// With FENCEPROXY_TRACING=true check shows it set and says where spans go;
+// a bad OTEL_* variable is an error, named.
+func TestCheckTracing(t *testing.T) {
+	backend := servertest.NewRecordingBackend(t)
+	env := map[string]string{"FENCEPROXY_UPSTREAM": backend.URL(), "FENCEPROXY_DATA_DIR": t.TempDir(), "FENCEPROXY_TRACING": "true",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
+	var stdout, stderr bytes.Buffer
+	if err := runBounded(t, []string{"check"}, env, &stdout, &stderr, nil); err != nil {
+		t.Fatalf("check: %v\n%s", err, stdout.String())
+	}
+	out := stdout.String()
+	if value, source := row(t, out, "FENCEPROXY_TRACING"); value != "true" || source != "set" {
+		t.Errorf("FENCEPROXY_TRACING row: %q, %q; want true, set", value, source)
+	}
+	if want := "ok       FENCEPROXY_TRACING: a span per request, exported by OTLP (http/protobuf) to http://collector:4318"; !strings.Contains(out, want) {
+		t.Errorf("stdout lacks %q:\n%s", want, out)
+	}
+	stdout.Reset()
+	env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/json"
+	err := runBounded(t, []string{"check"}, env, &stdout, &stderr, nil)
+	if exitCode(err) != 1 || !strings.Contains(stdout.String(), `error    OTEL_EXPORTER_OTLP_PROTOCOL: "http/json" is neither`) {
+		t.Errorf("check with OTEL_EXPORTER_OTLP_PROTOCOL=http/json: %v (exit %d)\n%s", err, exitCode(err), stdout.String())
+	}
+}
