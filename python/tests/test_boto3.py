@@ -135,6 +135,19 @@ class TestBoto3Hook(unittest.TestCase):
                 s3.put_object(Bucket="demo", Key="kept/c", Body=b"c")
             self.assertEqual(len(seen), n, "a request was sent with a lost lease's token")
 
+    def test_a_second_source_replaces_the_first(self):
+        # Two jobs in turn on one client: the second job's lease is what is
+        # sent, although the first job's lease was released (lost to it).
+        s3 = s3_client(demo.proxy_url)
+        seen = sent_headers(s3)
+        with self.leases.keep("demo/jobs/one/", "A", 5) as first:
+            add_fencing_token(s3, first)
+            s3.put_object(Bucket="demo", Key="jobs/one/a", Body=b"a")
+        with self.leases.keep("demo/jobs/two/", "A", 5) as second:
+            add_fencing_token(s3, second)
+            s3.put_object(Bucket="demo", Key="jobs/two/a", Body=b"a")
+            self.assertEqual(header(seen[-1], "X-Fencing-Token"), str(second.token))
+
     def test_presigned_url_carries_the_token(self):
         s3 = s3_client(demo.proxy_url)
         add_fencing_token(s3, FencingToken(42, "c2ln"))

@@ -139,6 +139,9 @@ def add_fencing_token(client: Any, token: Optional[TokenSource] = None, *, heade
     of using_token() wins over it. A token of None sends no headers (reads
     need none; a write then gets TokenRequiredError's 428).
 
+    Calling it again on the same client (and header) replaces the hook: the
+    new token source is the only one read.
+
     Returns token (the FencingToken created when None was given).
     """
     source: Any = token if token is not None else FencingToken()
@@ -169,5 +172,10 @@ def add_fencing_token(client: Any, token: Optional[TokenSource] = None, *, heade
         if signature:
             request.headers[SIGNATURE_HEADER] = signature
 
-    client.meta.events.register("before-sign.s3", _before_sign)
+    # One hook per client and header: a second call (the next job's lease on
+    # the same client) replaces the first, which would otherwise still run
+    # and send, or refuse with, the earlier source's token.
+    uid = "fenceproxy-fencing-token:" + hname.lower()
+    client.meta.events.unregister("before-sign.s3", unique_id=uid)
+    client.meta.events.register("before-sign.s3", _before_sign, unique_id=uid)
     return source
