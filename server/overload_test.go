@@ -194,18 +194,8 @@ func TestMaxUploads(t *testing.T) {
 		}
 		return ""
 	}
-	t.Run("on", func(t *testing.T) {
-		if problem := run(t, "3"); problem != "" {
-			t.Fatal(problem)
-		}
-	})
-	t.Run("teeth", func(t *testing.T) { // no cap: the upload past 3 goes through
-		if problem := run(t, "0"); problem == "" {
-			t.Fatal("with FENCEPROXY_MAX_UPLOADS=0 the fourth upload was refused too; the test has no teeth")
-		} else {
-			t.Logf("protection off, found: %s", problem)
-		}
-	})
+	// Teeth: no cap: the upload past 3 goes through.
+	withTeeth(t, "3", "0", "with FENCEPROXY_MAX_UPLOADS=0 the fourth upload was refused too; the test has no teeth", run)
 }
 
 // TestUploadMinRate: a body trickling a byte every 200 ms (never idle for
@@ -282,18 +272,8 @@ func TestUploadMinRate(t *testing.T) {
 		}
 		return problem
 	}
-	t.Run("on", func(t *testing.T) {
-		if problem := run(t, "1KiB"); problem != "" {
-			t.Fatal(problem)
-		}
-	})
-	t.Run("teeth", func(t *testing.T) { // no minimum: the trickle goes on
-		if problem := run(t, "0"); problem == "" {
-			t.Fatal("with FENCEPROXY_UPLOAD_MIN_RATE=0 the trickling bodies were cut too; the test has no teeth")
-		} else {
-			t.Logf("protection off, found: %s", problem)
-		}
-	})
+	// Teeth: no minimum: the trickle goes on.
+	withTeeth(t, "1KiB", "0", "with FENCEPROXY_UPLOAD_MIN_RATE=0 the trickling bodies were cut too; the test has no teeth", run)
 }
 
 // TestMaxConnections: at FENCEPROXY_MAX_CONNECTIONS open connections the
@@ -333,18 +313,7 @@ func TestMaxConnections(t *testing.T) {
 		}
 		return ""
 	}
-	t.Run("on", func(t *testing.T) {
-		if problem := run(t, "2"); problem != "" {
-			t.Fatal(problem)
-		}
-	})
-	t.Run("teeth", func(t *testing.T) {
-		if problem := run(t, "0"); problem == "" {
-			t.Fatal("with FENCEPROXY_MAX_CONNECTIONS=0 the third connection waited too; the test has no teeth")
-		} else {
-			t.Logf("protection off, found: %s", problem)
-		}
-	})
+	withTeeth(t, "2", "0", "with FENCEPROXY_MAX_CONNECTIONS=0 the third connection waited too; the test has no teeth", run)
 }
 
 // TestControlMaxHeaderBytes: the control listener refuses a header block
@@ -370,4 +339,24 @@ func TestControlMaxHeaderBytes(t *testing.T) {
 		t.Fatalf("/healthz: %v %v", res, err)
 	}
 	res.Body.Close()
+}
+
+// withTeeth runs a protection's test twice: with on (FENCEPROXY_... as the
+// test sets it) run must find no problem; with off, the protection
+// switched off, it must find one, or the test has no teeth (noTeeth says
+// what then went unseen).
+func withTeeth(t *testing.T, on, off, noTeeth string, run func(t *testing.T, value string) (problem string)) {
+	t.Helper()
+	t.Run("on", func(t *testing.T) {
+		if problem := run(t, on); problem != "" {
+			t.Fatal(problem)
+		}
+	})
+	t.Run("teeth", func(t *testing.T) {
+		if problem := run(t, off); problem == "" {
+			t.Fatal(noTeeth)
+		} else {
+			t.Logf("protection off, found: %s", problem)
+		}
+	})
 }

@@ -133,18 +133,8 @@ func TestUnfencedBodyMinRate(t *testing.T) {
 		}
 		return ""
 	}
-	t.Run("on", func(t *testing.T) {
-		if problem := run(t, "1KiB"); problem != "" {
-			t.Fatal(problem)
-		}
-	})
-	t.Run("teeth", func(t *testing.T) { // no minimum: the trickle goes on, holding both slots
-		if problem := run(t, "0"); problem == "" {
-			t.Fatal("with FENCEPROXY_UPLOAD_MIN_RATE=0 the trickling bodies were cut too; the test has no teeth")
-		} else {
-			t.Logf("protection off, found: %s", problem)
-		}
-	})
+	// Teeth: no minimum: the trickle goes on, holding both slots.
+	withTeeth(t, "1KiB", "0", "with FENCEPROXY_UPLOAD_MIN_RATE=0 the trickling bodies were cut too; the test has no teeth", run)
 }
 
 // TestUnfencedBodyIdle: an unfenced GET whose body stops after 10 bytes is
@@ -172,18 +162,7 @@ func TestUnfencedBodyIdle(t *testing.T) {
 		}
 		return ""
 	}
-	t.Run("on", func(t *testing.T) {
-		if problem := run(t, "500ms"); problem != "" {
-			t.Fatal(problem)
-		}
-	})
-	t.Run("teeth", func(t *testing.T) {
-		if problem := run(t, "30s"); problem == "" {
-			t.Fatal("with FENCEPROXY_UPLOAD_IDLE_TIMEOUT=30s the paused body was cut within 3s too; the test has no teeth")
-		} else {
-			t.Logf("protection off, found: %s", problem)
-		}
-	})
+	withTeeth(t, "500ms", "30s", "with FENCEPROXY_UPLOAD_IDLE_TIMEOUT=30s the paused body was cut within 3s too; the test has no teeth", run)
 }
 
 // TestDeleteObjectsBodyMinRate: S3 mode reads a DeleteObjects body before
@@ -216,18 +195,7 @@ func TestDeleteObjectsBodyMinRate(t *testing.T) {
 		}
 		return ""
 	}
-	t.Run("on", func(t *testing.T) {
-		if problem := run(t, "1KiB"); problem != "" {
-			t.Fatal(problem)
-		}
-	})
-	t.Run("teeth", func(t *testing.T) {
-		if problem := run(t, "0"); problem == "" {
-			t.Fatal("with FENCEPROXY_UPLOAD_MIN_RATE=0 the trickling DeleteObjects body was cut too; the test has no teeth")
-		} else {
-			t.Logf("protection off, found: %s", problem)
-		}
-	})
+	withTeeth(t, "1KiB", "0", "with FENCEPROXY_UPLOAD_MIN_RATE=0 the trickling DeleteObjects body was cut too; the test has no teeth", run)
 }
 
 // TestUnfencedBodyDefaults: with the default settings, unfenced requests
